@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# Builds etcd, kube-apiserver and helm from their published Go modules (tools/*/go.mod) into a cache
+# keyed by version, and reuses what is already there.
+#
+# Usage: scripts/build-tools.sh [--print-dir]
+#   (no argument)  build what is missing, then print the tools directory on stdout
+#   --print-dir    print the tools directory without building
+#
+# The tools directory holds `etcd`, `kube-apiserver` and `helm` (symlinks to versioned binaries under
+# ${XDG_CACHE_HOME:-~/.cache}/node-csr-approver/bin). Progress goes to stderr.
+set -euo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+tools="${root}/tools"
+# shellcheck source=../tools/versions.env
+source "${tools}/versions.env"
+
+cache="${XDG_CACHE_HOME:-${HOME}/.cache}/node-csr-approver"
+bin="${cache}/bin"
+set_dir="${cache}/tools-k8s-${KUBERNETES_VERSION}-etcd-${ETCD_VERSION}-helm-${HELM_VERSION}"
+
+log() { printf 'build-tools: %s\n' "$*" >&2; }
+die() { log "error: $*"; exit 1; }
+
+case "${1:-}" in
+  --print-dir) printf '%s\n' "${set_dir}"; exit 0 ;;
+  "") ;;
+  *) die "unknown argument '$1' (usage: $0 [--print-dir])" ;;
+esac
+
+export GOTOOLCHAIN=local CGO_ENABLED=0
+
+# Checks that module $2 in tools/$1 resolves to version $3.
+require_version() {
+  local got
+  got="$(go -C "${tools}/$1" list -m -f '{{.Version}}' "$2")"
+  [[ "${got}" == "$3" ]] || die "tools/$1/go.mod has $2 ${got}, tools/versions.env says $3"
+}
+
+# Checks that tools/kube-apiserver/go.mod replaces every k8s.io staging module by itself at the
+# release's v0 tag.
+require_staging_versions() {
+  local want="v0.${KUBERNETES_VERSION#v1.}" count=0 old arrow new version
+  while read -r old arrow new version; do
+    [[ "${new}" == "${old}" && "${version}" == "${want}" ]] \
+      || die "tools/kube-apiserver/go.mod: replace ${old} ${arrow} ${new} ${version}, want ${old} ${want}"
+    count=$((count + 1))
+  done < <(awk '$1 ~ /^k8s\.io\// && $2 == "=>"' "${tools}/kube-apiserver/go.mod")
+  ((count > 0)) || die "tools/kube-apiserver/go.mod replaces no staging module"
+}
+
+# Builds package $3 of tools/$2 into ${bin}/$1 unless it exists; remaining arguments go to `go build`.
+build() {
+  local out="${bin}/$1" dir="$2" pkg="$3"
+  shift 3
+  if [[ -x "${out}" ]]; then
+    log "reusing ${out}"
+    return
+  fi
+  log "building ${out}"
+  local start=${SECONDS}
+  go build -C "${tools}/${dir}" -trimpath -o "${out}.tmp" "$@" "${pkg}"
+  mv "${out}.tmp" "${out}"
+  log "built $(basename "${out}") in $((SECONDS - start)) s"
+}
+
+require_version kube-apiserver k8s.io/kubernetes "${KUBERNETES_VERSION}"
+require_staging_versions
+require_version etcd go.etcd.io/etcd/server/v3 "${ETCD_VERSION}"
+require_version helm helm.sh/helm/v4 "${HELM_VERSION}"
+
+mkdir -p "${bin}" "${set_dir}"
+# One build at a time: test binaries or CI jobs may start this script concurrently.
+exec 9>"${cache}/build.lock"
+flock 9
+
+# The version variables the Kubernetes release build sets (hack/lib/version.sh), so /version
+# reports the release.
+minor="${KUBERNETES_VERSION#v1.}"
+kube_ldflags=()
+for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+  kube_ldflags+=(
+    "-X ${pkg}.gitVersion=${KUBERNETES_VERSION}"
+    "-X ${pkg}.gitMajor=1"
+    "-X ${pkg}.gitMinor=${minor%%.*}"
+    "-X ${pkg}.gitTreeState=clean"
+  )
+done
+
+build "kube-apiserver-${KUBERNETES_VERSION}" kube-apiserver k8s.io/kubernetes/cmd/kube-apiserver \
+  -tags selinux,notest -ldflags "-s -w ${kube_ldflags[*]}"
+build "etcd-${ETCD_VERSION}" etcd go.etcd.io/etcd/server/v3 -ldflags "-s -w"
+build "helm-${HELM_VERSION}" helm helm.sh/helm/v4/cmd/helm \
+  -ldflags "-s -w -X helm.sh/helm/v4/internal/version.version=${HELM_VERSION}"
+
+ln -sfn "../bin/kube-apiserver-${KUBERNETES_VERSION}" "${set_dir}/kube-apiserver"
+ln -sfn "../bin/etcd-${ETCD_VERSION}" "${set_dir}/etcd"
+ln -sfn "../bin/helm-${HELM_VERSION}" "${set_dir}/helm"
+
+printf '%s\n' "${set_dir}"

@@ -1,0 +1,622 @@
+//! A real authoritative DNS server on loopback for tests, the demo and benchmarks.
+//!
+//! [`DnsServer`] answers over UDP and TCP on `127.0.0.1` (one ephemeral port for both) from
+//! [`Records`] that can be changed while it runs. It is built on hickory-server with a small
+//! request handler:
+//!
+//! - a known name answers its records of the asked type, following CNAMEs inside the data;
+//! - a known name without records of that type answers NOERROR with no records (and an SOA);
+//! - an unknown name answers NXDOMAIN (with an SOA, so resolvers cache the negative answer).
+//!
+//! Its [`Mode`] can make it answer SERVFAIL or REFUSED to everything, or stop answering at all
+//! while still holding its port ([`DnsServer::pause`] / [`DnsServer::resume`]);
+//! [`Records::fault`] does the same for one name and query type only.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), testdns::Error> {
+//! use testdns::{DnsServer, Records};
+//! let server = DnsServer::start(Records::new().a("n1.example.com", "10.0.0.1")).await?;
+//! println!("nameserver at {}", server.addr());
+//! # Ok(()) }
+//! ```
+#![forbid(unsafe_code)]
+
+use std::collections::HashMap;
+use std::fmt::Display;
+use std::io;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::time::Duration;
+
+use hickory_server::Server;
+use hickory_server::net::runtime::Time;
+use hickory_server::proto::op::{Edns, Header, HeaderCounts, Metadata, ResponseCode};
+use hickory_server::proto::rr::rdata::{A, AAAA, CNAME, SOA};
+use hickory_server::proto::rr::{LowerName, Name, RData, Record, RecordType};
+use hickory_server::server::{Request, RequestHandler, ResponseHandler, ResponseInfo};
+use hickory_server::zone_handler::MessageResponseBuilder;
+
+/// Default TTL of answers and of negative answers (the SOA minimum), in seconds.
+pub const DEFAULT_TTL: u32 = 300;
+
+/// Longest CNAME chain followed inside the data; longer chains (or loops) answer SERVFAIL.
+const MAX_CNAME_CHAIN: usize = 8;
+
+/// How long an idle TCP connection is kept open.
+const TCP_IDLE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// An error starting or configuring a [`DnsServer`].
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A name or address given to [`Records`] does not parse.
+    #[error("invalid test DNS records: {0}")]
+    InvalidRecords(String),
+    /// The loopback sockets could not be bound.
+    #[error("cannot bind the test DNS server on 127.0.0.1: {0}")]
+    Bind(#[from] io::Error),
+    /// The server's own thread could not be started.
+    #[error("cannot start the test DNS server thread: {0}")]
+    Thread(String),
+}
+
+/// DNS data to serve: a builder of A, AAAA and CNAME records.
+///
+/// Names are absolute whether or not they end with a dot, and compare case-insensitively.
+/// Invalid names or addresses are reported by the method that takes the records
+/// ([`DnsServer::start`], [`DnsServer::set_records`], [`DnsServer::add`]).
+#[derive(Debug, Clone)]
+pub struct Records {
+    ttl: u32,
+    names: HashMap<LowerName, Node>,
+    errors: Vec<String>,
+}
+
+#[derive(Debug, Clone, Default)]
+struct Node {
+    name: Name,
+    a: Vec<Ipv4Addr>,
+    aaaa: Vec<Ipv6Addr>,
+    cname: Option<Name>,
+    faults: Vec<(RecordType, Mode)>,
+}
+
+impl Default for Records {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Records {
+    /// No records, TTL [`DEFAULT_TTL`].
+    pub fn new() -> Self {
+        Self { ttl: DEFAULT_TTL, names: HashMap::new(), errors: Vec::new() }
+    }
+
+    /// Sets the TTL of every answer and of negative answers (SOA TTL and minimum), in seconds.
+    pub fn ttl(mut self, seconds: u32) -> Self {
+        self.ttl = seconds;
+        self
+    }
+
+    /// Adds an A record, e.g. `.a("n1.example.com", "10.0.0.1")` (the address may also be an
+    /// [`Ipv4Addr`]).
+    pub fn a(mut self, name: &str, address: impl Display) -> Self {
+        let address = address.to_string();
+        match address.parse::<Ipv4Addr>() {
+            Ok(address) => {
+                if let Some(node) = self.node(name) {
+                    node.a.push(address);
+                }
+            }
+            Err(e) => self.errors.push(format!("A {name}: {address:?}: {e}")),
+        }
+        self
+    }
+
+    /// Adds an AAAA record, e.g. `.aaaa("n1.example.com", "fd00::1")` (the address may also be
+    /// an [`Ipv6Addr`]).
+    pub fn aaaa(mut self, name: &str, address: impl Display) -> Self {
+        let address = address.to_string();
+        match address.parse::<Ipv6Addr>() {
+            Ok(address) => {
+                if let Some(node) = self.node(name) {
+                    node.aaaa.push(address);
+                }
+            }
+            Err(e) => self.errors.push(format!("AAAA {name}: {address:?}: {e}")),
+        }
+        self
+    }
+
+    /// Adds an A or AAAA record depending on the address family.
+    pub fn ip(self, name: &str, address: IpAddr) -> Self {
+        match address {
+            IpAddr::V4(v4) => self.a(name, v4),
+            IpAddr::V6(v6) => self.aaaa(name, v6),
+        }
+    }
+
+    /// Makes `name` an alias of `target` (which may or may not be in the data).
+    pub fn cname(mut self, name: &str, target: &str) -> Self {
+        match parse_name(target) {
+            Ok(target) => {
+                if let Some(node) = self.node(name) {
+                    node.cname = Some(target);
+                }
+            }
+            Err(e) => self.errors.push(e),
+        }
+        self
+    }
+
+    /// Declares `name` as existing without any record: queries answer NOERROR with no records.
+    pub fn exists(mut self, name: &str) -> Self {
+        self.node(name);
+        self
+    }
+
+    /// Makes queries for `name` and `query_type` fail as `mode` says (SERVFAIL, REFUSED or no
+    /// answer at all) while other types of the name are answered; [`Mode::Answer`] clears it.
+    pub fn fault(mut self, name: &str, query_type: QueryType, mode: Mode) -> Self {
+        let record_type = query_type.record_type();
+        if let Some(node) = self.node(name) {
+            node.faults.retain(|(t, _)| *t != record_type);
+            node.faults.push((record_type, mode));
+        }
+        self
+    }
+
+    /// Number of names in the data.
+    pub fn len(&self) -> usize {
+        self.names.len()
+    }
+
+    /// Whether the data holds no name.
+    pub fn is_empty(&self) -> bool {
+        self.names.is_empty()
+    }
+
+    fn node(&mut self, name: &str) -> Option<&mut Node> {
+        match parse_name(name) {
+            Ok(name) => Some(self.names.entry(LowerName::new(&name)).or_insert(Node { name, ..Node::default() })),
+            Err(e) => {
+                self.errors.push(e);
+                None
+            }
+        }
+    }
+
+    fn check(&self) -> Result<(), Error> {
+        if self.errors.is_empty() { Ok(()) } else { Err(Error::InvalidRecords(self.errors.join("; "))) }
+    }
+
+    /// The reply to one query: a fault set for the name and type, or the answer.
+    fn reply(&self, name: &Name, query_type: RecordType) -> Reply {
+        let fault = self.names.get(&LowerName::new(name)).and_then(|node| {
+            node.faults.iter().find(|(record_type, _)| *record_type == query_type).map(|(_, mode)| *mode)
+        });
+        if let Some(reply) = fault.and_then(Reply::imposed_by) {
+            return reply;
+        }
+        let (code, answers) = self.answer(name, query_type);
+        // RFC 2308: negative answers (also at the end of a CNAME chain) carry the SOA.
+        let negative = code == ResponseCode::NXDomain
+            || (code == ResponseCode::NoError
+                && !answers.iter().any(|r| r.record_type() == query_type || query_type == RecordType::ANY));
+        let soa = negative.then(|| Box::new(self.soa()));
+        Reply::Answer { code, answers, soa }
+    }
+
+    /// The answer to one query: response code and answer records.
+    fn answer(&self, query_name: &Name, query_type: RecordType) -> (ResponseCode, Vec<Record>) {
+        let mut answers = Vec::new();
+        let mut owner = query_name.clone();
+        for _ in 0..=MAX_CNAME_CHAIN {
+            let Some(node) = self.names.get(&LowerName::new(&owner)) else {
+                // RFC 6604: the response code is that of the last name in the chain.
+                return (ResponseCode::NXDomain, answers);
+            };
+            let record = |data: RData| Record::from_rdata(owner.clone(), self.ttl, data);
+            if let Some(target) = &node.cname {
+                if matches!(query_type, RecordType::CNAME | RecordType::ANY) {
+                    answers.push(record(RData::CNAME(CNAME(target.clone()))));
+                    return (ResponseCode::NoError, answers);
+                }
+                answers.push(record(RData::CNAME(CNAME(target.clone()))));
+                owner = target.clone();
+                continue;
+            }
+            if matches!(query_type, RecordType::A | RecordType::ANY) {
+                answers.extend(node.a.iter().map(|a| record(RData::A(A(*a)))));
+            }
+            if matches!(query_type, RecordType::AAAA | RecordType::ANY) {
+                answers.extend(node.aaaa.iter().map(|a| record(RData::AAAA(AAAA(*a)))));
+            }
+            return (ResponseCode::NoError, answers);
+        }
+        (ResponseCode::ServFail, Vec::new())
+    }
+
+    fn soa(&self) -> Record {
+        let soa = SOA::new(
+            Name::from_labels(["ns", "testdns"]).unwrap_or_else(|_| Name::root()),
+            Name::from_labels(["hostmaster", "testdns"]).unwrap_or_else(|_| Name::root()),
+            1,
+            3600,
+            600,
+            86400,
+            self.ttl,
+        );
+        Record::from_rdata(Name::root(), self.ttl, RData::SOA(soa))
+    }
+}
+
+fn parse_name(name: &str) -> Result<Name, String> {
+    let mut parsed = Name::from_ascii(name).map_err(|e| format!("name {name:?}: {e}"))?;
+    parsed.set_fqdn(true);
+    Ok(parsed)
+}
+
+/// A query type that [`Records::fault`] can make fail.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QueryType {
+    /// IPv4 address queries.
+    A,
+    /// IPv6 address queries.
+    Aaaa,
+}
+
+impl QueryType {
+    fn record_type(self) -> RecordType {
+        match self {
+            Self::A => RecordType::A,
+            Self::Aaaa => RecordType::AAAA,
+        }
+    }
+}
+
+/// How the server treats every query.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Mode {
+    /// Answer from the records (the default).
+    Answer = 0,
+    /// Never answer; the port stays bound, so clients time out.
+    Unresponsive = 1,
+    /// Answer SERVFAIL.
+    ServFail = 2,
+    /// Answer REFUSED.
+    Refused = 3,
+}
+
+impl Mode {
+    fn from_u8(value: u8) -> Self {
+        match value {
+            1 => Self::Unresponsive,
+            2 => Self::ServFail,
+            3 => Self::Refused,
+            _ => Self::Answer,
+        }
+    }
+}
+
+/// State shared between the [`DnsServer`] handle and its request handler.
+#[derive(Debug)]
+struct Shared {
+    records: RwLock<Records>,
+    mode: AtomicU8,
+    total_queries: AtomicU64,
+    queries_by_name: Mutex<HashMap<LowerName, u64>>,
+}
+
+struct Handler(Arc<Shared>);
+
+/// What to do with one request.
+enum Reply {
+    /// Send nothing.
+    Silent,
+    /// An error response without records.
+    Error(ResponseCode),
+    /// An authoritative answer.
+    Answer { code: ResponseCode, answers: Vec<Record>, soa: Option<Box<Record>> },
+}
+
+impl Reply {
+    /// The reply a mode imposes, or `None` to answer from the records.
+    fn imposed_by(mode: Mode) -> Option<Self> {
+        match mode {
+            Mode::Answer => None,
+            Mode::Unresponsive => Some(Self::Silent),
+            Mode::ServFail => Some(Self::Error(ResponseCode::ServFail)),
+            Mode::Refused => Some(Self::Error(ResponseCode::Refused)),
+        }
+    }
+}
+
+impl Handler {
+    fn plan(&self, request: &Request) -> Reply {
+        if let Some(reply) = Reply::imposed_by(Mode::from_u8(self.0.mode.load(Ordering::SeqCst))) {
+            return reply;
+        }
+        let [query] = request.queries.queries() else {
+            return Reply::Error(ResponseCode::FormErr);
+        };
+        let records = self.0.records.read().unwrap_or_else(PoisonError::into_inner);
+        records.reply(query.original().name(), query.query_type())
+    }
+}
+
+#[async_trait::async_trait]
+impl RequestHandler for Handler {
+    async fn handle_request<R: ResponseHandler, T: Time>(
+        &self,
+        request: &Request,
+        mut response_handle: R,
+    ) -> ResponseInfo {
+        let shared = &self.0;
+        shared.total_queries.fetch_add(1, Ordering::Relaxed);
+        if let Some(query) = request.queries.queries().first() {
+            let mut counts = shared.queries_by_name.lock().unwrap_or_else(PoisonError::into_inner);
+            *counts.entry(query.name().clone()).or_insert(0) += 1;
+        }
+
+        let builder = MessageResponseBuilder::from_message_request(request);
+        let result = match self.plan(request) {
+            Reply::Silent => return no_response(request),
+            Reply::Error(code) => response_handle.send_response(builder.error_msg(&request.metadata, code)).await,
+            Reply::Answer { code, answers, soa } => {
+                let edns = request.edns.as_ref().map(|request_edns| {
+                    let mut edns = Edns::new();
+                    edns.set_max_payload(request_edns.max_payload().max(512));
+                    edns
+                });
+                let mut builder = builder;
+                if let Some(edns) = &edns {
+                    builder.edns(edns);
+                }
+                let mut metadata = Metadata::response_from_request(&request.metadata);
+                metadata.authoritative = true;
+                metadata.response_code = code;
+                response_handle.send_response(builder.build(metadata, answers.iter(), [], soa.as_deref(), [])).await
+            }
+        };
+        result.unwrap_or_else(|error| {
+            tracing::debug!(%error, "testdns: cannot send response");
+            no_response(request)
+        })
+    }
+}
+
+/// The `ResponseInfo` for a query left unanswered.
+fn no_response(request: &Request) -> ResponseInfo {
+    let mut metadata = Metadata::response_from_request(&request.metadata);
+    metadata.response_code = ResponseCode::ServFail;
+    ResponseInfo::from(Header { metadata, counts: HeaderCounts::default() })
+}
+
+/// A running DNS server on `127.0.0.1`; it stops when dropped.
+pub struct DnsServer {
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+    runner: Runner,
+}
+
+enum Runner {
+    /// Tasks on the runtime of the caller of [`DnsServer::start`].
+    Task(Server<Handler>),
+    /// A dedicated thread with its own runtime, see [`DnsServer::start_on_thread`].
+    Thread { stop: Option<tokio::sync::oneshot::Sender<()>>, thread: Option<std::thread::JoinHandle<()>> },
+}
+
+impl std::fmt::Debug for DnsServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DnsServer").field("addr", &self.addr).field("mode", &self.mode()).finish_non_exhaustive()
+    }
+}
+
+impl DnsServer {
+    /// Starts serving `records` over UDP and TCP on `127.0.0.1`, on one ephemeral port, as tasks
+    /// of the current tokio runtime: it answers only while that runtime runs, so a caller that
+    /// blocks its thread (on a current-thread runtime) should use [`DnsServer::start_on_thread`].
+    pub async fn start(records: Records) -> Result<Self, Error> {
+        records.check()?;
+        let (udp, tcp) = bind_loopback()?;
+        let addr = udp.local_addr()?;
+        let shared = new_shared(records);
+        let server = serve(&shared, udp, tcp)?;
+        Ok(Self { addr, shared, runner: Runner::Task(server) })
+    }
+
+    /// Like [`DnsServer::start`], but serves from a dedicated thread with its own runtime, so it
+    /// works from synchronous code and does not compete with the caller's runtime.
+    pub fn start_on_thread(records: Records) -> Result<Self, Error> {
+        records.check()?;
+        let (udp, tcp) = bind_loopback()?;
+        let addr = udp.local_addr()?;
+        let shared = new_shared(records);
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<(), Error>>();
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let thread_shared = shared.clone();
+        let thread = std::thread::Builder::new()
+            .name(format!("testdns-{}", addr.port()))
+            .spawn(move || {
+                let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+                    Ok(runtime) => runtime,
+                    Err(e) => {
+                        let _ = ready_tx.send(Err(Error::Thread(e.to_string())));
+                        return;
+                    }
+                };
+                runtime.block_on(async move {
+                    match serve(&thread_shared, udp, tcp) {
+                        Ok(server) => {
+                            let _ = ready_tx.send(Ok(()));
+                            // Until stopped or the handle is gone.
+                            let _ = stop_rx.await;
+                            drop(server);
+                        }
+                        Err(e) => {
+                            let _ = ready_tx.send(Err(e));
+                        }
+                    }
+                });
+            })
+            .map_err(|e| Error::Thread(e.to_string()))?;
+        match ready_rx.recv() {
+            Ok(Ok(())) => {
+                Ok(Self { addr, shared, runner: Runner::Thread { stop: Some(stop_tx), thread: Some(thread) } })
+            }
+            Ok(Err(e)) => Err(e),
+            Err(_) => Err(Error::Thread("server thread exited".to_owned())),
+        }
+    }
+
+    /// A server that holds its port but never answers (clients time out).
+    pub async fn unresponsive() -> Result<Self, Error> {
+        let server = Self::start(Records::new()).await?;
+        server.set_mode(Mode::Unresponsive);
+        Ok(server)
+    }
+
+    /// A server that answers SERVFAIL to every query.
+    pub async fn servfail() -> Result<Self, Error> {
+        let server = Self::start(Records::new()).await?;
+        server.set_mode(Mode::ServFail);
+        Ok(server)
+    }
+
+    /// The address of both the UDP socket and the TCP listener.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Replaces all records.
+    pub fn set_records(&self, records: Records) -> Result<(), Error> {
+        records.check()?;
+        *self.records_mut() = records;
+        Ok(())
+    }
+
+    /// Adds records (merged into existing names; the TTL of `records` is ignored).
+    pub fn add(&self, records: Records) -> Result<(), Error> {
+        records.check()?;
+        let mut current = self.records_mut();
+        for (key, node) in records.names {
+            let existing = current.names.entry(key).or_insert(Node { name: node.name.clone(), ..Node::default() });
+            existing.a.extend(node.a);
+            existing.aaaa.extend(node.aaaa);
+            if node.cname.is_some() {
+                existing.cname = node.cname;
+            }
+            for (record_type, mode) in node.faults {
+                existing.faults.retain(|(t, _)| *t != record_type);
+                existing.faults.push((record_type, mode));
+            }
+        }
+        Ok(())
+    }
+
+    /// Removes every record of `name`, which then answers NXDOMAIN. Returns whether it existed.
+    pub fn remove(&self, name: &str) -> Result<bool, Error> {
+        let name = parse_name(name).map_err(Error::InvalidRecords)?;
+        Ok(self.records_mut().names.remove(&LowerName::new(&name)).is_some())
+    }
+
+    /// Changes how the server treats queries from now on.
+    pub fn set_mode(&self, mode: Mode) {
+        self.shared.mode.store(mode as u8, Ordering::SeqCst);
+    }
+
+    /// How the server currently treats queries.
+    pub fn mode(&self) -> Mode {
+        Mode::from_u8(self.shared.mode.load(Ordering::SeqCst))
+    }
+
+    /// Stops answering (as if the server were down) while keeping the port.
+    pub fn pause(&self) {
+        self.set_mode(Mode::Unresponsive);
+    }
+
+    /// Answers from the records again, on the same address.
+    pub fn resume(&self) {
+        self.set_mode(Mode::Answer);
+    }
+
+    /// Number of queries received (answered or not) since the start.
+    pub fn total_queries(&self) -> u64 {
+        self.shared.total_queries.load(Ordering::Relaxed)
+    }
+
+    /// Number of queries received for `name` (any type, case-insensitive, trailing dot optional).
+    pub fn queries_for(&self, name: &str) -> u64 {
+        let Ok(name) = parse_name(name) else {
+            return 0;
+        };
+        self.shared
+            .queries_by_name
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&LowerName::new(&name))
+            .copied()
+            .unwrap_or(0)
+    }
+
+    fn records_mut(&self) -> std::sync::RwLockWriteGuard<'_, Records> {
+        self.shared.records.write().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl Drop for DnsServer {
+    fn drop(&mut self) {
+        match &mut self.runner {
+            // Dropping the server aborts its tasks; cancel first so they stop promptly.
+            Runner::Task(server) => server.shutdown_token().cancel(),
+            Runner::Thread { stop, thread } => {
+                if let Some(stop) = stop.take() {
+                    let _ = stop.send(());
+                }
+                if let Some(thread) = thread.take() {
+                    let _ = thread.join();
+                }
+            }
+        }
+    }
+}
+
+fn new_shared(records: Records) -> Arc<Shared> {
+    Arc::new(Shared {
+        records: RwLock::new(records),
+        mode: AtomicU8::new(Mode::Answer as u8),
+        total_queries: AtomicU64::new(0),
+        queries_by_name: Mutex::new(HashMap::new()),
+    })
+}
+
+/// Binds a UDP socket and a TCP listener on the same ephemeral port of 127.0.0.1.
+fn bind_loopback() -> Result<(std::net::UdpSocket, std::net::TcpListener), Error> {
+    let mut last_error = None;
+    for _ in 0..32 {
+        let udp = std::net::UdpSocket::bind((Ipv4Addr::LOCALHOST, 0))?;
+        let addr = udp.local_addr()?;
+        match std::net::TcpListener::bind(addr) {
+            Ok(tcp) => {
+                udp.set_nonblocking(true)?;
+                tcp.set_nonblocking(true)?;
+                return Ok((udp, tcp));
+            }
+            Err(e) => last_error = Some(e),
+        }
+    }
+    Err(Error::Bind(last_error.unwrap_or_else(|| io::Error::new(io::ErrorKind::AddrInUse, "no free port"))))
+}
+
+/// Registers the sockets with a hickory server on the current runtime.
+fn serve(shared: &Arc<Shared>, udp: std::net::UdpSocket, tcp: std::net::TcpListener) -> Result<Server<Handler>, Error> {
+    let udp = tokio::net::UdpSocket::from_std(udp)?;
+    let tcp = tokio::net::TcpListener::from_std(tcp)?;
+    let mut server = Server::new(Handler(shared.clone()));
+    server.register_socket(udp);
+    server.register_listener(tcp, TCP_IDLE_TIMEOUT, 64);
+    Ok(server)
+}

@@ -1,0 +1,222 @@
+//! [`ControlPlane`]: etcd + kube-apiserver, and clients for the identities tests need.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use k8s_openapi::api::authentication::v1::TokenRequest;
+use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{ObjectMeta, Patch, PatchParams, PostParams};
+use kube::config::Kubeconfig;
+use kube::runtime::wait::{await_condition, conditions};
+use kube::{Api, Client, ResourceExt};
+use tempfile::TempDir;
+use tokio::sync::Mutex;
+
+use crate::etcd::{self, Etcd};
+use crate::kube_apiserver::Launch;
+use crate::ports::free_port;
+use crate::process::Supervised;
+use crate::tools::Tools;
+use crate::{Error, kubeconfig, pki};
+
+/// How long an installed CRD may take to become established.
+const CRD_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Field manager of the objects testenv applies.
+const FIELD_MANAGER: &str = "testenv";
+
+/// A kube-apiserver on 127.0.0.1 backed by its own etcd, or one attached to through a kubeconfig.
+///
+/// Dropping a started control plane ends its processes and removes its directory.
+#[derive(Debug)]
+pub struct ControlPlane {
+    kubeconfig: Kubeconfig,
+    kubeconfig_path: PathBuf,
+    server_url: String,
+    owned: Option<Owned>,
+}
+
+/// The processes and files of a control plane this process started. Fields drop in order:
+/// apiserver, etcd, then the directory.
+#[derive(Debug)]
+struct Owned {
+    apiserver: Mutex<Option<Supervised>>,
+    launch: Launch,
+    etcd: Etcd,
+    dir: TempDir,
+}
+
+impl ControlPlane {
+    /// Starts etcd and kube-apiserver in a new temporary directory and waits until the apiserver
+    /// is ready and the `default` namespace exists. Builds the tools first if needed (see
+    /// [`crate::tools_dir`]). On failure the error, including the tail of the failing
+    /// component's log, is also printed to stderr.
+    pub async fn start() -> Result<ControlPlane, Error> {
+        let started = Self::start_owned().await;
+        if let Err(error) = &started {
+            eprintln!("testenv: {error}");
+        }
+        started
+    }
+
+    async fn start_owned() -> Result<ControlPlane, Error> {
+        let tools =
+            tokio::task::spawn_blocking(Tools::locate).await.map_err(|error| Error::Tools(error.to_string()))??;
+        let dir = tempfile::Builder::new()
+            .prefix("testenv-")
+            .tempdir()
+            .map_err(Error::io("creating the control plane directory"))?;
+        let pki = pki::write(dir.path())?;
+        let etcd = etcd::start(&tools.etcd, dir.path()).await?;
+        let port = free_port()?;
+        let server_url = format!("https://127.0.0.1:{port}");
+        let kubeconfig = kubeconfig::admin(&server_url, &pki);
+        let kubeconfig_path = dir.path().join("kubeconfig");
+        kubeconfig::write(&kubeconfig, &kubeconfig_path)?;
+        let launch = Launch::new(&tools.kube_apiserver, dir.path(), port, &etcd.client_url, &pki);
+        let apiserver = launch.start(&kubeconfig).await?;
+        Ok(ControlPlane {
+            kubeconfig,
+            kubeconfig_path,
+            server_url,
+            owned: Some(Owned { apiserver: Mutex::new(Some(apiserver)), launch, etcd, dir }),
+        })
+    }
+
+    /// Uses the running control plane whose admin kubeconfig is at `path` (for example the one
+    /// `local-cluster` prints). Such a control plane cannot be restarted.
+    pub fn attach(path: &Path) -> Result<ControlPlane, Error> {
+        let kubeconfig = kubeconfig::read(path)?;
+        Ok(ControlPlane {
+            server_url: kubeconfig::server(&kubeconfig)?,
+            kubeconfig,
+            kubeconfig_path: path.to_owned(),
+            owned: None,
+        })
+    }
+
+    /// The apiserver URL, `https://127.0.0.1:<port>`.
+    pub fn server_url(&self) -> &str {
+        &self.server_url
+    }
+
+    /// Path of the admin kubeconfig (client certificate in `system:masters`), for running a binary
+    /// with `--kubeconfig`.
+    pub fn kubeconfig_path(&self) -> &Path {
+        &self.kubeconfig_path
+    }
+
+    /// The temporary directory holding certificates, logs (`etcd.log`, `kube-apiserver.log`) and
+    /// etcd's data; `None` when attached.
+    pub fn state_dir(&self) -> Option<&Path> {
+        self.owned.as_ref().map(|owned| owned.dir.path())
+    }
+
+    /// Process ids of etcd and kube-apiserver (empty when attached), for leak checks.
+    pub async fn process_ids(&self) -> Vec<u32> {
+        let Some(owned) = &self.owned else {
+            return Vec::new();
+        };
+        let mut ids = vec![owned.etcd.process.id()];
+        ids.extend(owned.apiserver.lock().await.as_ref().map(Supervised::id));
+        ids
+    }
+
+    /// A client authenticated as the admin (`system:masters`).
+    pub async fn admin_client(&self) -> Result<Client, Error> {
+        kubeconfig::client(&self.kubeconfig, |_| {}).await
+    }
+
+    /// A client of the admin impersonating `user` with `groups`, so the apiserver authorizes and
+    /// records requests as that identity (for example `system:node:worker-1` in `system:nodes`).
+    pub async fn impersonated_client(&self, user: &str, groups: &[&str]) -> Result<Client, Error> {
+        kubeconfig::client(&self.kubeconfig, |config| {
+            config.auth_info.impersonate = Some(user.to_owned());
+            config.auth_info.impersonate_groups =
+                (!groups.is_empty()).then(|| groups.iter().map(|group| (*group).to_owned()).collect());
+        })
+        .await
+    }
+
+    /// A real token of ServiceAccount `namespace/name` from the TokenRequest API, valid for an
+    /// hour. Creates the namespace and the ServiceAccount when missing.
+    pub async fn service_account_token(&self, namespace: &str, name: &str) -> Result<String, Error> {
+        let client = self.admin_client().await?;
+        create_if_missing(&Api::<Namespace>::all(client.clone()), namespace_object(namespace)).await?;
+        let accounts: Api<ServiceAccount> = Api::namespaced(client, namespace);
+        create_if_missing(&accounts, service_account_object(name)).await?;
+        let request = TokenRequest::default();
+        let issued = accounts.create_token_request(name, &PostParams::default(), &request).await?;
+        issued
+            .status
+            .map(|status| status.token)
+            .ok_or_else(|| Error::Unexpected(format!("no token issued for {namespace}/{name}")))
+    }
+
+    /// A client authenticated with a real token of ServiceAccount `namespace/name` (created when
+    /// missing, see [`ControlPlane::service_account_token`]).
+    pub async fn service_account_client(&self, namespace: &str, name: &str) -> Result<Client, Error> {
+        let token = self.service_account_token(namespace, name).await?;
+        kubeconfig::client(&kubeconfig::for_token(&self.kubeconfig, &token)?, |_| {}).await
+    }
+
+    /// Writes to `path` a kubeconfig for this cluster that authenticates with the bearer `token`.
+    pub fn write_kubeconfig_for_token(&self, token: &str, path: &Path) -> Result<(), Error> {
+        kubeconfig::write(&kubeconfig::for_token(&self.kubeconfig, token)?, path)
+    }
+
+    /// Applies the CRDs (server-side apply, so installing the same CRD twice is fine) and waits
+    /// until each is established.
+    pub async fn install_crds(&self, crds: Vec<CustomResourceDefinition>) -> Result<(), Error> {
+        let api: Api<CustomResourceDefinition> = Api::all(self.admin_client().await?);
+        let params = PatchParams::apply(FIELD_MANAGER).force();
+        for crd in &crds {
+            api.patch(&crd.name_any(), &params, &Patch::Apply(crd)).await?;
+        }
+        for crd in &crds {
+            let name = crd.name_any();
+            let established = await_condition(api.clone(), &name, conditions::is_crd_established());
+            tokio::time::timeout(CRD_TIMEOUT, established)
+                .await
+                .map_err(|_| Error::Timeout(format!("CRD {name} to be established")))?
+                .map_err(|error| Error::Timeout(format!("CRD {name}: {error}")))?;
+        }
+        Ok(())
+    }
+
+    /// Stops kube-apiserver and starts it again on the same port and etcd, then waits until it is
+    /// ready. Data survives. Do this on a control plane of your own ([`ControlPlane::start`]),
+    /// never on the shared one, whose other users would see the outage.
+    pub async fn restart_apiserver(&self) -> Result<(), Error> {
+        let owned = self.owned.as_ref().ok_or(Error::NotOwned("restart_apiserver"))?;
+        let mut apiserver = owned.apiserver.lock().await;
+        drop(apiserver.take());
+        *apiserver = Some(owned.launch.start(&self.kubeconfig).await?);
+        Ok(())
+    }
+}
+
+/// Creates `object` unless an object of that name exists.
+async fn create_if_missing<K>(api: &Api<K>, object: K) -> Result<(), Error>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
+{
+    match api.create(&PostParams::default(), &object).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(status)) if status.is_already_exists() => Ok(()),
+        Err(error) => Err(error.into()),
+    }
+}
+
+fn namespace_object(name: &str) -> Namespace {
+    Namespace { metadata: named(name), ..Namespace::default() }
+}
+
+fn service_account_object(name: &str) -> ServiceAccount {
+    ServiceAccount { metadata: named(name), ..ServiceAccount::default() }
+}
+
+fn named(name: &str) -> ObjectMeta {
+    ObjectMeta { name: Some(name.to_owned()), ..ObjectMeta::default() }
+}

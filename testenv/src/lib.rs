@@ -1,0 +1,47 @@
+//! A real etcd + kube-apiserver on 127.0.0.1 for tests and the local cluster (dev-only).
+//!
+//! [`ControlPlane::start`] starts a private control plane; [`ControlPlane::shared`] hands out one
+//! per test process (or attaches to a running `local-cluster` named by [`ATTACH_ENV`]). Binaries
+//! come from [`TOOLS_DIR_ENV`] or, when unset, from `scripts/build-tools.sh`, which builds them
+//! once into a cache (the first build takes minutes; see the script).
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), testenv::Error> {
+//! let control_plane = testenv::ControlPlane::shared().await?;
+//! let node = control_plane
+//!     .impersonated_client("system:node:worker-1", &["system:nodes"])
+//!     .await?;
+//! # Ok(()) }
+//! ```
+//!
+//! What runs: kube-apiserver with authorization `Node,RBAC`, the admission plugin
+//! `ServiceAccount` off, a ServiceAccount token signing key, and an admin client certificate in
+//! `system:masters`. Nothing else: no kube-controller-manager, so no CSR is ever signed (approval
+//! conditions are stored, certificates are not issued), namespaces never finish deleting, and no
+//! `default` ServiceAccount appears by itself.
+//!
+//! Children run in their own process groups and are ended when the [`ControlPlane`] is dropped and,
+//! through a watchdog per child, when the test process dies in any way.
+
+#![forbid(unsafe_code)]
+
+mod control_plane;
+mod error;
+mod etcd;
+mod kube_apiserver;
+mod kubeconfig;
+mod pki;
+mod ports;
+mod probe;
+mod process;
+mod shared;
+mod tools;
+
+pub use control_plane::ControlPlane;
+pub use error::Error;
+pub use probe::{is_forbidden, process_running};
+pub use tools::{TOOLS_DIR_ENV, tools_dir};
+
+/// Environment variable naming the admin kubeconfig of a running control plane (for example one
+/// started by `local-cluster`) that [`ControlPlane::shared`] attaches to instead of starting one.
+pub const ATTACH_ENV: &str = "NODE_CSR_APPROVER_TESTENV_KUBECONFIG";

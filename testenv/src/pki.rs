@@ -1,0 +1,78 @@
+//! Keys and certificates of a control plane, written as PEM files.
+
+use std::path::{Path, PathBuf};
+
+use rcgen::{
+    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair, KeyUsagePurpose,
+};
+
+use crate::Error;
+
+/// Paths of the PEM files written by [`write`].
+#[derive(Debug, Clone)]
+pub(crate) struct PkiFiles {
+    /// CA that signs the serving certificate and the client certificates.
+    pub(crate) ca_cert: PathBuf,
+    /// kube-apiserver serving certificate for 127.0.0.1 and localhost.
+    pub(crate) serving_cert: PathBuf,
+    pub(crate) serving_key: PathBuf,
+    /// Client certificate of the admin, in group `system:masters`.
+    pub(crate) admin_cert: PathBuf,
+    pub(crate) admin_key: PathBuf,
+    /// Key that signs ServiceAccount tokens, and its public half that verifies them.
+    pub(crate) service_account_key: PathBuf,
+    pub(crate) service_account_public_key: PathBuf,
+}
+
+/// Common name of the admin client certificate.
+pub(crate) const ADMIN_USER: &str = "testenv-admin";
+
+/// Generates a CA, a serving certificate, an admin client certificate and a ServiceAccount signing
+/// key, and writes them into `dir`.
+pub(crate) fn write(dir: &Path) -> Result<PkiFiles, Error> {
+    let ca_key = KeyPair::generate()?;
+    let mut ca_params = CertificateParams::new(Vec::<String>::new())?;
+    ca_params.distinguished_name.push(DnType::CommonName, "testenv-ca");
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca_params.key_usages =
+        vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign, KeyUsagePurpose::DigitalSignature];
+    let ca_cert = ca_params.self_signed(&ca_key)?;
+    let ca = Issuer::new(ca_params, ca_key);
+
+    let serving_key = KeyPair::generate()?;
+    let mut serving = CertificateParams::new(vec!["127.0.0.1".to_owned(), "localhost".to_owned()])?;
+    serving.distinguished_name.push(DnType::CommonName, "kube-apiserver");
+    serving.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+    let serving_cert = serving.signed_by(&serving_key, &ca)?;
+
+    let admin_key = KeyPair::generate()?;
+    let mut admin = CertificateParams::new(Vec::<String>::new())?;
+    admin.distinguished_name.push(DnType::CommonName, ADMIN_USER);
+    admin.distinguished_name.push(DnType::OrganizationName, "system:masters");
+    admin.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+    let admin_cert = admin.signed_by(&admin_key, &ca)?;
+
+    let service_account_key = KeyPair::generate()?;
+
+    let files = PkiFiles {
+        ca_cert: dir.join("ca.crt"),
+        serving_cert: dir.join("serving.crt"),
+        serving_key: dir.join("serving.key"),
+        admin_cert: dir.join("admin.crt"),
+        admin_key: dir.join("admin.key"),
+        service_account_key: dir.join("service-account.key"),
+        service_account_public_key: dir.join("service-account.pub"),
+    };
+    for (path, pem) in [
+        (&files.ca_cert, ca_cert.pem()),
+        (&files.serving_cert, serving_cert.pem()),
+        (&files.serving_key, serving_key.serialize_pem()),
+        (&files.admin_cert, admin_cert.pem()),
+        (&files.admin_key, admin_key.serialize_pem()),
+        (&files.service_account_key, service_account_key.serialize_pem()),
+        (&files.service_account_public_key, service_account_key.public_key_pem()),
+    ] {
+        std::fs::write(path, pem).map_err(Error::io(format!("writing {}", path.display())))?;
+    }
+    Ok(files)
+}

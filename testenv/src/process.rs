@@ -1,0 +1,117 @@
+//! Child processes that cannot outlive the test process.
+//!
+//! Each child runs in its own process group. Beside it runs a watchdog, `sh` in a process group of
+//! its own, whose stdin is a pipe whose only write end this process holds (Rust opens pipes with
+//! close-on-exec, so no other child inherits it). The watchdog blocks reading that pipe; the read
+//! returns end-of-file when the [`Supervised`] handle is dropped or when this process dies in any
+//! way, including SIGKILL. The watchdog then sends SIGKILL to the child's process group (these are
+//! throwaway test servers: a graceful kube-apiserver shutdown takes many seconds and saves
+//! nothing), and removes the child's directory if it was given one. No signal handler, no
+//! `prctl`, no `unsafe`.
+
+use std::fs::File;
+use std::io::{BufRead, BufReader};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+
+use crate::Error;
+
+/// `$1`: process group to kill; `$2`: directory to remove once the group is gone, or empty.
+const WATCHDOG: &str = r#"
+cat >/dev/null
+kill -KILL -"$1" 2>/dev/null
+i=0
+while kill -0 -"$1" 2>/dev/null && [ "$i" -lt 50 ]; do sleep 0.1; i=$((i + 1)); done
+if [ -n "$2" ]; then rm -rf "$2"; fi
+"#;
+
+/// A running child process, its output going to a log file, ended when dropped.
+#[derive(Debug)]
+pub(crate) struct Supervised {
+    name: &'static str,
+    child: Child,
+    watchdog: Child,
+    log: PathBuf,
+}
+
+impl Supervised {
+    /// Starts `program` with `args`, stdout and stderr appended to `log`. When this process dies,
+    /// the watchdog also removes `remove_on_death` if given.
+    pub(crate) fn spawn(
+        name: &'static str,
+        program: &Path,
+        args: &[String],
+        log: &Path,
+        remove_on_death: Option<&Path>,
+    ) -> Result<Supervised, Error> {
+        let out = File::options()
+            .create(true)
+            .append(true)
+            .open(log)
+            .map_err(Error::io(format!("opening {}", log.display())))?;
+        let err = out.try_clone().map_err(Error::io(format!("opening {}", log.display())))?;
+        let mut child = Command::new(program)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .process_group(0)
+            .spawn()
+            .map_err(Error::io(format!("starting {}", program.display())))?;
+        let watchdog = Command::new("sh")
+            .arg("-c")
+            .arg(WATCHDOG)
+            .arg(format!("testenv-watchdog-{name}"))
+            .arg(child.id().to_string())
+            .arg(remove_on_death.map(Path::as_os_str).unwrap_or_default())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .process_group(0)
+            .spawn();
+        match watchdog {
+            Ok(watchdog) => Ok(Supervised { name, child, watchdog, log: log.to_owned() }),
+            Err(source) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                Err(Error::Io { context: "starting the watchdog shell".to_owned(), source })
+            }
+        }
+    }
+
+    /// The child's process id (also its process group id).
+    pub(crate) fn id(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// The exit status if the child has exited.
+    pub(crate) fn exited(&mut self) -> Option<ExitStatus> {
+        self.child.try_wait().ok().flatten()
+    }
+
+    /// A start failure of this child, with the last lines of its log.
+    pub(crate) fn start_error(&self, reason: String) -> Error {
+        Error::Start { component: self.name, reason, log_tail: log_tail(&self.log, 40) }
+    }
+}
+
+impl Drop for Supervised {
+    fn drop(&mut self) {
+        // Errors mean the child is already gone, which is the goal.
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        drop(self.watchdog.stdin.take());
+        let _ = self.watchdog.wait();
+    }
+}
+
+/// The last `lines` lines of the file at `path`, or a note that it could not be read.
+fn log_tail(path: &Path, lines: usize) -> String {
+    let file = match File::open(path) {
+        Ok(file) => file,
+        Err(error) => return format!("(cannot read {}: {error})", path.display()),
+    };
+    let all: Vec<String> = BufReader::new(file).lines().map_while(Result::ok).collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
+}

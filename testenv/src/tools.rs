@@ -1,0 +1,53 @@
+//! Finds the etcd and kube-apiserver binaries.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use crate::Error;
+
+/// Environment variable naming a directory that holds `etcd`, `kube-apiserver` and `helm`; when it
+/// is set, `scripts/build-tools.sh` is not run.
+pub const TOOLS_DIR_ENV: &str = "NODE_CSR_APPROVER_TOOLS_DIR";
+
+/// The directory holding the tool binaries: `$NODE_CSR_APPROVER_TOOLS_DIR`, or else the directory
+/// printed by `scripts/build-tools.sh`, which builds the tools first when they are not cached yet
+/// (its progress goes to stderr).
+pub fn tools_dir() -> Result<PathBuf, Error> {
+    if let Some(dir) = std::env::var_os(TOOLS_DIR_ENV) {
+        return Ok(PathBuf::from(dir));
+    }
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/build-tools.sh");
+    let output = Command::new("bash")
+        .arg(&script)
+        .stdin(Stdio::null())
+        .stderr(Stdio::inherit())
+        .output()
+        .map_err(Error::io(format!("running {}", script.display())))?;
+    if !output.status.success() {
+        return Err(Error::Tools(format!("{} exited with {}", script.display(), output.status)));
+    }
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .rfind(|line| !line.trim().is_empty())
+        .map(|line| PathBuf::from(line.trim()))
+        .ok_or_else(|| Error::Tools(format!("{} printed no directory", script.display())))
+}
+
+/// Paths of the binaries a control plane runs.
+#[derive(Debug, Clone)]
+pub(crate) struct Tools {
+    pub(crate) etcd: PathBuf,
+    pub(crate) kube_apiserver: PathBuf,
+}
+
+impl Tools {
+    /// Locates (building if needed) the binaries and checks that they exist.
+    pub(crate) fn locate() -> Result<Tools, Error> {
+        let dir = tools_dir()?;
+        let existing = |name: &str| {
+            let path = dir.join(name);
+            if path.is_file() { Ok(path) } else { Err(Error::MissingTool(path)) }
+        };
+        Ok(Tools { etcd: existing("etcd")?, kube_apiserver: existing("kube-apiserver")? })
+    }
+}
