@@ -1,0 +1,194 @@
+//! The `check` subcommand: runs the policy on CSRs read from a file and prints the decision and
+//! every check's result, as text for people or JSON lines for tools.
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use clap::{Args, ValueEnum};
+use jiff::Timestamp;
+use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
+use k8s_openapi::api::core::v1::Node;
+use serde::Serialize;
+
+use crate::cluster::{ClusterView, NodeInfo, StaticCluster};
+use crate::config::PolicyConfig;
+use crate::dns::Resolver;
+use crate::manifest::{Input, InputError, read_objects};
+use crate::policy::{Evaluation, Outcome, Submission, evaluate};
+
+/// Arguments of `check`.
+#[derive(Debug, Clone, Args)]
+#[command(group(clap::ArgGroup::new("source").required(true).args(["names", "file"])))]
+pub struct CheckArgs {
+    /// CSRs to fetch from the cluster (with the Nodes they need)
+    #[arg(value_name = "NAME", conflicts_with_all = ["file", "objects"])]
+    pub names: Vec<String>,
+    /// CertificateSigningRequests as YAML or JSON (an object, a List or several documents); - for stdin
+    #[arg(short, long, value_name = "PATH")]
+    pub file: Option<PathBuf>,
+    /// Nodes standing in for the cluster, as YAML or JSON
+    #[arg(long, value_name = "PATH", requires = "file")]
+    pub objects: Option<PathBuf>,
+    /// The time used for age-based rules, RFC 3339 (default: now)
+    #[arg(long, value_name = "RFC3339", value_parser = parse_now)]
+    pub now: Option<Timestamp>,
+    /// Output format
+    #[arg(short, long, value_enum, default_value_t = Format::Text)]
+    pub output: Format,
+}
+
+/// How `check` prints its reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Format {
+    /// The decision and a table of every check.
+    Text,
+    /// One JSON object per CSR per line.
+    Json,
+}
+
+fn parse_now(text: &str) -> Result<Timestamp, String> {
+    text.parse().map_err(|_| format!("{text:?} is not an RFC 3339 time such as 2026-01-02T15:04:05Z"))
+}
+
+/// The CSRs to check and the Nodes standing in for the cluster, read from the inputs.
+#[derive(Debug)]
+pub struct Inputs {
+    /// The CSRs, in input order.
+    pub csrs: Vec<Submission>,
+    /// The Nodes.
+    pub cluster: StaticCluster,
+}
+
+impl CheckArgs {
+    /// Reads `--file` (only CertificateSigningRequests) and `--objects` (only Nodes); with no
+    /// `--file`, nothing.
+    pub fn read_inputs(&self) -> Result<Inputs, InputError> {
+        let Some(file) = &self.file else {
+            return Ok(Inputs { csrs: Vec::new(), cluster: StaticCluster::default() });
+        };
+        let input = Input::from_arg(file);
+        let csrs = read_objects(&input)?
+            .iter()
+            .map(|object| {
+                expect_kind(&input, object, "CertificateSigningRequest")?;
+                object.parse::<CertificateSigningRequest>(&input).map(|csr| Submission::from(&csr))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let nodes = match &self.objects {
+            None => Vec::new(),
+            Some(path) => {
+                let input = Input::from_arg(path);
+                read_objects(&input)?
+                    .iter()
+                    .map(|object| {
+                        expect_kind(&input, object, "Node")?;
+                        object.parse::<Node>(&input).map(|node| NodeInfo::from(&node))
+                    })
+                    .collect::<Result<Vec<_>, _>>()?
+            }
+        };
+        Ok(Inputs { csrs, cluster: StaticCluster::new(nodes) })
+    }
+}
+
+/// Fetches the named CSRs from the cluster, in the order given.
+pub async fn fetch(client: kube::Client, names: &[String]) -> Result<Vec<Submission>, kube::Error> {
+    let api: kube::Api<CertificateSigningRequest> = kube::Api::all(client);
+    let mut csrs = Vec::with_capacity(names.len());
+    for name in names {
+        csrs.push(Submission::from(&api.get(name).await?));
+    }
+    Ok(csrs)
+}
+
+fn expect_kind(input: &Input, object: &crate::manifest::Object, kind: &str) -> Result<(), InputError> {
+    if object.kind == kind {
+        Ok(())
+    } else {
+        Err(InputError::Document {
+            input: input.clone(),
+            document: object.document,
+            message: format!("a {} where a {kind} was expected", object.kind),
+        })
+    }
+}
+
+/// Evaluates every CSR and writes one report each to `out`.
+pub async fn run<R: Resolver, C: ClusterView>(
+    csrs: &[Submission],
+    cfg: &PolicyConfig,
+    resolver: &R,
+    cluster: &C,
+    now: Timestamp,
+    format: Format,
+    out: &mut impl Write,
+) -> std::io::Result<()> {
+    for csr in csrs {
+        let evaluation = evaluate(csr, cfg, resolver, cluster, now).await;
+        match format {
+            Format::Text => write_text(out, &csr.name, &evaluation)?,
+            Format::Json => {
+                serde_json::to_writer(&mut *out, &JsonReport::new(&csr.name, &evaluation))?;
+                writeln!(out)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+fn outcome_parts(outcome: &Outcome) -> (&'static str, &str) {
+    match outcome {
+        Outcome::Pass(detail) => ("pass", detail),
+        Outcome::Fail(failure) => ("fail", &failure.message),
+        Outcome::Skip(why) => ("skip", why),
+    }
+}
+
+fn write_text(out: &mut impl Write, name: &str, evaluation: &Evaluation) -> std::io::Result<()> {
+    let decision = &evaluation.decision;
+    writeln!(out, "{name}: {} ({})", decision.kind.as_str(), decision.reason)?;
+    writeln!(out, "  {}", decision.message)?;
+    writeln!(out, "  {:<22} {:<6} DETAIL", "CHECK", "RESULT")?;
+    for row in &evaluation.checks {
+        let (result, detail) = outcome_parts(&row.outcome);
+        writeln!(out, "  {:<22} {:<6} {detail}", row.check.as_str(), result)?;
+    }
+    writeln!(out)
+}
+
+/// The JSON form of one report: `name`, `decision`, `reason`, `message`, `checks`.
+#[derive(Serialize)]
+struct JsonReport<'a> {
+    name: &'a str,
+    decision: &'static str,
+    reason: &'static str,
+    message: &'a str,
+    checks: Vec<JsonCheck<'a>>,
+}
+
+#[derive(Serialize)]
+struct JsonCheck<'a> {
+    check: &'static str,
+    result: &'static str,
+    detail: &'a str,
+}
+
+impl<'a> JsonReport<'a> {
+    fn new(name: &'a str, evaluation: &'a Evaluation) -> JsonReport<'a> {
+        let decision = &evaluation.decision;
+        JsonReport {
+            name,
+            decision: decision.kind.as_str(),
+            reason: decision.reason.as_str(),
+            message: &decision.message,
+            checks: evaluation
+                .checks
+                .iter()
+                .map(|row| {
+                    let (result, detail) = outcome_parts(&row.outcome);
+                    JsonCheck { check: row.check.as_str(), result, detail }
+                })
+                .collect(),
+        }
+    }
+}

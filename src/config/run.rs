@@ -1,0 +1,226 @@
+//! Flags of the controller (`run`): cluster access, concurrency, leader election, admin endpoints
+//! and logging, validated into a [`RunConfig`].
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Args;
+
+use super::{ConfigError, Source, parse_duration, parse_flag, parse_number};
+
+/// Where the service account's namespace is mounted in a pod.
+const POD_NAMESPACE_FILE: &str = "/var/run/secrets/kubernetes.io/serviceaccount/namespace";
+
+/// Controller flags; every flag also reads an env var.
+#[derive(Debug, Clone, Default, Args)]
+pub struct RunArgs {
+    /// Kubeconfig file; unset: in-cluster config, then the default kubeconfig
+    #[arg(long, global = true, env = "KUBECONFIG", value_name = "PATH")]
+    pub kubeconfig: Option<PathBuf>,
+    /// CSRs evaluated and written at once, 1..=1000 [default: 32]
+    #[arg(long, global = true, env = "CONCURRENCY")]
+    pub concurrency: Option<String>,
+    /// Evaluate and record (events, metrics, logs) but write no condition [default: false]
+    #[arg(long, global = true, env = "DRY_RUN", num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    pub dry_run: Option<String>,
+    /// Elect a leader through a Lease; only the leader writes [default: false]
+    #[arg(long, global = true, env = "LEADER_ELECTION", num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    pub leader_election: Option<String>,
+    /// Name of the Lease [default: node-csr-approver]
+    #[arg(long, global = true, env = "LEADER_ELECTION_ID")]
+    pub leader_election_id: Option<String>,
+    /// Namespace of the Lease [default: the pod's namespace]
+    #[arg(long, global = true, env = "POD_NAMESPACE")]
+    pub leader_election_namespace: Option<String>,
+    /// How long a Lease is valid without renewal, whole seconds [default: 15s]
+    #[arg(long, global = true, env = "LEASE_DURATION")]
+    pub lease_duration: Option<String>,
+    /// The leader stops writing when it could not renew for this long [default: 10s]
+    #[arg(long, global = true, env = "RENEW_DEADLINE")]
+    pub renew_deadline: Option<String>,
+    /// Interval between renewals and acquisition attempts [default: 2s]
+    #[arg(long, global = true, env = "RETRY_PERIOD")]
+    pub retry_period: Option<String>,
+    /// Address of /healthz and /readyz [default: :8081]
+    #[arg(long, global = true, env = "HEALTH_PROBE_BIND_ADDRESS")]
+    pub health_probe_bind_address: Option<String>,
+    /// Address of /metrics; 0 disables it [default: :8080]
+    #[arg(long, global = true, env = "METRICS_BIND_ADDRESS")]
+    pub metrics_bind_address: Option<String>,
+    /// Log format: json or text [default: json]
+    #[arg(long, global = true, env = "LOG_FORMAT")]
+    pub log_format: Option<String>,
+    /// Log filter, an EnvFilter directive such as info or node_csr_approver=debug [default: info]
+    #[arg(long, global = true, env = "LOG_LEVEL")]
+    pub log_level: Option<String>,
+}
+
+/// How log lines are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogFormat {
+    /// One JSON object per line.
+    Json,
+    /// Human-readable lines.
+    Text,
+}
+
+/// Leader-election settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaderConfig {
+    /// Lease name.
+    pub lease_name: String,
+    /// Lease namespace.
+    pub namespace: String,
+    /// This replica's holder identity.
+    pub identity: String,
+    /// Lease validity without renewal.
+    pub lease_duration: Duration,
+    /// The holder stops writing when it could not renew for this long.
+    pub renew_deadline: Duration,
+    /// Interval between renewals and acquisition attempts.
+    pub retry_period: Duration,
+}
+
+/// The validated controller settings.
+#[derive(Debug, Clone)]
+pub struct RunConfig {
+    /// Kubeconfig file, if given.
+    pub kubeconfig: Option<PathBuf>,
+    /// Bound on concurrent evaluations and writes.
+    pub concurrency: u16,
+    /// Write no condition.
+    pub dry_run: bool,
+    /// Leader election, when enabled.
+    pub leader: Option<LeaderConfig>,
+    /// Address of the health endpoints, Go-style (`:8081`).
+    pub health_address: String,
+    /// Address of the metrics endpoint, Go-style; `None` disables it.
+    pub metrics_address: Option<String>,
+    /// Log format.
+    pub log_format: LogFormat,
+    /// Log filter directive, already checked to parse.
+    pub log_filter: String,
+}
+
+const CONCURRENCY: Source = Source { flag: "--concurrency", env: "CONCURRENCY" };
+const DRY_RUN: Source = Source { flag: "--dry-run", env: "DRY_RUN" };
+const LEADER_ELECTION: Source = Source { flag: "--leader-election", env: "LEADER_ELECTION" };
+const LEADER_ELECTION_ID: Source = Source { flag: "--leader-election-id", env: "LEADER_ELECTION_ID" };
+const LEADER_ELECTION_NAMESPACE: Source = Source { flag: "--leader-election-namespace", env: "POD_NAMESPACE" };
+const LEASE_DURATION: Source = Source { flag: "--lease-duration", env: "LEASE_DURATION" };
+const RENEW_DEADLINE: Source = Source { flag: "--renew-deadline", env: "RENEW_DEADLINE" };
+const RETRY_PERIOD: Source = Source { flag: "--retry-period", env: "RETRY_PERIOD" };
+const HEALTH_PROBE_BIND_ADDRESS: Source =
+    Source { flag: "--health-probe-bind-address", env: "HEALTH_PROBE_BIND_ADDRESS" };
+const METRICS_BIND_ADDRESS: Source = Source { flag: "--metrics-bind-address", env: "METRICS_BIND_ADDRESS" };
+const LOG_FORMAT: Source = Source { flag: "--log-format", env: "LOG_FORMAT" };
+const LOG_LEVEL: Source = Source { flag: "--log-level", env: "LOG_LEVEL" };
+
+impl RunArgs {
+    /// Validates every value; the first invalid one is returned as a [`ConfigError`].
+    pub fn validate(&self) -> Result<RunConfig, ConfigError> {
+        let concurrency = parse_number(&CONCURRENCY, self.concurrency.as_deref(), 1..=1000, 32)?;
+        let leader = if parse_flag(&LEADER_ELECTION, &self.leader_election)? { Some(self.leader()?) } else { None };
+        Ok(RunConfig {
+            kubeconfig: self.kubeconfig.clone(),
+            concurrency: u16::try_from(concurrency).unwrap_or(u16::MAX),
+            dry_run: parse_flag(&DRY_RUN, &self.dry_run)?,
+            leader,
+            health_address: bind_address(
+                &HEALTH_PROBE_BIND_ADDRESS,
+                self.health_probe_bind_address.as_deref(),
+                ":8081",
+            )?
+            .ok_or_else(|| HEALTH_PROBE_BIND_ADDRESS.error("0", "the health endpoints cannot be disabled"))?,
+            metrics_address: bind_address(&METRICS_BIND_ADDRESS, self.metrics_bind_address.as_deref(), ":8080")?,
+            log_format: match self.log_format.as_deref().map(|f| f.trim().to_ascii_lowercase()).as_deref() {
+                None | Some("json") => LogFormat::Json,
+                Some("text") => LogFormat::Text,
+                Some(_) => {
+                    return Err(
+                        LOG_FORMAT.error(self.log_format.as_deref().unwrap_or_default(), "expected json or text")
+                    );
+                }
+            },
+            log_filter: log_filter(self.log_level.as_deref())?,
+        })
+    }
+
+    fn leader(&self) -> Result<LeaderConfig, ConfigError> {
+        let lease_name = self.leader_election_id.clone().unwrap_or_else(|| "node-csr-approver".into());
+        if !is_dns_subdomain(&lease_name) {
+            return Err(LEADER_ELECTION_ID.error(&lease_name, "expected a lowercase DNS subdomain name"));
+        }
+        let namespace = match &self.leader_election_namespace {
+            Some(namespace) => namespace.trim().to_owned(),
+            None => std::fs::read_to_string(POD_NAMESPACE_FILE)
+                .map(|ns| ns.trim().to_owned())
+                .map_err(|_| LEADER_ELECTION_NAMESPACE.error("", "required with --leader-election outside a pod"))?,
+        };
+        if !is_dns_subdomain(&namespace) || namespace.contains('.') {
+            return Err(LEADER_ELECTION_NAMESPACE.error(&namespace, "expected a namespace name"));
+        }
+        let second = Duration::from_secs(1);
+        let minute = Duration::from_secs(60);
+        let lease_duration =
+            parse_duration(&LEASE_DURATION, self.lease_duration.as_deref(), (second, minute), Duration::from_secs(15))?;
+        if lease_duration.subsec_nanos() != 0 {
+            return Err(LEASE_DURATION.error(self.lease_duration.as_deref().unwrap_or_default(), "whole seconds only"));
+        }
+        let renew_deadline =
+            parse_duration(&RENEW_DEADLINE, self.renew_deadline.as_deref(), (second, minute), Duration::from_secs(10))?;
+        let retry_period = parse_duration(
+            &RETRY_PERIOD,
+            self.retry_period.as_deref(),
+            (Duration::from_millis(100), minute),
+            Duration::from_secs(2),
+        )?;
+        if renew_deadline >= lease_duration {
+            let value = humantime::format_duration(renew_deadline).to_string();
+            return Err(RENEW_DEADLINE.error(&value, "must be shorter than --lease-duration"));
+        }
+        if retry_period >= renew_deadline {
+            let value = humantime::format_duration(retry_period).to_string();
+            return Err(RETRY_PERIOD.error(&value, "must be shorter than --renew-deadline"));
+        }
+        Ok(LeaderConfig { lease_name, namespace, identity: identity(), lease_duration, renew_deadline, retry_period })
+    }
+}
+
+/// `POD_NAME` when set, else the host name, plus a random suffix so two processes never share one.
+fn identity() -> String {
+    let base = std::env::var("POD_NAME")
+        .ok()
+        .filter(|name| !name.is_empty())
+        .or_else(|| std::fs::read_to_string("/proc/sys/kernel/hostname").ok().map(|h| h.trim().to_owned()))
+        .unwrap_or_else(|| "node-csr-approver".into());
+    format!("{base}_{:08x}", rand::random::<u32>())
+}
+
+fn is_dns_subdomain(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 253
+        && name.split('.').all(|label| {
+            !label.is_empty()
+                && label.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                && !label.starts_with('-')
+                && !label.ends_with('-')
+        })
+}
+
+/// A Go-style bind address (see [`crate::admin::parse_bind_address`]); `0` disables when allowed.
+fn bind_address(source: &Source, value: Option<&str>, default: &str) -> Result<Option<String>, ConfigError> {
+    let text = value.unwrap_or(default).trim();
+    if text == "0" {
+        return Ok(None);
+    }
+    crate::admin::parse_bind_address(text).map(|_| Some(text.to_owned())).map_err(|e| source.error(text, e.to_string()))
+}
+
+fn log_filter(value: Option<&str>) -> Result<String, ConfigError> {
+    let directive = value.map(str::trim).filter(|v| !v.is_empty()).unwrap_or("info");
+    tracing_subscriber::EnvFilter::builder()
+        .parse(directive)
+        .map(|_| directive.to_owned())
+        .map_err(|e| LOG_LEVEL.error(directive, e.to_string()))
+}

@@ -1,0 +1,315 @@
+//! The controller: watch CSRs -> evaluate -> write the approval condition -> record.
+//!
+//! Writes go through the `approval` subresource with the cached resourceVersion as a precondition,
+//! so a replica working from a stale view gets a conflict, never a second decision. Only the leader
+//! writes; standbys evaluate and wait, and are re-triggered when they gain the Lease.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::{Stream, StreamExt};
+use jiff::Timestamp;
+use k8s_openapi::api::certificates::v1::{CertificateSigningRequest, CertificateSigningRequestCondition};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use kube::api::PostParams;
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::events::{Event, EventType, Recorder};
+use kube::runtime::watcher;
+use kube::{Api, Resource, ResourceExt};
+
+use crate::cluster::ClusterView;
+use crate::config::PolicyConfig;
+use crate::dns::Resolver;
+use crate::leader::Leadership;
+use crate::metrics::{Metrics, WriteResult};
+use crate::policy::{Decision, DecisionKind, KUBELET_SERVING_SIGNER, Reason, Submission, evaluate};
+
+const RETRY_BASE: Duration = Duration::from_secs(2);
+const RETRY_CAP: Duration = Duration::from_secs(60);
+const ERROR_BACKOFF: Duration = Duration::from_secs(5);
+const CONFLICT_REQUEUE: Duration = Duration::from_millis(200);
+const SYNC_POLL: Duration = Duration::from_millis(100);
+
+/// A reconcile step that could not finish; the CSR is tried again later.
+#[derive(Debug, thiserror::Error)]
+pub enum ControllerError {
+    /// The approval write failed for a reason other than a conflict.
+    #[error("writing the decision on {name}: {source}")]
+    Write {
+        /// The CSR.
+        name: String,
+        /// The API error.
+        source: kube::Error,
+    },
+}
+
+/// Everything a reconcile needs, shared by all of them.
+pub struct Context<R, C> {
+    /// The CSR API.
+    pub api: Api<CertificateSigningRequest>,
+    /// The policy.
+    pub policy: PolicyConfig,
+    /// DNS evidence.
+    pub resolver: R,
+    /// Cluster evidence.
+    pub cluster: C,
+    /// Whether this replica may write.
+    pub leadership: Leadership,
+    /// Publishes events on CSRs.
+    pub recorder: Recorder,
+    /// Metrics.
+    pub metrics: Metrics,
+    /// Evaluate and record, but write nothing.
+    pub dry_run: bool,
+    /// Per-CSR memory: retry attempts and the events already emitted.
+    pub memory: Mutex<HashMap<String, CsrMemory>>,
+}
+
+/// What the controller remembers about one pending CSR.
+#[derive(Debug, Default)]
+pub struct CsrMemory {
+    uid: String,
+    attempts: u32,
+    announced: HashSet<(DecisionKind, Reason)>,
+}
+
+/// Runs the controller until `shutdown` resolves; in-flight reconciles finish first.
+pub async fn run<R, C>(
+    ctx: Arc<Context<R, C>>,
+    concurrency: u16,
+    leader_gained: impl Stream<Item = ()> + Send + 'static,
+    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+    on_synced: impl FnOnce() + Send + 'static,
+) where
+    R: Resolver + 'static,
+    C: ClusterView + 'static,
+{
+    let config = watcher::Config::default().fields(&format!("spec.signerName={KUBELET_SERVING_SIGNER}"));
+    let controller = Controller::new(ctx.api.clone(), config);
+    let ready = controller.store();
+    tokio::spawn(async move {
+        // The store wakes only one of the tasks waiting for it (the controller's own runner), so
+        // ask again on a short period rather than wait for a wake-up that may never come.
+        loop {
+            match tokio::time::timeout(SYNC_POLL, ready.wait_until_ready()).await {
+                Ok(Ok(())) => return on_synced(),
+                Ok(Err(_)) => return,
+                Err(_) => continue,
+            }
+        }
+    });
+    let forget = ctx.clone();
+    controller
+        .with_config(kube::runtime::controller::Config::default().concurrency(concurrency))
+        .reconcile_all_on(leader_gained)
+        .graceful_shutdown_on(shutdown)
+        .run(reconcile, error_policy, ctx)
+        .for_each(|result| {
+            if let Err(kube::runtime::controller::Error::ObjectNotFound(object)) = &result {
+                forget.forget(&object.name);
+            }
+            futures::future::ready(())
+        })
+        .await;
+}
+
+async fn reconcile<R: Resolver, C: ClusterView>(
+    csr: Arc<CertificateSigningRequest>,
+    ctx: Arc<Context<R, C>>,
+) -> Result<Action, ControllerError> {
+    let sub = Submission::from(csr.as_ref());
+    let started = Instant::now();
+    let evaluation = evaluate(&sub, &ctx.policy, &ctx.resolver, &ctx.cluster, Timestamp::now()).await;
+    ctx.metrics.observe_evaluation(started.elapsed());
+    let decision = evaluation.decision;
+    let node = sub.username.strip_prefix(crate::policy::NODE_USER_PREFIX).unwrap_or_default();
+    match decision.kind {
+        DecisionKind::Ignore => {
+            tracing::debug!(csr = %sub.name, reason = %decision.reason, "ignored");
+            ctx.forget(&sub.name);
+            Ok(Action::await_change())
+        }
+        DecisionKind::Approve | DecisionKind::Deny if ctx.dry_run => {
+            if ctx.first_time(&csr, &decision) {
+                log_decision(&sub.name, node, &decision, "dry run: not written");
+                ctx.metrics.record_decision(decision.kind, decision.reason);
+                ctx.publish(&csr, &decision, "dry run, nothing written: ").await;
+            }
+            Ok(Action::await_change())
+        }
+        DecisionKind::Approve | DecisionKind::Deny if !ctx.leadership.is_leader() => {
+            tracing::debug!(csr = %sub.name, decision = decision.kind.as_str(), "not the leader: waiting");
+            Ok(Action::await_change())
+        }
+        DecisionKind::Approve | DecisionKind::Deny => ctx.write(&csr, &decision, node).await,
+        DecisionKind::Hold => {
+            if ctx.first_time(&csr, &decision) {
+                log_decision(&sub.name, node, &decision, "held for a human");
+                ctx.metrics.record_decision(decision.kind, decision.reason);
+                ctx.publish(&csr, &decision, "held for a human (--skip-deny-step): ").await;
+            }
+            Ok(Action::await_change())
+        }
+        DecisionKind::Retry => {
+            let first = ctx.first_time(&csr, &decision);
+            let delay = ctx.next_retry(&csr);
+            if first {
+                log_decision(&sub.name, node, &decision, "retrying");
+                ctx.publish(&csr, &decision, "retrying: ").await;
+            }
+            ctx.metrics.record_decision(decision.kind, decision.reason);
+            Ok(Action::requeue(delay))
+        }
+    }
+}
+
+fn error_policy<R, C>(
+    _csr: Arc<CertificateSigningRequest>,
+    error: &ControllerError,
+    _ctx: Arc<Context<R, C>>,
+) -> Action {
+    tracing::warn!(%error, "reconcile failed; retrying");
+    Action::requeue(ERROR_BACKOFF)
+}
+
+fn log_decision(name: &str, node: &str, decision: &Decision, note: &str) {
+    tracing::info!(
+        csr = %name,
+        node = %node,
+        decision = decision.kind.as_str(),
+        reason = %decision.reason,
+        message = %decision.message,
+        "{note}"
+    );
+}
+
+impl<R, C> Context<R, C> {
+    /// Writes the condition through the approval subresource, preconditioned on the cached
+    /// resourceVersion.
+    async fn write(
+        &self,
+        csr: &CertificateSigningRequest,
+        decision: &Decision,
+        node: &str,
+    ) -> Result<Action, ControllerError> {
+        let name = csr.name_any();
+        let body = with_condition(csr, decision);
+        match self.api.replace_subresource("approval", &name, &PostParams::default(), &body).await {
+            Ok(_) => {
+                self.metrics.record_write(WriteResult::Success);
+                self.metrics.record_decision(decision.kind, decision.reason);
+                log_decision(&name, node, decision, "written");
+                self.publish(csr, decision, "").await;
+                self.forget(&name);
+                Ok(Action::await_change())
+            }
+            Err(kube::Error::Api(status)) if status.code == 409 => {
+                self.metrics.record_write(WriteResult::Conflict);
+                tracing::debug!(csr = %name, "conflict: re-reading and deciding again");
+                Ok(Action::requeue(CONFLICT_REQUEUE))
+            }
+            Err(kube::Error::Api(status)) if status.code == 404 => {
+                self.forget(&name);
+                Ok(Action::await_change())
+            }
+            Err(source) => {
+                self.metrics.record_write(WriteResult::Error);
+                Err(ControllerError::Write { name, source })
+            }
+        }
+    }
+
+    /// Publishes an event carrying the reason code; failures are logged, never fatal.
+    async fn publish(&self, csr: &CertificateSigningRequest, decision: &Decision, prefix: &str) {
+        let event = Event {
+            type_: match decision.kind {
+                DecisionKind::Approve | DecisionKind::Retry => EventType::Normal,
+                _ => EventType::Warning,
+            },
+            reason: decision.reason.as_str().to_owned(),
+            note: Some(truncate(&format!("{prefix}{}", decision.message), 1000)),
+            action: match decision.kind {
+                DecisionKind::Approve => "Approve",
+                DecisionKind::Deny => "Deny",
+                DecisionKind::Hold => "Hold",
+                DecisionKind::Retry => "Retry",
+                DecisionKind::Ignore => "Ignore",
+            }
+            .to_owned(),
+            secondary: None,
+        };
+        if let Err(error) = self.recorder.publish(&event, &csr.object_ref(&())).await {
+            tracing::warn!(csr = %csr.name_any(), %error, "publishing an event");
+        }
+    }
+
+    /// True the first time this decision kind and reason are seen for this CSR.
+    fn first_time(&self, csr: &CertificateSigningRequest, decision: &Decision) -> bool {
+        self.with_memory(csr, |memory| memory.announced.insert((decision.kind, decision.reason)))
+    }
+
+    /// The next retry delay: capped exponential backoff per CSR.
+    fn next_retry(&self, csr: &CertificateSigningRequest) -> Duration {
+        let delay = self.with_memory(csr, |memory| {
+            memory.attempts = memory.attempts.saturating_add(1);
+            RETRY_BASE.saturating_mul(1 << memory.attempts.min(16).saturating_sub(1)).min(RETRY_CAP)
+        });
+        self.metrics.set_waiting_retry(self.waiting());
+        delay
+    }
+
+    fn waiting(&self) -> usize {
+        self.memory.lock().map(|m| m.values().filter(|c| c.attempts > 0).count()).unwrap_or(0)
+    }
+
+    fn with_memory<T>(&self, csr: &CertificateSigningRequest, f: impl FnOnce(&mut CsrMemory) -> T) -> T {
+        let uid = csr.uid().unwrap_or_default();
+        let mut memory = self.memory.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let entry = memory.entry(csr.name_any()).or_default();
+        if entry.uid != uid {
+            *entry = CsrMemory { uid, ..CsrMemory::default() };
+        }
+        f(entry)
+    }
+
+    /// Drops what was remembered about a CSR that is decided or gone.
+    fn forget(&self, name: &str) {
+        let removed = self.memory.lock().map(|mut m| m.remove(name).is_some()).unwrap_or(false);
+        if removed {
+            self.metrics.set_waiting_retry(self.waiting());
+        }
+    }
+}
+
+/// The CSR with the decision's condition added, carrying the cached resourceVersion.
+fn with_condition(csr: &CertificateSigningRequest, decision: &Decision) -> CertificateSigningRequest {
+    let now = Time(Timestamp::now());
+    let condition = CertificateSigningRequestCondition {
+        type_: if decision.kind == DecisionKind::Approve { "Approved" } else { "Denied" }.to_owned(),
+        status: "True".to_owned(),
+        reason: Some(decision.reason.as_str().to_owned()),
+        message: Some(truncate(&decision.message, 1000)),
+        last_update_time: Some(now.clone()),
+        last_transition_time: Some(now),
+    };
+    let mut status = csr.status.clone().unwrap_or_default();
+    status.conditions.get_or_insert_with(Vec::new).push(condition);
+    CertificateSigningRequest {
+        metadata: ObjectMeta {
+            name: csr.metadata.name.clone(),
+            resource_version: csr.metadata.resource_version.clone(),
+            uid: csr.metadata.uid.clone(),
+            ..ObjectMeta::default()
+        },
+        spec: csr.spec.clone(),
+        status: Some(status),
+    }
+}
+
+fn truncate(text: &str, max: usize) -> String {
+    match text.char_indices().nth(max) {
+        Some((index, _)) => format!("{}…", &text[..index]),
+        None => text.to_owned(),
+    }
+}

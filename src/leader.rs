@@ -1,0 +1,210 @@
+//! Lease-based leader election that gates writes.
+//!
+//! kube-lease-manager acquires, renews and releases a standard `coordination.k8s.io/v1` Lease. On
+//! top of it, [`Leadership::is_leader`] is fenced by the Lease itself: a replica counts as leader only while
+//! the Lease it last saw names it as holder with a `renewTime` younger than the renew deadline. A
+//! holder that cannot renew (apiserver unreachable, process stalled) therefore stops writing before
+//! its Lease can expire and another replica can take over.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use futures::StreamExt;
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client};
+use kube_lease_manager::{LeaseCreateMode, LeaseManager, LeaseManagerError, LeaseParams};
+use tokio::sync::{Notify, watch};
+use tokio::task::JoinHandle;
+
+use crate::config::LeaderConfig;
+
+/// Leader election could not start or its task ended.
+#[derive(Debug, thiserror::Error)]
+pub enum LeaderError {
+    /// The Lease manager could not be built.
+    #[error("leader election: {0}")]
+    Lease(#[from] LeaseManagerError),
+    /// The election task ended while the controller was running.
+    #[error("leader election task ended unexpectedly: {0}")]
+    Ended(String),
+}
+
+/// Whether this replica may write. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Leadership {
+    fence: Option<Arc<Fence>>,
+}
+
+#[derive(Debug)]
+struct Fence {
+    identity: String,
+    renew_deadline: Duration,
+    /// The manager's view: it believes it holds the Lease.
+    holding: AtomicBool,
+    /// Publishes every change of `holding`.
+    changes: watch::Sender<bool>,
+    /// The `renewTime` of the last Lease seen that names this replica as holder.
+    renewed: Mutex<Option<SystemTime>>,
+    /// Signalled when the Lease is seen without a holder.
+    released: Notify,
+}
+
+impl Leadership {
+    /// Leadership without election: this replica always writes.
+    pub fn always() -> Leadership {
+        Leadership { fence: None }
+    }
+
+    /// True when this replica holds a Lease renewed within the renew deadline.
+    pub fn is_leader(&self) -> bool {
+        let Some(fence) = &self.fence else { return true };
+        if !fence.holding.load(Ordering::Acquire) {
+            return false;
+        }
+        let renewed = fence.renewed.lock().map(|r| *r).unwrap_or(None);
+        renewed.is_some_and(|at| SystemTime::now().duration_since(at).is_ok_and(|age| age < fence.renew_deadline))
+    }
+
+    /// A receiver that changes whenever the Lease manager gains or loses the Lease.
+    pub fn changes(&self) -> Option<watch::Receiver<bool>> {
+        self.fence.as_ref().map(|fence| fence.changes.subscribe())
+    }
+}
+
+/// The running election: hand it to [`Election::release`] on shutdown.
+#[derive(Debug)]
+pub struct Election {
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: JoinHandle<Result<(), LeaseManagerError>>,
+    observer: JoinHandle<()>,
+}
+
+/// Starts contending for the Lease of `cfg`.
+pub async fn start(client: Client, cfg: &LeaderConfig) -> Result<(Leadership, Election), LeaderError> {
+    let duration = cfg.lease_duration.as_secs();
+    let grace = duration.saturating_sub(cfg.retry_period.as_secs().max(1)).max(1);
+    let lease = LeaseSpec {
+        client: client.clone(),
+        name: cfg.lease_name.clone(),
+        namespace: cfg.namespace.clone(),
+        params: LeaseParams::new(&cfg.identity, duration, grace),
+    };
+    let manager = lease.manager().await?;
+    let fence = Arc::new(Fence {
+        identity: cfg.identity.clone(),
+        renew_deadline: cfg.renew_deadline,
+        holding: AtomicBool::new(false),
+        changes: watch::Sender::new(false),
+        renewed: Mutex::new(None),
+        released: Notify::new(),
+    });
+    let (stop, stopped) = tokio::sync::oneshot::channel();
+    let task = tokio::spawn(contend(lease, manager, fence.clone(), stopped, cfg.retry_period));
+    let observer =
+        tokio::spawn(observe(Api::namespaced(client, &cfg.namespace), cfg.lease_name.clone(), fence.clone()));
+    Ok((Leadership { fence: Some(fence) }, Election { stop: Some(stop), task, observer }))
+}
+
+/// What a [`LeaseManager`] is built from.
+struct LeaseSpec {
+    client: Client,
+    name: String,
+    namespace: String,
+    params: LeaseParams,
+}
+
+impl LeaseSpec {
+    async fn manager(&self) -> Result<LeaseManager, LeaseManagerError> {
+        let mode = LeaseCreateMode::AutoCreate;
+        LeaseManager::new(self.client.clone(), &self.name, &self.namespace, self.params.clone(), mode).await
+    }
+}
+
+/// Acquires and renews the Lease until stopped, then releases it. A Lease freed by its holder is
+/// contended for at once: a fresh manager reads it instead of sleeping out the old holder's term.
+async fn contend(
+    lease: LeaseSpec,
+    mut manager: LeaseManager,
+    fence: Arc<Fence>,
+    mut stopped: tokio::sync::oneshot::Receiver<()>,
+    retry_period: Duration,
+) -> Result<(), LeaseManagerError> {
+    loop {
+        tokio::select! {
+            biased;
+            _ = &mut stopped => break,
+            changed = manager.changed() => match changed {
+                Ok(holding) => {
+                    fence.holding.store(holding, Ordering::Release);
+                    fence.changes.send_replace(holding);
+                    tracing::info!(leader = holding, identity = %fence.identity, "leadership changed");
+                }
+                Err(error) => {
+                    tracing::warn!(%error, "renewing or acquiring the Lease; retrying");
+                    tokio::time::sleep(retry_period).await;
+                }
+            },
+            () = fence.released.notified(), if !fence.holding.load(Ordering::Acquire) => {
+                tracing::debug!("the Lease was released: contending now");
+                match lease.manager().await {
+                    Ok(fresh) => manager = fresh,
+                    Err(error) => tracing::warn!(%error, "re-reading the released Lease"),
+                }
+            }
+        }
+    }
+    fence.holding.store(false, Ordering::Release);
+    manager.release().await
+}
+
+/// Follows the Lease: records its `renewTime` whenever it names this replica as holder, and
+/// wakes [`contend`] when it has no holder.
+async fn observe(api: Api<Lease>, name: String, fence: Arc<Fence>) {
+    let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+    let mut leases = std::pin::pin!(watcher::watcher(api, config).default_backoff());
+    while let Some(event) = leases.next().await {
+        let lease = match event {
+            Ok(watcher::Event::Apply(lease) | watcher::Event::InitApply(lease)) => lease,
+            Ok(_) => continue,
+            Err(error) => {
+                tracing::warn!(%error, "watching the leader Lease");
+                continue;
+            }
+        };
+        let spec = lease.spec.unwrap_or_default();
+        let holder = spec.holder_identity.as_deref().unwrap_or_default();
+        if holder.is_empty() {
+            fence.released.notify_one();
+        }
+        let renewed = spec.renew_time.filter(|_| holder == fence.identity).map(|t| SystemTime::from(t.0));
+        if let Ok(mut slot) = fence.renewed.lock() {
+            *slot = renewed;
+        }
+    }
+}
+
+impl Election {
+    /// Resolves with an error if the election task ends while the controller runs.
+    pub async fn failed(&mut self) -> LeaderError {
+        let outcome = (&mut self.task).await;
+        LeaderError::Ended(match outcome {
+            Ok(Ok(())) => "the election stopped".into(),
+            Ok(Err(error)) => error.to_string(),
+            Err(join) => join.to_string(),
+        })
+    }
+
+    /// Stops contending and releases the Lease if held, so another replica takes over at once.
+    pub async fn release(mut self) -> Result<(), LeaderError> {
+        self.observer.abort();
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        match self.task.await {
+            Ok(result) => result.map_err(LeaderError::Lease),
+            Err(join) => Err(LeaderError::Ended(join.to_string())),
+        }
+    }
+}

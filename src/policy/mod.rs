@@ -1,0 +1,172 @@
+//! The decision core: a pure function of the request, the configuration and the gathered evidence.
+//! No kube client and no sockets here; evidence arrives through the [`Resolver`] and
+//! [`ClusterView`] traits.
+
+mod evidence;
+mod reason;
+mod report;
+mod serving;
+mod submission;
+
+use std::time::Duration;
+
+use jiff::Timestamp;
+
+use crate::cluster::ClusterView;
+use crate::config::PolicyConfig;
+use crate::dns::Resolver;
+
+pub use evidence::{Evidence, Lookup, Needs, gather};
+pub use reason::Reason;
+pub use report::{Check, CheckResult, Consequence, Failure, Outcome};
+pub use serving::{NODE_USER_PREFIX, NODES_GROUP, SIGNER as KUBELET_SERVING_SIGNER};
+pub use submission::Submission;
+
+use report::Report;
+
+/// What to do with a CSR.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DecisionKind {
+    /// Write the Approved condition.
+    Approve,
+    /// Write the Denied condition.
+    Deny,
+    /// Fails a rule, but a human decides: no condition, an event says why.
+    Hold,
+    /// Not ours, or nothing to do.
+    Ignore,
+    /// A transient condition: evaluate again later.
+    Retry,
+}
+
+impl DecisionKind {
+    /// The lowercase name used in reports and metrics.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DecisionKind::Approve => "approve",
+            DecisionKind::Deny => "deny",
+            DecisionKind::Hold => "hold",
+            DecisionKind::Ignore => "ignore",
+            DecisionKind::Retry => "retry",
+        }
+    }
+}
+
+/// The decision on one CSR with its reason code and a human message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Decision {
+    /// What to do.
+    pub kind: DecisionKind,
+    /// Why: [`Reason::AutoApproved`] for approvals.
+    pub reason: Reason,
+    /// A message naming what was verified or the offending value.
+    pub message: String,
+}
+
+/// A decision and the result of every check that led to it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Evaluation {
+    /// The decision.
+    pub decision: Decision,
+    /// Every check, in order, with pass / fail / skip.
+    pub checks: Vec<CheckResult>,
+}
+
+/// Evaluates one CSR at time `now`: triage, the checks that need no evidence, then (only if those
+/// pass) DNS and cluster lookups, then the checks on that evidence.
+pub async fn evaluate<R: Resolver, C: ClusterView>(
+    sub: &Submission,
+    cfg: &PolicyConfig,
+    resolver: &R,
+    cluster: &C,
+    now: Timestamp,
+) -> Evaluation {
+    let (triage, staged) = match triage(sub, cfg) {
+        Ok(ready) => ready,
+        Err(done) => return done,
+    };
+    let evidence = match staged.needs(cfg) {
+        Some(needs) => Some(gather(&needs, resolver, cluster).await),
+        None => None,
+    };
+    finish(sub, cfg, triage, staged, evidence.as_ref(), now)
+}
+
+/// Decides on one CSR at time `now` from evidence already gathered: the pure core of [`evaluate`].
+pub fn decide(sub: &Submission, cfg: &PolicyConfig, evidence: &Evidence, now: Timestamp) -> Evaluation {
+    match triage(sub, cfg) {
+        Ok((triage, staged)) => {
+            let evidence = staged.needs(cfg).map(|_| evidence);
+            finish(sub, cfg, triage, staged, evidence, now)
+        }
+        Err(done) => done,
+    }
+}
+
+/// Signer and pending checks, then the checks that need no evidence; `Err` when already decided.
+fn triage(sub: &Submission, cfg: &PolicyConfig) -> Result<(Report, serving::Staged), Evaluation> {
+    let mut triage = Report::default();
+    if sub.signer_name != serving::SIGNER {
+        triage.record(
+            Check::Signer,
+            Err(Failure::ignore(Reason::SignerNotHandled, format!("signer {:?} is not handled", sub.signer_name))),
+        );
+        return Err(conclude(triage, cfg, ""));
+    }
+    triage.record(Check::Signer, Ok(sub.signer_name.clone()));
+    if let Some(decided) = &sub.decided {
+        triage.record(Check::Pending, Err(Failure::ignore(Reason::AlreadyDecided, decided.clone())));
+        return Err(conclude(triage, cfg, ""));
+    }
+    triage.record(Check::Pending, Ok("no decision yet".into()));
+    Ok((triage, serving::stage(sub, cfg)))
+}
+
+fn finish(
+    sub: &Submission,
+    cfg: &PolicyConfig,
+    mut triage: Report,
+    staged: serving::Staged,
+    evidence: Option<&Evidence>,
+    now: Timestamp,
+) -> Evaluation {
+    let age = sub.created.map(|created| age_at(created, now));
+    let mut report = staged.finish(cfg, evidence, age);
+    triage.rows.append(&mut report.rows);
+    conclude(triage, cfg, &sub.username)
+}
+
+fn age_at(created: Timestamp, now: Timestamp) -> Duration {
+    Duration::try_from(now.duration_since(created)).unwrap_or(Duration::ZERO)
+}
+
+/// Turns a report into a decision: the first failure decides; none means approve.
+fn conclude(report: Report, cfg: &PolicyConfig, username: &str) -> Evaluation {
+    let decision = match report.first_failure() {
+        Some(failure) => {
+            let kind = match failure.consequence {
+                Consequence::Deny if cfg.skip_deny_step => DecisionKind::Hold,
+                Consequence::Deny => DecisionKind::Deny,
+                Consequence::Retry => DecisionKind::Retry,
+                Consequence::Ignore => DecisionKind::Ignore,
+            };
+            Decision { kind, reason: failure.reason, message: failure.message.clone() }
+        }
+        None => Decision {
+            kind: DecisionKind::Approve,
+            reason: Reason::AutoApproved,
+            message: approval_message(&report, username),
+        },
+    };
+    Evaluation { decision, checks: report.rows }
+}
+
+fn approval_message(report: &Report, username: &str) -> String {
+    let passed: Vec<&str> = report
+        .rows
+        .iter()
+        .filter(|row| matches!(row.outcome, Outcome::Pass(_)))
+        .map(|row| row.check.as_str())
+        .collect();
+    format!("kubelet serving certificate for {username} verified: {}", passed.join(", "))
+}

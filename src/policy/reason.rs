@@ -1,0 +1,89 @@
+//! Reason codes: a public interface (events, metric labels, `check -o json`), so stable and TitleCase.
+
+macro_rules! reasons {
+    ($($(#[doc = $doc:literal])+ $name:ident,)+) => {
+        /// Why a CSR was decided the way it was.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub enum Reason {
+            $($(#[doc = $doc])+ $name,)+
+        }
+
+        impl Reason {
+            /// Every reason code, in documentation order.
+            pub const ALL: &'static [Reason] = &[$(Reason::$name,)+];
+
+            /// The TitleCase code written to conditions, events, metrics and reports.
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $(Reason::$name => stringify!($name),)+
+                }
+            }
+
+            /// A one-line explanation of the code, as listed in the README.
+            pub fn meaning(self) -> &'static str {
+                match self {
+                    $(Reason::$name => concat!($($doc),+).trim_ascii(),)+
+                }
+            }
+        }
+    };
+}
+
+reasons! {
+    /// Every check passed; the CSR was approved.
+    AutoApproved,
+    /// The CSR's signer is not one this approver handles.
+    SignerNotHandled,
+    /// The CSR already has an Approved or Denied condition or an issued certificate.
+    AlreadyDecided,
+    /// spec.username is not system:node:<name> with a non-empty name.
+    UsernameNotNode,
+    /// spec.username is not a node and --ignore-non-system-node is set.
+    NotANode,
+    /// spec.groups does not contain system:nodes.
+    NotInNodesGroup,
+    /// spec.request is not exactly one CERTIFICATE REQUEST PEM block that parses and whose signature verifies.
+    MalformedRequest,
+    /// The subject CN is not spec.username, or O is not exactly [system:nodes].
+    SubjectMismatch,
+    /// spec.usages is not digital signature + server auth (+ optionally key encipherment).
+    UsagesNotAllowed,
+    /// The request carries an email, URI or other non-DNS, non-IP SAN.
+    ForbiddenSANType,
+    /// The request carries no DNS or IP SAN.
+    NoSubjectAltNames,
+    /// The request carries more DNS SANs than --allowed-dns-names.
+    TooManyDNSNames,
+    /// A DNS SAN is not a valid hostname (or is a wildcard or an IP address).
+    InvalidDNSName,
+    /// A DNS SAN is not bound to the node name (--hostname-match).
+    HostnameMismatch,
+    /// A DNS SAN does not match --provider-regex.
+    RegexMismatch,
+    /// An IP SAN is outside --provider-ip-prefixes.
+    IPNotInPrefixes,
+    /// A DNS SAN resolves to an address outside --provider-ip-prefixes.
+    ResolvedIPNotInPrefixes,
+    /// An IP SAN is not among the addresses the DNS SANs resolve to.
+    IPNotResolved,
+    /// A DNS SAN does not resolve yet; retried while the CSR is younger than --dns-grace-period.
+    DNSNotYetResolvable,
+    /// A DNS SAN still does not resolve after --dns-grace-period.
+    DNSNotResolved,
+    /// DNS gave no definitive answer (timeout, SERVFAIL, refused, network error); retried, never denied.
+    DNSUnavailable,
+    /// spec.expirationSeconds exceeds --max-expiration-sec.
+    ExpirationTooLong,
+    /// --verify-node-addresses: the Node does not exist (yet); retried.
+    NodeNotFound,
+    /// --verify-node-addresses: a SAN is neither the Node's name nor one of its status.addresses.
+    NodeAddressMismatch,
+    /// The cluster could not be read; retried, never denied.
+    ClusterUnavailable,
+}
+
+impl std::fmt::Display for Reason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}

@@ -1,0 +1,162 @@
+//! The per-check record of an evaluation: which check ran, whether it passed, and why.
+
+use super::Reason;
+
+/// A named check, in the order the policy runs them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Check {
+    /// The signer is one this approver handles.
+    Signer,
+    /// No decision or certificate is present yet.
+    Pending,
+    /// spec.username is system:node:<name>.
+    Username,
+    /// spec.groups contains system:nodes.
+    Groups,
+    /// spec.request parses and its signature verifies.
+    Request,
+    /// Subject CN and O.
+    Subject,
+    /// spec.usages.
+    Usages,
+    /// Only DNS and IP SANs.
+    SanTypes,
+    /// At least one DNS or IP SAN.
+    SanPresent,
+    /// No more DNS SANs than allowed.
+    DnsNameCount,
+    /// Every DNS SAN is a valid hostname.
+    DnsNameSyntax,
+    /// Every DNS SAN is bound to the node name.
+    Hostname,
+    /// Every DNS SAN matches the provider regex.
+    ProviderRegex,
+    /// Every IP SAN lies in the allowed prefixes.
+    IpPrefixes,
+    /// Every DNS SAN resolves.
+    DnsResolves,
+    /// Every resolved address lies in the allowed prefixes.
+    ResolvedIpPrefixes,
+    /// Every IP SAN is among the resolved addresses.
+    IpResolved,
+    /// spec.expirationSeconds is within the maximum.
+    Expiration,
+    /// Every SAN belongs to the Node.
+    NodeAddresses,
+}
+
+impl Check {
+    /// The kebab-case name used in reports.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Check::Signer => "signer",
+            Check::Pending => "pending",
+            Check::Username => "username",
+            Check::Groups => "groups",
+            Check::Request => "request",
+            Check::Subject => "subject",
+            Check::Usages => "usages",
+            Check::SanTypes => "san-types",
+            Check::SanPresent => "san-present",
+            Check::DnsNameCount => "dns-name-count",
+            Check::DnsNameSyntax => "dns-name-syntax",
+            Check::Hostname => "hostname",
+            Check::ProviderRegex => "provider-regex",
+            Check::IpPrefixes => "ip-prefixes",
+            Check::DnsResolves => "dns-resolves",
+            Check::ResolvedIpPrefixes => "resolved-ip-prefixes",
+            Check::IpResolved => "ip-resolved",
+            Check::Expiration => "expiration",
+            Check::NodeAddresses => "node-addresses",
+        }
+    }
+}
+
+/// What happens to a CSR when a check fails.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Consequence {
+    /// The request is refused (held instead under --skip-deny-step).
+    Deny,
+    /// The evaluation cannot finish yet; try again later.
+    Retry,
+    /// The request is not ours to decide.
+    Ignore,
+}
+
+/// A failed check: its reason code, consequence and a message naming the offending value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Failure {
+    /// The reason code.
+    pub reason: Reason,
+    /// What follows from the failure.
+    pub consequence: Consequence,
+    /// A human message naming the offending value.
+    pub message: String,
+}
+
+impl Failure {
+    /// A failure that denies the CSR.
+    pub fn deny(reason: Reason, message: impl Into<String>) -> Failure {
+        Failure { reason, consequence: Consequence::Deny, message: message.into() }
+    }
+
+    /// A failure that asks for a later re-evaluation.
+    pub fn retry(reason: Reason, message: impl Into<String>) -> Failure {
+        Failure { reason, consequence: Consequence::Retry, message: message.into() }
+    }
+
+    /// A failure that makes the CSR none of our business.
+    pub fn ignore(reason: Reason, message: impl Into<String>) -> Failure {
+        Failure { reason, consequence: Consequence::Ignore, message: message.into() }
+    }
+}
+
+/// The result of one check.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// The check passed; the text says what was verified.
+    Pass(String),
+    /// The check failed.
+    Fail(Failure),
+    /// The check did not run; the text says why.
+    Skip(String),
+}
+
+/// One row of an evaluation report.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CheckResult {
+    /// Which check.
+    pub check: Check,
+    /// How it went.
+    pub outcome: Outcome,
+}
+
+/// The checks run so far, in order; the first failure decides.
+#[derive(Debug, Default)]
+pub(crate) struct Report {
+    pub(crate) rows: Vec<CheckResult>,
+}
+
+impl Report {
+    /// Records a check's result.
+    pub(crate) fn record(&mut self, check: Check, result: Result<String, Failure>) {
+        let outcome = match result {
+            Ok(detail) => Outcome::Pass(detail),
+            Err(failure) => Outcome::Fail(failure),
+        };
+        self.rows.push(CheckResult { check, outcome });
+    }
+
+    /// Records a check that did not run.
+    pub(crate) fn skip(&mut self, check: Check, why: impl Into<String>) {
+        self.rows.push(CheckResult { check, outcome: Outcome::Skip(why.into()) });
+    }
+
+    /// The first failure recorded, if any.
+    pub(crate) fn first_failure(&self) -> Option<&Failure> {
+        self.rows.iter().find_map(|row| match &row.outcome {
+            Outcome::Fail(failure) => Some(failure),
+            _ => None,
+        })
+    }
+}

@@ -1,0 +1,404 @@
+//! The `kubernetes.io/kubelet-serving` checks (DESIGN §4, items 2–11), each a small function that
+//! passes with a detail or fails with a [`Failure`].
+
+use std::collections::BTreeSet;
+use std::net::IpAddr;
+use std::time::Duration;
+
+use crate::cluster::NodeInfo;
+use crate::config::{HostnameMatch, PolicyConfig};
+use crate::csr::CsrFacts;
+use crate::dns::Resolution;
+
+use super::evidence::{Evidence, Lookup, Needs};
+use super::report::{Check, Failure, Report};
+use super::{Reason, Submission};
+
+/// The signer of kubelet serving certificates.
+pub const SIGNER: &str = "kubernetes.io/kubelet-serving";
+/// The username prefix of node identities.
+pub const NODE_USER_PREFIX: &str = "system:node:";
+/// The group every node identity belongs to.
+pub const NODES_GROUP: &str = "system:nodes";
+const REQUIRED_USAGES: [&str; 2] = ["digital signature", "server auth"];
+const OPTIONAL_USAGES: [&str; 1] = ["key encipherment"];
+
+/// A serving CSR whose static checks have all run; evidence decides the rest.
+#[derive(Debug)]
+pub(crate) struct Staged {
+    report: Report,
+    request: Option<Parsed>,
+    expiration: Result<String, Failure>,
+}
+
+/// What the evidence checks need from a request that parsed.
+#[derive(Debug)]
+struct Parsed {
+    node: String,
+    facts: CsrFacts,
+    dns_names: Vec<String>,
+}
+
+/// Runs every check that needs no evidence, in order, recording each.
+pub(crate) fn stage(sub: &Submission, cfg: &PolicyConfig) -> Staged {
+    let mut report = Report::default();
+    let node = node_name(&sub.username, cfg);
+    report.record(Check::Username, node.clone().map(|n| format!("node {n:?}")));
+    report.record(Check::Groups, groups(&sub.groups));
+    let facts = CsrFacts::from_pem(&sub.request).map_err(|e| Failure::deny(Reason::MalformedRequest, e.to_string()));
+    report
+        .record(Check::Request, facts.as_ref().map(|_| "parsed, signature verified".to_owned()).map_err(Clone::clone));
+    let expiration = expiration(sub.expiration_seconds, cfg);
+    let (Ok(node), Ok(facts)) = (node, facts) else {
+        for check in [Check::Subject, Check::Usages, Check::SanTypes, Check::SanPresent, Check::DnsNameCount] {
+            report.skip(check, "needs a node username and a parsed request");
+        }
+        for check in [Check::DnsNameSyntax, Check::Hostname, Check::ProviderRegex, Check::IpPrefixes] {
+            report.skip(check, "needs a node username and a parsed request");
+        }
+        return Staged { report, request: None, expiration };
+    };
+    report.record(Check::Subject, subject(&facts, &sub.username));
+    report.record(Check::Usages, usages(&sub.usages));
+    report.record(Check::SanTypes, san_types(&facts));
+    report.record(Check::SanPresent, san_present(&facts));
+    report.record(Check::DnsNameCount, dns_name_count(&facts, cfg.allowed_dns_names));
+    let dns_names: Vec<String> = facts.dns_names.iter().map(|n| n.to_ascii_lowercase()).collect();
+    report.record(Check::DnsNameSyntax, dns_name_syntax(&dns_names));
+    if cfg.bypass_hostname_check {
+        report.skip(Check::Hostname, "--bypass-hostname-check is set");
+    } else {
+        report.record(Check::Hostname, hostname(&dns_names, &node, cfg.hostname_match));
+    }
+    report.record(Check::ProviderRegex, provider_regex(&dns_names, cfg));
+    report.record(Check::IpPrefixes, ip_prefixes(&facts.ip_addresses, cfg));
+    Staged { report, request: Some(Parsed { node, facts, dns_names }), expiration }
+}
+
+impl Staged {
+    /// The evidence still needed, or `None` when a check has already failed or none is needed.
+    pub(crate) fn needs(&self, cfg: &PolicyConfig) -> Option<Needs> {
+        let parsed = self.request.as_ref()?;
+        if self.report.first_failure().is_some() || self.expiration.is_err() {
+            return None;
+        }
+        let needs = Needs {
+            dns_names: if cfg.bypass_dns_resolution { Vec::new() } else { parsed.dns_names.clone() },
+            node: cfg.verify_node_addresses.then(|| parsed.node.clone()),
+        };
+        Some(needs)
+    }
+
+    /// Runs the evidence checks (skipped when `evidence` is `None`) and returns the full report.
+    pub(crate) fn finish(self, cfg: &PolicyConfig, evidence: Option<&Evidence>, age: Option<Duration>) -> Report {
+        let Staged { mut report, request, expiration } = self;
+        let usable = request.as_ref().zip(evidence);
+        match usable {
+            Some(_) if cfg.bypass_dns_resolution => {
+                for check in [Check::DnsResolves, Check::ResolvedIpPrefixes, Check::IpResolved] {
+                    report.skip(check, "--bypass-dns-resolution is set");
+                }
+            }
+            Some((parsed, evidence)) => dns_checks(&mut report, parsed, evidence, cfg, age),
+            None => {
+                for check in [Check::DnsResolves, Check::ResolvedIpPrefixes, Check::IpResolved] {
+                    report.skip(check, "not looked up: an earlier check failed");
+                }
+            }
+        }
+        report.record(Check::Expiration, expiration);
+        match usable.map(|(parsed, evidence)| (parsed, &evidence.node)) {
+            _ if !cfg.verify_node_addresses => report.skip(Check::NodeAddresses, "--verify-node-addresses is not set"),
+            Some((parsed, Some(node))) => report.record(Check::NodeAddresses, node_addresses(parsed, node)),
+            _ => report.skip(Check::NodeAddresses, "not looked up: an earlier check failed"),
+        }
+        report
+    }
+}
+
+fn node_name(username: &str, cfg: &PolicyConfig) -> Result<String, Failure> {
+    match username.strip_prefix(NODE_USER_PREFIX) {
+        Some(name) if !name.is_empty() => Ok(name.to_owned()),
+        _ if cfg.ignore_non_system_node => Err(Failure::ignore(
+            Reason::NotANode,
+            format!("username {username:?} is not system:node:<name> and --ignore-non-system-node is set"),
+        )),
+        _ => Err(Failure::deny(
+            Reason::UsernameNotNode,
+            format!("username {username:?} is not system:node:<name> with a non-empty name"),
+        )),
+    }
+}
+
+fn groups(groups: &[String]) -> Result<String, Failure> {
+    if groups.iter().any(|g| g == NODES_GROUP) {
+        Ok(format!("{NODES_GROUP} present"))
+    } else {
+        Err(Failure::deny(Reason::NotInNodesGroup, format!("groups {groups:?} do not contain {NODES_GROUP:?}")))
+    }
+}
+
+fn subject(facts: &CsrFacts, username: &str) -> Result<String, Failure> {
+    if facts.common_names != [username] {
+        return Err(Failure::deny(
+            Reason::SubjectMismatch,
+            format!("subject CN {:?} is not exactly the username {username:?}", facts.common_names),
+        ));
+    }
+    if facts.organizations != [NODES_GROUP] {
+        return Err(Failure::deny(
+            Reason::SubjectMismatch,
+            format!("subject O {:?} is not exactly [{NODES_GROUP:?}]", facts.organizations),
+        ));
+    }
+    Ok(format!("CN={username}, O={NODES_GROUP}"))
+}
+
+fn usages(usages: &[String]) -> Result<String, Failure> {
+    let extra: Vec<&String> = usages
+        .iter()
+        .filter(|u| !REQUIRED_USAGES.contains(&u.as_str()) && !OPTIONAL_USAGES.contains(&u.as_str()))
+        .collect();
+    let missing: Vec<&str> = REQUIRED_USAGES.into_iter().filter(|r| !usages.iter().any(|u| u == r)).collect();
+    if !extra.is_empty() {
+        return Err(Failure::deny(Reason::UsagesNotAllowed, format!("usages {extra:?} are not allowed for serving")));
+    }
+    if !missing.is_empty() {
+        return Err(Failure::deny(Reason::UsagesNotAllowed, format!("required usages {missing:?} are missing")));
+    }
+    Ok(format!("{usages:?}"))
+}
+
+fn san_types(facts: &CsrFacts) -> Result<String, Failure> {
+    let forbidden: Vec<String> = (facts.emails.iter().map(|e| format!("email {e}")))
+        .chain(facts.uris.iter().map(|u| format!("URI {u}")))
+        .chain(facts.other_sans.iter().cloned())
+        .collect();
+    if forbidden.is_empty() {
+        Ok("only DNS and IP SANs".into())
+    } else {
+        Err(Failure::deny(Reason::ForbiddenSANType, format!("forbidden SANs: {}", forbidden.join(", "))))
+    }
+}
+
+fn san_present(facts: &CsrFacts) -> Result<String, Failure> {
+    if facts.dns_names.is_empty() && facts.ip_addresses.is_empty() {
+        Err(Failure::deny(Reason::NoSubjectAltNames, "the request has no DNS or IP SAN"))
+    } else {
+        Ok(format!("{} DNS, {} IP", facts.dns_names.len(), facts.ip_addresses.len()))
+    }
+}
+
+fn dns_name_count(facts: &CsrFacts, allowed: usize) -> Result<String, Failure> {
+    let count = facts.dns_names.len();
+    if count > allowed {
+        Err(Failure::deny(
+            Reason::TooManyDNSNames,
+            format!("{count} DNS SANs {:?}, at most {allowed} allowed (--allowed-dns-names)", facts.dns_names),
+        ))
+    } else {
+        Ok(format!("{count} of at most {allowed}"))
+    }
+}
+
+fn dns_name_syntax(names: &[String]) -> Result<String, Failure> {
+    match names.iter().find(|name| !is_hostname(name)) {
+        Some(bad) => Err(Failure::deny(
+            Reason::InvalidDNSName,
+            format!("DNS SAN {bad:?} is not a valid hostname (no wildcards, IP addresses or trailing dots)"),
+        )),
+        None => Ok(format!("{names:?}")),
+    }
+}
+
+/// An RFC 1123 hostname: dot-separated labels of letters, digits and inner hyphens, 1–63
+/// characters each, 253 in all; not an IP address.
+fn is_hostname(name: &str) -> bool {
+    let label_ok = |label: &str| {
+        (1..=63).contains(&label.len())
+            && label.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+            && !label.starts_with('-')
+            && !label.ends_with('-')
+    };
+    !name.is_empty() && name.len() <= 253 && name.split('.').all(label_ok) && name.parse::<IpAddr>().is_err()
+}
+
+fn hostname(names: &[String], node: &str, mode: HostnameMatch) -> Result<String, Failure> {
+    let node = node.to_ascii_lowercase();
+    let bound = |name: &&String| match mode {
+        HostnameMatch::Strict => {
+            name.as_str() == node || name.strip_prefix(node.as_str()).is_some_and(|rest| rest.starts_with('.'))
+        }
+        HostnameMatch::Prefix => name.starts_with(node.as_str()),
+    };
+    match names.iter().find(|name| !bound(name)) {
+        Some(bad) => Err(Failure::deny(
+            Reason::HostnameMismatch,
+            match mode {
+                HostnameMatch::Strict => {
+                    format!("DNS SAN {bad:?} is neither node {node:?} nor {node:?} followed by '.'")
+                }
+                HostnameMatch::Prefix => format!("DNS SAN {bad:?} does not start with node name {node:?}"),
+            },
+        )),
+        None => Ok(format!("bound to node {node:?}")),
+    }
+}
+
+fn provider_regex(names: &[String], cfg: &PolicyConfig) -> Result<String, Failure> {
+    match names.iter().find(|name| !cfg.provider_regex.is_match(name)) {
+        Some(bad) => Err(Failure::deny(
+            Reason::RegexMismatch,
+            format!("DNS SAN {bad:?} does not match --provider-regex {:?}", cfg.provider_regex.as_str()),
+        )),
+        None => Ok(format!("{} DNS SANs match", names.len())),
+    }
+}
+
+fn in_prefixes(ip: &IpAddr, cfg: &PolicyConfig) -> bool {
+    cfg.ip_prefixes.iter().any(|net| net.contains(ip))
+}
+
+fn ip_prefixes(ips: &[IpAddr], cfg: &PolicyConfig) -> Result<String, Failure> {
+    match ips.iter().find(|ip| !in_prefixes(ip, cfg)) {
+        Some(bad) => Err(Failure::deny(
+            Reason::IPNotInPrefixes,
+            format!("IP SAN {bad} is outside --provider-ip-prefixes {}", prefixes_text(cfg)),
+        )),
+        None => Ok(format!("{} IP SANs inside the prefixes", ips.len())),
+    }
+}
+
+fn prefixes_text(cfg: &PolicyConfig) -> String {
+    cfg.ip_prefixes.iter().map(ToString::to_string).collect::<Vec<_>>().join(",")
+}
+
+fn dns_checks(report: &mut Report, parsed: &Parsed, evidence: &Evidence, cfg: &PolicyConfig, age: Option<Duration>) {
+    let mut resolved: BTreeSet<IpAddr> = BTreeSet::new();
+    let mut missing = Vec::new();
+    let mut unavailable = Vec::new();
+    let mut outside = None;
+    for name in &parsed.dns_names {
+        match evidence.dns.get(name) {
+            Some(Resolution::Addresses(addresses)) => {
+                if let Some(ip) = addresses.iter().find(|ip| !in_prefixes(ip, cfg)) {
+                    outside.get_or_insert((name, *ip));
+                }
+                resolved.extend(addresses);
+            }
+            Some(Resolution::NotFound) => missing.push(name.as_str()),
+            Some(Resolution::Unavailable(failure)) => unavailable.push(format!("{name} ({failure})")),
+            None => unavailable.push(format!("{name} (not looked up)")),
+        }
+    }
+    let all_resolved = missing.is_empty() && unavailable.is_empty();
+    report.record(Check::DnsResolves, dns_resolves(&missing, &unavailable, cfg, age, &resolved));
+    report.record(
+        Check::ResolvedIpPrefixes,
+        match outside {
+            Some((name, ip)) => Err(Failure::deny(
+                Reason::ResolvedIPNotInPrefixes,
+                format!("DNS SAN {name:?} resolves to {ip}, outside --provider-ip-prefixes {}", prefixes_text(cfg)),
+            )),
+            None => Ok(format!("{} resolved addresses inside the prefixes", resolved.len())),
+        },
+    );
+    if !all_resolved {
+        report.skip(Check::IpResolved, "needs every DNS SAN resolved");
+        return;
+    }
+    report.record(
+        Check::IpResolved,
+        match parsed.facts.ip_addresses.iter().find(|ip| !resolved.contains(ip)) {
+            Some(ip) => Err(Failure::deny(
+                Reason::IPNotResolved,
+                format!("IP SAN {ip} is not among the addresses the DNS SANs resolve to {resolved:?}"),
+            )),
+            None => Ok(format!("{} IP SANs resolved from the DNS SANs", parsed.facts.ip_addresses.len())),
+        },
+    );
+}
+
+fn dns_resolves(
+    missing: &[&str],
+    unavailable: &[String],
+    cfg: &PolicyConfig,
+    age: Option<Duration>,
+    resolved: &BTreeSet<IpAddr>,
+) -> Result<String, Failure> {
+    if !unavailable.is_empty() {
+        return Err(Failure::retry(
+            Reason::DNSUnavailable,
+            format!("no definitive DNS answer for {}; retrying", unavailable.join(", ")),
+        ));
+    }
+    if missing.is_empty() {
+        return Ok(format!("resolved to {resolved:?}"));
+    }
+    let grace = humantime::format_duration(cfg.dns_grace_period);
+    match age {
+        Some(age) if age < cfg.dns_grace_period => Err(Failure::retry(
+            Reason::DNSNotYetResolvable,
+            format!(
+                "DNS SAN {missing:?} does not resolve yet; retrying until the CSR is {grace} old (it is {})",
+                humantime::format_duration(Duration::from_secs(age.as_secs()))
+            ),
+        )),
+        Some(_) => Err(Failure::deny(
+            Reason::DNSNotResolved,
+            format!("DNS SAN {missing:?} still does not resolve after --dns-grace-period {grace}"),
+        )),
+        None => Err(Failure::deny(
+            Reason::DNSNotResolved,
+            format!(
+                "DNS SAN {missing:?} does not resolve and the CSR has no creationTimestamp to grant a grace period"
+            ),
+        )),
+    }
+}
+
+fn expiration(seconds: Option<i32>, cfg: &PolicyConfig) -> Result<String, Failure> {
+    match seconds {
+        None => Ok("not set: the signer's default applies".into()),
+        Some(s) if i64::from(s) > cfg.max_expiration_secs => Err(Failure::deny(
+            Reason::ExpirationTooLong,
+            format!("expirationSeconds {s} exceeds --max-expiration-sec {}", cfg.max_expiration_secs),
+        )),
+        Some(s) => Ok(format!("{s}s, at most {}s", cfg.max_expiration_secs)),
+    }
+}
+
+fn node_addresses(parsed: &Parsed, node: &Lookup<NodeInfo>) -> Result<String, Failure> {
+    let node = match node {
+        Lookup::Found(node) => node,
+        Lookup::Missing => {
+            return Err(Failure::retry(Reason::NodeNotFound, format!("Node {:?} does not exist yet", parsed.node)));
+        }
+        Lookup::Failed(error) => {
+            return Err(Failure::retry(
+                Reason::ClusterUnavailable,
+                format!("cannot read Node {:?}: {error}", parsed.node),
+            ));
+        }
+    };
+    let names: BTreeSet<String> = node
+        .addresses
+        .iter()
+        .map(|a| a.address.trim_end_matches('.').to_ascii_lowercase())
+        .chain([node.name.to_ascii_lowercase()])
+        .collect();
+    let ips: BTreeSet<IpAddr> = node.addresses.iter().filter_map(|a| a.address.parse().ok()).collect();
+    if let Some(name) = parsed.dns_names.iter().find(|n| !names.contains(*n)) {
+        return Err(Failure::deny(
+            Reason::NodeAddressMismatch,
+            format!("DNS SAN {name:?} is neither Node {:?}'s name nor one of its addresses", node.name),
+        ));
+    }
+    if let Some(ip) = parsed.facts.ip_addresses.iter().find(|ip| !ips.contains(ip)) {
+        return Err(Failure::deny(
+            Reason::NodeAddressMismatch,
+            format!("IP SAN {ip} is not one of Node {:?}'s addresses", node.name),
+        ));
+    }
+    Ok(format!("every SAN belongs to Node {:?}", node.name))
+}

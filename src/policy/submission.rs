@@ -1,0 +1,54 @@
+//! The parts of a CertificateSigningRequest object that decisions read.
+
+use jiff::Timestamp;
+use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
+
+/// A CSR object reduced to what the policy needs.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Submission {
+    /// metadata.name.
+    pub name: String,
+    /// metadata.creationTimestamp, if known.
+    pub created: Option<Timestamp>,
+    /// spec.signerName.
+    pub signer_name: String,
+    /// spec.username, as filled in by the apiserver.
+    pub username: String,
+    /// spec.groups.
+    pub groups: Vec<String>,
+    /// spec.usages.
+    pub usages: Vec<String>,
+    /// spec.expirationSeconds.
+    pub expiration_seconds: Option<i32>,
+    /// spec.request: the PEM-encoded PKCS#10 request.
+    pub request: Vec<u8>,
+    /// What already decided the CSR: an Approved or Denied condition, or an issued certificate.
+    pub decided: Option<String>,
+}
+
+impl From<&CertificateSigningRequest> for Submission {
+    fn from(csr: &CertificateSigningRequest) -> Submission {
+        let spec = &csr.spec;
+        Submission {
+            name: csr.metadata.name.clone().unwrap_or_default(),
+            created: csr.metadata.creation_timestamp.as_ref().map(|t| t.0),
+            signer_name: spec.signer_name.clone(),
+            username: spec.username.clone().unwrap_or_default(),
+            groups: spec.groups.clone().unwrap_or_default(),
+            usages: spec.usages.clone().unwrap_or_default(),
+            expiration_seconds: spec.expiration_seconds,
+            request: spec.request.0.clone(),
+            decided: decided_by(csr),
+        }
+    }
+}
+
+fn decided_by(csr: &CertificateSigningRequest) -> Option<String> {
+    let status = csr.status.as_ref()?;
+    if status.certificate.as_ref().is_some_and(|c| !c.0.is_empty()) {
+        return Some("a certificate was issued".into());
+    }
+    status.conditions.iter().flatten().find_map(|c| {
+        matches!(c.type_.as_str(), "Approved" | "Denied").then(|| format!("condition {} is present", c.type_))
+    })
+}

@@ -1,0 +1,273 @@
+//! The real binary run as a process: `check` output, exit codes, and every configuration error.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+const REGEX: &str = r"^[a-z0-9-]+\.nodes\.example\.com$";
+
+fn repo(path: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(path)
+}
+
+/// The binary with a clean environment: none of the product's env vars leak in from the caller.
+fn binary() -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_node-csr-approver"));
+    command.env_clear().env("PATH", std::env::var_os("PATH").unwrap_or_default());
+    command
+}
+
+fn run(command: &mut Command) -> Output {
+    command.stdin(Stdio::null()).output().unwrap()
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+/// `check` on the committed examples, as the README shows it.
+fn check_examples(extra: &[&str]) -> Command {
+    let mut command = binary();
+    command.args(["check", "--file"]).arg(repo("examples/csrs.yaml"));
+    command.arg("--objects").arg(repo("examples/nodes.yaml"));
+    command.args(["--provider-regex", REGEX, "--provider-ip-prefixes", "10.0.0.0/16"]);
+    command.args(["--bypass-dns-resolution", "--verify-node-addresses", "--now", "2026-01-01T00:01:00Z"]);
+    command.args(extra);
+    command
+}
+
+fn json_lines(output: &Output) -> Vec<serde_json::Value> {
+    String::from_utf8_lossy(&output.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+}
+
+/// The `| name | decision | reason |` rows of the README's examples table.
+fn readme_decisions() -> BTreeMap<String, (String, String)> {
+    let readme = std::fs::read_to_string(repo("README.md")).unwrap();
+    let table = readme.split("<!-- examples-decisions -->").nth(1).expect("README marks the examples table");
+    let table = table.split("<!-- end -->").next().unwrap();
+    table
+        .lines()
+        .filter(|l| l.starts_with("| `"))
+        .map(|line| {
+            let cells: Vec<String> = line.split('|').map(|c| c.trim().trim_matches('`').to_owned()).collect();
+            (cells[1].clone(), (cells[2].clone(), cells[3].clone()))
+        })
+        .collect()
+}
+
+#[test]
+fn examples_decide_as_the_readme_documents() {
+    let output = run(&mut check_examples(&["-o", "json"]));
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let got: BTreeMap<String, (String, String)> = json_lines(&output)
+        .iter()
+        .map(|r| {
+            let text = |key: &str| r[key].as_str().unwrap().to_owned();
+            (text("name"), (text("decision"), text("reason")))
+        })
+        .collect();
+    let documented = readme_decisions();
+    assert_eq!(documented.len(), 7, "README table rows: {documented:?}");
+    assert_eq!(got, documented);
+}
+
+#[test]
+fn json_reports_carry_every_check() {
+    let output = run(&mut check_examples(&["-o", "json"]));
+    let reports = json_lines(&output);
+    let legit = reports.iter().find(|r| r["name"] == "legit-n1").unwrap();
+    assert!(legit["message"].as_str().unwrap().contains("system:node:n1"));
+    let checks = legit["checks"].as_array().unwrap();
+    assert_eq!(checks.len(), 19);
+    for check in checks {
+        assert!(check["check"].is_string() && check["detail"].is_string());
+        assert!(["pass", "skip"].contains(&check["result"].as_str().unwrap()), "{check}");
+    }
+    let forged = reports.iter().find(|r| r["name"] == "forged-hostname").unwrap();
+    let hostname = forged["checks"].as_array().unwrap().iter().find(|c| c["check"] == "hostname").unwrap();
+    assert_eq!(hostname["result"], "fail");
+    assert!(hostname["detail"].as_str().unwrap().contains("auth.evil.io"));
+}
+
+#[test]
+fn text_report_shows_decision_and_check_table() {
+    let output = run(&mut check_examples(&[]));
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let text = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(text.contains("legit-n1: approve (AutoApproved)"), "{text}");
+    assert!(text.contains("forged-hostname: deny (HostnameMismatch)"), "{text}");
+    assert!(text.lines().any(|l| l.trim_start().starts_with("hostname") && l.contains("fail")), "{text}");
+    assert!(stderr(&output).contains("warning: --bypass-dns-resolution"), "{}", stderr(&output));
+}
+
+#[test]
+fn skip_deny_step_holds_instead_of_denying() {
+    let output = run(&mut check_examples(&["-o", "json", "--skip-deny-step"]));
+    let reports = json_lines(&output);
+    let forged = reports.iter().find(|r| r["name"] == "forged-hostname").unwrap();
+    assert_eq!((forged["decision"].as_str(), forged["reason"].as_str()), (Some("hold"), Some("HostnameMismatch")));
+}
+
+#[test]
+fn stdin_is_read_with_a_dash() {
+    let mut child = binary()
+        .args(["check", "-f", "-", "-o", "json", "--provider-regex", REGEX, "--bypass-dns-resolution"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let yaml = std::fs::read(repo("examples/csrs.yaml")).unwrap();
+    child.stdin.take().unwrap().write_all(&yaml).unwrap();
+    let output = child.wait_with_output().unwrap();
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert_eq!(json_lines(&output).len(), 7);
+}
+
+#[test]
+fn environment_variables_configure_and_flags_win() {
+    let mut command = check_examples(&["-o", "json"]);
+    command.env("PROVIDER_REGEX", "[").env("SKIP_DENY_STEP", "TRUE");
+    let output = run(&mut command);
+    assert_eq!(output.status.code(), Some(0), "the valid --provider-regex flag wins: {}", stderr(&output));
+    let forged = json_lines(&output).into_iter().find(|r| r["name"] == "forged-hostname").unwrap();
+    assert_eq!(forged["decision"], "hold", "SKIP_DENY_STEP=TRUE applies");
+}
+
+/// Runs `check` on the examples with `args` and `env`, expecting exit 2 and one error line naming
+/// the flag, its env var and the value.
+fn assert_config_error(args: &[&str], env: &[(&str, &str)], flag: &str, var: &str, value: &str) {
+    let mut command = binary();
+    command.args(["check", "--file"]).arg(repo("examples/csrs.yaml"));
+    if !args.iter().any(|a| a.starts_with("--provider-regex")) && !env.iter().any(|(k, _)| *k == "PROVIDER_REGEX") {
+        command.args(["--provider-regex", REGEX]);
+    }
+    command.args(args).envs(env.iter().copied());
+    let output = run(&mut command);
+    let err = stderr(&output);
+    assert_eq!(output.status.code(), Some(2), "{args:?} {env:?}: {err}");
+    let line = err.lines().find(|l| l.starts_with("error:")).unwrap_or_else(|| panic!("no error line: {err}"));
+    for needle in [flag, var, value] {
+        assert!(line.contains(needle), "{args:?} {env:?}: {line:?} does not name {needle:?}");
+    }
+    assert!(output.stdout.is_empty(), "nothing is evaluated on a configuration error");
+}
+
+#[test]
+fn every_invalid_value_stops_with_exit_2_naming_flag_env_and_value() {
+    let cases: &[(&str, &str, &str)] = &[
+        ("--provider-regex", "PROVIDER_REGEX", "node-(["),
+        ("--provider-ip-prefixes", "PROVIDER_IP_PREFIXES", "10.0.0.0/33"),
+        ("--provider-ip-prefixes", "PROVIDER_IP_PREFIXES", "10.0.0.0/8,,fd00::/8"),
+        ("--provider-ip-prefixes", "PROVIDER_IP_PREFIXES", "10.0.0.0/8, nonsense"),
+        ("--max-expiration-sec", "MAX_EXPIRATION_SEC", "31708801"),
+        ("--max-expiration-sec", "MAX_EXPIRATION_SEC", "599"),
+        ("--max-expiration-sec", "MAX_EXPIRATION_SEC", "a year"),
+        ("--allowed-dns-names", "ALLOWED_DNS_NAMES", "0"),
+        ("--allowed-dns-names", "ALLOWED_DNS_NAMES", "1001"),
+        ("--bypass-dns-resolution", "BYPASS_DNS_RESOLUTION", "yes"),
+        ("--bypass-hostname-check", "BYPASS_HOSTNAME_CHECK", "on"),
+        ("--ignore-non-system-node", "IGNORE_NON_SYSTEM_NODE", "2"),
+        ("--skip-deny-step", "SKIP_DENY_STEP", "nope"),
+        ("--verify-node-addresses", "VERIFY_NODE_ADDRESSES", "t"),
+        ("--hostname-match", "HOSTNAME_MATCH", "suffix"),
+        ("--dns-server", "DNS_SERVERS", "dns.example.com"),
+        ("--dns-timeout", "DNS_TIMEOUT", "2 parsecs"),
+        ("--dns-timeout", "DNS_TIMEOUT", "0s"),
+        ("--dns-grace-period", "DNS_GRACE_PERIOD", "-5m"),
+        ("--dns-grace-period", "DNS_GRACE_PERIOD", "25h"),
+    ];
+    for (flag, var, value) in cases {
+        let as_flag = format!("{flag}={value}");
+        assert_config_error(&[&as_flag], &[], flag, var, value);
+        assert_config_error(&[], &[(var, value)], flag, var, value);
+    }
+}
+
+#[test]
+fn a_missing_or_empty_provider_regex_stops_with_exit_2() {
+    let mut command = binary();
+    command.args(["check", "--file"]).arg(repo("examples/csrs.yaml"));
+    let output = run(&mut command);
+    assert_eq!(output.status.code(), Some(2));
+    let err = stderr(&output);
+    assert!(err.contains("--provider-regex") && err.contains("PROVIDER_REGEX") && err.contains("required"), "{err}");
+    assert_config_error(&["--provider-regex", ""], &[], "--provider-regex", "PROVIDER_REGEX", "\"\"");
+}
+
+#[test]
+fn boolean_values_accept_true_false_1_0_in_any_case() {
+    for (value, expect) in [("true", "hold"), ("TRUE", "hold"), ("1", "hold"), ("False", "deny"), ("0", "deny")] {
+        let mut command = check_examples(&["-o", "json"]);
+        command.env("SKIP_DENY_STEP", value);
+        let output = run(&mut command);
+        assert_eq!(output.status.code(), Some(0), "{value}: {}", stderr(&output));
+        let forged = json_lines(&output).into_iter().find(|r| r["name"] == "forged-hostname").unwrap();
+        assert_eq!(forged["decision"], expect, "SKIP_DENY_STEP={value}");
+    }
+}
+
+#[test]
+fn usage_errors_exit_2() {
+    for args in [
+        &["check"][..],
+        &["check", "-f", "x", "--output", "xml"],
+        &["check", "-f", "x", "--now", "yesterday"],
+        &["frobnicate"],
+    ] {
+        let output = run(binary().args(args).env("PROVIDER_REGEX", REGEX));
+        assert_eq!(output.status.code(), Some(2), "{args:?}: {}", stderr(&output));
+    }
+}
+
+#[test]
+fn unreadable_or_wrong_inputs_exit_1_naming_file_and_document() {
+    let dir = tempfile::tempdir().unwrap();
+    let not_yaml = dir.path().join("broken.yaml");
+    std::fs::write(&not_yaml, "kind: [unclosed\n").unwrap();
+    let a_node = repo("examples/nodes.yaml");
+    let garbage = dir.path().join("garbage.bin");
+    std::fs::write(&garbage, [0xff, 0xfe, 0x00, 0x12, 0x80]).unwrap();
+    let bad_csr = dir.path().join("bad.yaml");
+    std::fs::write(&bad_csr, "apiVersion: certificates.k8s.io/v1\nkind: CertificateSigningRequest\nspec: 42\n")
+        .unwrap();
+    let missing = dir.path().join("missing.yaml");
+    let cases: [(&Path, &str); 5] = [
+        (&missing, "cannot read"),
+        (&not_yaml, "not valid YAML or JSON"),
+        (&a_node, "document 1: a Node where a CertificateSigningRequest was expected"),
+        (&garbage, "garbage.bin"),
+        (&bad_csr, "document 1: not a valid CertificateSigningRequest"),
+    ];
+    for (path, needle) in cases {
+        let output = run(binary().args(["check", "--provider-regex", REGEX, "--file"]).arg(path));
+        let err = stderr(&output);
+        assert_eq!(output.status.code(), Some(1), "{}: {err}", path.display());
+        assert!(err.contains(&path.display().to_string()) && err.contains(needle), "{err}");
+    }
+}
+
+#[test]
+fn check_resolves_through_the_given_dns_server() {
+    let server = testdns::DnsServer::start_on_thread(
+        testdns::Records::new().a("n1.nodes.example.com", "10.0.0.11").a("n2.nodes.example.com", "10.0.0.12"),
+    )
+    .unwrap();
+    let mut command = binary();
+    command.args(["check", "-o", "json", "--file"]).arg(repo("examples/csrs.yaml"));
+    command.args(["--provider-regex", REGEX, "--provider-ip-prefixes", "10.0.0.0/16", "--dns-timeout", "500ms"]);
+    command.arg(format!("--dns-server={}", server.addr()));
+    let output = run(&mut command);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let legit = json_lines(&output).into_iter().find(|r| r["name"] == "legit-n1").unwrap();
+    assert_eq!(
+        (legit["decision"].as_str(), legit["reason"].as_str()),
+        (Some("approve"), Some("AutoApproved")),
+        "{legit}"
+    );
+    assert!(server.queries_for("n1.nodes.example.com") > 0);
+    assert_eq!(server.queries_for("auth.evil.io"), 0, "forged names are never looked up");
+}

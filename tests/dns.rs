@@ -1,0 +1,231 @@
+//! The hickory-backed resolver against a real DNS server (testdns) on loopback.
+// Test helpers outside #[test] functions unwrap too; clippy.toml only covers the tests.
+#![allow(clippy::unwrap_used)]
+
+use std::net::IpAddr;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use node_csr_approver::dns::{DnsFailure, HickoryResolver, Resolution, Resolver};
+use testdns::{DnsServer, Mode, QueryType, Records};
+
+const TIMEOUT: Duration = Duration::from_millis(500);
+
+fn ip(s: &str) -> IpAddr {
+    s.parse().unwrap()
+}
+
+fn addresses(list: &[&str]) -> Resolution {
+    Resolution::Addresses(list.iter().map(|s| ip(s)).collect())
+}
+
+async fn server(records: Records) -> (DnsServer, HickoryResolver) {
+    let server = DnsServer::start(records).await.unwrap();
+    let resolver = HickoryResolver::new(Some(&[server.addr()]), TIMEOUT).unwrap();
+    (server, resolver)
+}
+
+#[tokio::test]
+async fn a_record_only() {
+    let (_server, resolver) = server(Records::new().a("n1.example.com", "10.0.0.1")).await;
+    assert_eq!(resolver.resolve("n1.example.com").await, addresses(&["10.0.0.1"]));
+}
+
+#[tokio::test]
+async fn aaaa_record_only() {
+    let (_server, resolver) = server(Records::new().aaaa("n1.example.com", "fd00::1")).await;
+    assert_eq!(resolver.resolve("n1.example.com").await, addresses(&["fd00::1"]));
+}
+
+#[tokio::test]
+async fn a_and_aaaa_combined_a_first_without_duplicates() {
+    let records = Records::new()
+        .aaaa("n1.example.com", "fd00::1")
+        .a("n1.example.com", "10.0.0.1")
+        .a("n1.example.com", "10.0.0.2")
+        .a("n1.example.com", "10.0.0.1");
+    let (_server, resolver) = server(records).await;
+    let Resolution::Addresses(found) = resolver.resolve("n1.example.com").await else {
+        panic!("expected addresses");
+    };
+    assert_eq!(found.len(), 3, "{found:?}");
+    assert_eq!(&found[2], &ip("fd00::1"), "A before AAAA: {found:?}");
+    assert!(found.contains(&ip("10.0.0.1")) && found.contains(&ip("10.0.0.2")));
+}
+
+#[tokio::test]
+async fn names_compare_case_insensitively_and_may_end_with_a_dot() {
+    let (_server, resolver) = server(Records::new().a("n1.example.com", "10.0.0.1")).await;
+    assert_eq!(resolver.resolve("N1.Example.COM.").await, addresses(&["10.0.0.1"]));
+}
+
+#[tokio::test]
+async fn cname_chain_ending_in_addresses_counts_as_addresses() {
+    let records = Records::new()
+        .cname("alias.example.com", "middle.example.net")
+        .cname("middle.example.net", "n1.example.com")
+        .a("n1.example.com", "10.0.0.1")
+        .aaaa("n1.example.com", "fd00::1");
+    let (_server, resolver) = server(records).await;
+    assert_eq!(resolver.resolve("alias.example.com").await, addresses(&["10.0.0.1", "fd00::1"]));
+}
+
+#[tokio::test]
+async fn cname_to_a_missing_name_is_not_found() {
+    let records = Records::new().cname("alias.example.com", "gone.example.com");
+    let (_server, resolver) = server(records).await;
+    assert_eq!(resolver.resolve("alias.example.com").await, Resolution::NotFound);
+}
+
+#[tokio::test]
+async fn nxdomain_is_not_found() {
+    let (server, resolver) = server(Records::new().a("n1.example.com", "10.0.0.1")).await;
+    assert_eq!(resolver.resolve("n2.example.com").await, Resolution::NotFound);
+    assert!(server.queries_for("n2.example.com") >= 2, "A and AAAA were asked");
+}
+
+#[tokio::test]
+async fn known_name_without_address_records_is_not_found() {
+    let (_server, resolver) = server(Records::new().exists("n1.example.com")).await;
+    assert_eq!(resolver.resolve("n1.example.com").await, Resolution::NotFound);
+}
+
+#[tokio::test]
+async fn unresponsive_server_is_a_timeout_within_the_bound() {
+    let server = DnsServer::unresponsive().await.unwrap();
+    let resolver = HickoryResolver::new(Some(&[server.addr()]), TIMEOUT).unwrap();
+    let started = Instant::now();
+    let resolution = resolver.resolve("n1.example.com").await;
+    let elapsed = started.elapsed();
+    assert_eq!(resolution, Resolution::Unavailable(DnsFailure::Timeout));
+    assert!(elapsed < TIMEOUT * 3, "took {elapsed:?}");
+    assert!(server.total_queries() >= 1, "the server was asked");
+}
+
+#[tokio::test]
+async fn servfail_is_unavailable() {
+    let server = DnsServer::servfail().await.unwrap();
+    let resolver = HickoryResolver::new(Some(&[server.addr()]), TIMEOUT).unwrap();
+    assert_eq!(resolver.resolve("n1.example.com").await, Resolution::Unavailable(DnsFailure::ServFail));
+}
+
+#[tokio::test]
+async fn refused_is_unavailable() {
+    let (server, resolver) = server(Records::new().a("n1.example.com", "10.0.0.1")).await;
+    server.set_mode(Mode::Refused);
+    assert_eq!(resolver.resolve("n1.example.com").await, Resolution::Unavailable(DnsFailure::Refused));
+}
+
+/// An incomplete address set must never be decided on: one failing family fails the name.
+#[tokio::test]
+async fn one_failing_address_family_makes_the_name_unavailable() {
+    let records = Records::new()
+        .a("n1.example.com", "10.0.0.1")
+        .aaaa("n1.example.com", "fd00::1")
+        .fault("n1.example.com", QueryType::Aaaa, Mode::ServFail)
+        .a("n2.example.com", "10.0.0.2")
+        .fault("n2.example.com", QueryType::Aaaa, Mode::Unresponsive)
+        .aaaa("n3.example.com", "fd00::3")
+        .fault("n3.example.com", QueryType::A, Mode::Refused);
+    let (_server, resolver) = server(records).await;
+    assert_eq!(resolver.resolve("n1.example.com").await, Resolution::Unavailable(DnsFailure::ServFail));
+    assert_eq!(resolver.resolve("n2.example.com").await, Resolution::Unavailable(DnsFailure::Timeout));
+    assert_eq!(resolver.resolve("n3.example.com").await, Resolution::Unavailable(DnsFailure::Refused));
+}
+
+#[tokio::test]
+async fn unreachable_server_is_unavailable_never_not_found() {
+    // Bind and drop a server so that its port is (very likely) closed.
+    let addr = DnsServer::start(Records::new()).await.unwrap().addr();
+    let resolver = HickoryResolver::new(Some(&[addr]), TIMEOUT).unwrap();
+    let started = Instant::now();
+    let resolution = resolver.resolve("n1.example.com").await;
+    assert!(matches!(resolution, Resolution::Unavailable(_)), "{resolution:?}");
+    assert!(started.elapsed() < TIMEOUT * 3);
+}
+
+#[tokio::test]
+async fn server_stopped_then_back_on_the_same_address() {
+    // TTL 0: nothing cached, every resolution asks the server.
+    let (server, resolver) = server(Records::new().ttl(0).a("n1.example.com", "10.0.0.1")).await;
+    assert_eq!(resolver.resolve("n1.example.com").await, addresses(&["10.0.0.1"]));
+    server.pause();
+    assert_eq!(resolver.resolve("n1.example.com").await, Resolution::Unavailable(DnsFailure::Timeout));
+    server.resume();
+    assert_eq!(resolver.resolve("n1.example.com").await, addresses(&["10.0.0.1"]));
+}
+
+#[tokio::test]
+async fn single_label_name_is_looked_up_as_itself() {
+    let records = Records::new().a("n1", "10.0.0.1").a("n1.example.com", "10.9.9.9");
+    let (_server, resolver) = server(records).await;
+    assert_eq!(resolver.resolve("n1").await, addresses(&["10.0.0.1"]));
+}
+
+/// The pod case: `search <ns>.svc.cluster.local ...` with `ndots:5` must not turn `n1.corp`
+/// into `n1.corp.<search domain>`.
+#[tokio::test]
+async fn resolv_conf_search_list_and_domain_are_never_used() {
+    let records = Records::new()
+        .a("n1.corp.example.com", "10.9.9.9")
+        .a("n2.corp.example.com", "10.9.9.9")
+        .a("n2.corp", "10.0.0.2");
+    let server = DnsServer::start(records).await.unwrap();
+    for conf in [
+        "nameserver 127.0.0.1\nsearch example.com\noptions ndots:5\n",
+        "nameserver 127.0.0.1\ndomain example.com\noptions ndots:5\n",
+    ] {
+        let resolver =
+            HickoryResolver::from_resolv_conf(conf, server.addr().port(), TIMEOUT).expect("valid resolv.conf");
+        assert_eq!(resolver.resolve("n1.corp").await, Resolution::NotFound, "{conf}");
+        assert_eq!(resolver.resolve("n2.corp").await, addresses(&["10.0.0.2"]), "{conf}");
+    }
+    assert!(server.queries_for("n1.corp") >= 2, "the name itself was asked");
+    assert_eq!(server.queries_for("n1.corp.example.com"), 0, "search list used");
+    assert_eq!(server.queries_for("n2.corp.example.com"), 0, "search list used");
+}
+
+#[tokio::test]
+async fn name_added_while_running_is_seen_despite_negative_caching() {
+    // The server's negative TTL (SOA minimum) is 300 s; the resolver must not keep it that long.
+    let (server, resolver) = server(Records::new().ttl(300)).await;
+    assert_eq!(resolver.resolve("late.example.com").await, Resolution::NotFound);
+    server.add(Records::new().a("late.example.com", "10.0.0.7")).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(6);
+    loop {
+        let resolution = resolver.resolve("late.example.com").await;
+        if resolution == addresses(&["10.0.0.7"]) {
+            break;
+        }
+        assert_eq!(resolution, Resolution::NotFound);
+        assert!(Instant::now() < deadline, "stale negative answer kept too long");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_names_resolve_concurrently() {
+    const NAMES: usize = 2_000;
+    let mut records = Records::new();
+    for i in 0..NAMES {
+        records = records.a(&format!("node-{i}.example.com"), format!("10.1.{}.{}", i / 256, i % 256));
+    }
+    // The server gets a thread of its own and lookups a generous timeout: this is about
+    // correctness under concurrency, not speed on a loaded machine.
+    let server = DnsServer::start_on_thread(records).unwrap();
+    let resolver = HickoryResolver::new(Some(&[server.addr()]), Duration::from_secs(5)).unwrap();
+    let results: Vec<(usize, Resolution)> = futures::stream::iter(0..NAMES)
+        .map(|i| {
+            let resolver = &resolver;
+            async move { (i, resolver.resolve(&format!("node-{i}.example.com")).await) }
+        })
+        .buffer_unordered(100)
+        .collect()
+        .await;
+    assert_eq!(results.len(), NAMES);
+    for (i, resolution) in results {
+        let expected = format!("10.1.{}.{}", i / 256, i % 256);
+        assert_eq!(resolution, addresses(&[&expected]), "node-{i}");
+    }
+    assert!(server.total_queries() >= 2 * NAMES as u64);
+}

@@ -1,0 +1,116 @@
+//! End-to-end evaluations: the policy with the real hickory resolver asking a real DNS server on
+//! loopback, and Nodes from the file-backed cluster view.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::time::Duration;
+
+use node_csr_approver::cluster::{NodeAddress, NodeInfo, StaticCluster};
+use node_csr_approver::config::PolicyConfig;
+use node_csr_approver::dns::HickoryResolver;
+use node_csr_approver::policy::{DecisionKind, Evaluation, Reason, Submission, evaluate};
+use support::{Request, config, minutes_after_creation, serving};
+use testdns::{DnsServer, Records};
+
+fn dns_config() -> PolicyConfig {
+    PolicyConfig { bypass_dns_resolution: false, ..config() }
+}
+
+fn resolver(server: &DnsServer) -> HickoryResolver {
+    HickoryResolver::new(Some(&[server.addr()]), Duration::from_millis(500)).unwrap()
+}
+
+async fn decide(server: &DnsServer, cfg: &PolicyConfig, sub: &Submission, age_minutes: i64) -> Evaluation {
+    evaluate(sub, cfg, &resolver(server), &StaticCluster::default(), minutes_after_creation(age_minutes)).await
+}
+
+fn legit() -> Submission {
+    serving("n1", &Request::node("n1").dns("n1.nodes.example.com").ip("10.0.0.11").pem())
+}
+
+fn kind_reason(evaluation: &Evaluation) -> (DecisionKind, Reason) {
+    (evaluation.decision.kind, evaluation.decision.reason)
+}
+
+#[tokio::test]
+async fn a_name_resolving_to_the_ip_san_is_approved() {
+    let server = DnsServer::start(Records::new().a("n1.nodes.example.com", "10.0.0.11")).await.unwrap();
+    let evaluation = decide(&server, &dns_config(), &legit(), 1).await;
+    assert_eq!(kind_reason(&evaluation), (DecisionKind::Approve, Reason::AutoApproved), "{evaluation:?}");
+}
+
+#[tokio::test]
+async fn an_aaaa_record_outside_the_prefixes_is_denied() {
+    let records = Records::new().a("n1.nodes.example.com", "10.0.0.11").aaaa("n1.nodes.example.com", "2001:db8::1");
+    let server = DnsServer::start(records).await.unwrap();
+    let evaluation = decide(&server, &dns_config(), &legit(), 1).await;
+    assert_eq!(kind_reason(&evaluation), (DecisionKind::Deny, Reason::ResolvedIPNotInPrefixes));
+    assert!(evaluation.decision.message.contains("2001:db8::1"), "{}", evaluation.decision.message);
+}
+
+#[tokio::test]
+async fn an_ip_san_the_name_does_not_resolve_to_is_denied() {
+    let server = DnsServer::start(Records::new().a("n1.nodes.example.com", "10.0.0.99")).await.unwrap();
+    let evaluation = decide(&server, &dns_config(), &legit(), 1).await;
+    assert_eq!(kind_reason(&evaluation), (DecisionKind::Deny, Reason::IPNotResolved));
+}
+
+#[tokio::test]
+async fn a_name_that_appears_within_the_grace_period_is_approved() {
+    let server = DnsServer::start(Records::new()).await.unwrap();
+    let early = decide(&server, &dns_config(), &legit(), 1).await;
+    assert_eq!(kind_reason(&early), (DecisionKind::Retry, Reason::DNSNotYetResolvable));
+    server.add(Records::new().a("n1.nodes.example.com", "10.0.0.11")).unwrap();
+    let later = decide(&server, &dns_config(), &legit(), 2).await;
+    assert_eq!(kind_reason(&later), (DecisionKind::Approve, Reason::AutoApproved), "{later:?}");
+}
+
+#[tokio::test]
+async fn a_name_that_never_resolves_is_denied_after_the_grace_period() {
+    let server = DnsServer::start(Records::new()).await.unwrap();
+    let evaluation = decide(&server, &dns_config(), &legit(), 6).await;
+    assert_eq!(kind_reason(&evaluation), (DecisionKind::Deny, Reason::DNSNotResolved));
+}
+
+#[tokio::test]
+async fn a_dns_server_that_never_answers_is_retried_never_denied() {
+    let server = DnsServer::unresponsive().await.unwrap();
+    let evaluation = decide(&server, &dns_config(), &legit(), 600).await;
+    assert_eq!(kind_reason(&evaluation), (DecisionKind::Retry, Reason::DNSUnavailable));
+}
+
+#[tokio::test]
+async fn servfail_is_retried_never_denied() {
+    let server = DnsServer::servfail().await.unwrap();
+    let evaluation = decide(&server, &dns_config(), &legit(), 600).await;
+    assert_eq!(kind_reason(&evaluation), (DecisionKind::Retry, Reason::DNSUnavailable));
+}
+
+#[tokio::test]
+async fn a_forged_request_causes_no_dns_query() {
+    let server = DnsServer::start(Records::new().a("auth.evil.io", "10.0.0.11")).await.unwrap();
+    let forged = serving("a", &Request::node("a").dns("auth.evil.io").pem());
+    let evaluation = decide(&server, &dns_config(), &forged, 1).await;
+    assert_eq!(kind_reason(&evaluation), (DecisionKind::Deny, Reason::HostnameMismatch));
+    assert_eq!(server.total_queries(), 0);
+}
+
+#[tokio::test]
+async fn node_addresses_come_from_the_cluster_view() {
+    let server = DnsServer::start(Records::new()).await.unwrap();
+    let cfg = PolicyConfig { verify_node_addresses: true, ..config() };
+    let node = NodeInfo {
+        name: "n1".into(),
+        addresses: vec![
+            NodeAddress { kind: "InternalIP".into(), address: "10.0.0.11".into() },
+            NodeAddress { kind: "Hostname".into(), address: "n1.nodes.example.com".into() },
+        ],
+    };
+    let now = minutes_after_creation(1);
+    let missing = evaluate(&legit(), &cfg, &resolver(&server), &StaticCluster::default(), now).await;
+    assert_eq!(kind_reason(&missing), (DecisionKind::Retry, Reason::NodeNotFound));
+    let present = evaluate(&legit(), &cfg, &resolver(&server), &StaticCluster::new([node]), now).await;
+    assert_eq!(kind_reason(&present), (DecisionKind::Approve, Reason::AutoApproved), "{present:?}");
+}
