@@ -10,9 +10,10 @@ use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use k8s_openapi::api::core::v1::Node;
 use serde::Serialize;
 
-use crate::cluster::{ClusterView, NodeInfo, StaticCluster};
+use crate::cluster::{ClusterView, MachineInfo, NodeInfo, StaticCluster};
 use crate::config::PolicyConfig;
 use crate::dns::Resolver;
+use crate::machines::is_recent;
 use crate::manifest::{Input, InputError, read_objects};
 use crate::policy::{Evaluation, Outcome, Submission, evaluate};
 
@@ -26,7 +27,7 @@ pub struct CheckArgs {
     /// CertificateSigningRequests as YAML or JSON (an object, a List or several documents); - for stdin
     #[arg(short, long, value_name = "PATH")]
     pub file: Option<PathBuf>,
-    /// Nodes standing in for the cluster, as YAML or JSON
+    /// Nodes and Machines (machine.openshift.io, cluster.x-k8s.io) standing in for the cluster, as YAML or JSON
     #[arg(long, value_name = "PATH", requires = "file")]
     pub objects: Option<PathBuf>,
     /// The time used for age-based rules, RFC 3339 (default: now)
@@ -74,20 +75,26 @@ impl CheckArgs {
                 object.parse::<CertificateSigningRequest>(&input).map(|csr| Submission::from(&csr))
             })
             .collect::<Result<Vec<_>, _>>()?;
-        let nodes = match &self.objects {
-            None => Vec::new(),
-            Some(path) => {
-                let input = Input::from_arg(path);
-                read_objects(&input)?
-                    .iter()
-                    .map(|object| {
-                        expect_kind(&input, object, "Node")?;
-                        object.parse::<Node>(&input).map(|node| NodeInfo::from(&node))
-                    })
-                    .collect::<Result<Vec<_>, _>>()?
+        let (mut nodes, mut machines) = (Vec::new(), Vec::new());
+        if let Some(path) = &self.objects {
+            let input = Input::from_arg(path);
+            for object in read_objects(&input)? {
+                if object.kind == "Node" {
+                    nodes.push(NodeInfo::from(&object.parse::<Node>(&input)?));
+                } else if let Some(machine) = MachineInfo::from_value(&object.value) {
+                    machines.push(machine);
+                } else {
+                    return Err(InputError::Document {
+                        input: input.clone(),
+                        document: object.document,
+                        message: format!("a {} where a Node or a Machine was expected", object.kind),
+                    });
+                }
             }
-        };
-        Ok(Inputs { csrs, cluster: StaticCluster::new(nodes) })
+        }
+        let now = self.now.unwrap_or_else(Timestamp::now);
+        let pending = csrs.iter().filter(|csr| csr.decided.is_none() && is_recent(csr.created, now)).count();
+        Ok(Inputs { csrs, cluster: StaticCluster::new(nodes, machines, pending) })
     }
 }
 

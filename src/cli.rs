@@ -3,7 +3,7 @@
 use clap::{Parser, Subcommand};
 
 use crate::check::CheckArgs;
-use crate::config::{PolicyArgs, RunArgs};
+use crate::config::{MachineArgs, PolicyArgs, RunArgs};
 
 /// Decides on the certificate signing requests kubelets create.
 #[derive(Debug, Parser)]
@@ -15,6 +15,9 @@ pub struct Cli {
     /// Controller settings (also read from environment variables).
     #[command(flatten)]
     pub run: RunArgs,
+    /// Machine-mode settings (also read from environment variables).
+    #[command(flatten)]
+    pub machine: MachineArgs,
     /// What to do; the controller (`run`) when omitted.
     #[command(subcommand)]
     pub command: Option<Command>,

@@ -1,8 +1,10 @@
 //! Command-line flags and environment variables, parsed into a validated [`PolicyConfig`] and
 //! [`DnsConfig`]. Every startup error is produced here and names the flag, its env var and the value.
 
+mod machine;
 mod run;
 
+pub use machine::{Bootstrapper, MachineApi, MachineArgs, MachineConfig, MachinePolicy, MachineSource};
 pub use run::{LeaderConfig, LogFormat, RunArgs, RunConfig};
 
 use std::net::{IpAddr, SocketAddr};
@@ -69,6 +71,8 @@ pub struct PolicyConfig {
     pub dns_grace_period: Duration,
     /// Require every SAN to be one of the Node's addresses or its name.
     pub verify_node_addresses: bool,
+    /// Machine-mode rules, when machine mode is on.
+    pub machine: Option<MachinePolicy>,
 }
 
 /// The validated resolver settings.
@@ -188,6 +192,7 @@ impl PolicyArgs {
                 Duration::from_secs(300),
             )?,
             verify_node_addresses: parse_flag(&VERIFY_NODE_ADDRESSES, &self.verify_node_addresses)?,
+            machine: None,
         };
         let dns = DnsConfig {
             servers: parse_dns_servers(&self.dns_servers)?,

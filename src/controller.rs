@@ -22,6 +22,7 @@ use crate::cluster::ClusterView;
 use crate::config::PolicyConfig;
 use crate::dns::Resolver;
 use crate::leader::Leadership;
+use crate::machines::MachineCache;
 use crate::metrics::{Metrics, WriteResult};
 use crate::policy::{Decision, DecisionKind, KUBELET_SERVING_SIGNER, Reason, Submission, evaluate};
 
@@ -30,6 +31,8 @@ const RETRY_CAP: Duration = Duration::from_secs(60);
 const ERROR_BACKOFF: Duration = Duration::from_secs(5);
 const CONFLICT_REQUEUE: Duration = Duration::from_millis(200);
 const SYNC_POLL: Duration = Duration::from_millis(100);
+/// Machine and Node changes re-trigger waiting CSRs at most this often.
+const RETRIGGER_PERIOD: Duration = Duration::from_secs(1);
 
 /// A reconcile step that could not finish; the CSR is tried again later.
 #[derive(Debug, thiserror::Error)]
@@ -71,13 +74,16 @@ pub struct Context<R, C> {
 pub struct CsrMemory {
     uid: String,
     attempts: u32,
+    waiting_on_cluster: bool,
     announced: HashSet<(DecisionKind, Reason)>,
 }
 
-/// Runs the controller until `shutdown` resolves; in-flight reconciles finish first.
+/// Runs the controller until `shutdown` resolves; in-flight reconciles finish first. In machine mode
+/// `machines` re-triggers the CSRs waiting on a Machine or Node whenever one changes.
 pub async fn run<R, C>(
     ctx: Arc<Context<R, C>>,
     concurrency: u16,
+    machines: Option<MachineCache>,
     leader_gained: impl Stream<Item = ()> + Send + 'static,
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
     on_synced: impl FnOnce() + Send + 'static,
@@ -85,24 +91,41 @@ pub async fn run<R, C>(
     R: Resolver + 'static,
     C: ClusterView + 'static,
 {
-    let config = watcher::Config::default().fields(&format!("spec.signerName={KUBELET_SERVING_SIGNER}"));
+    let client_csrs = ctx.policy.machine.as_ref().is_some_and(|m| m.client_approval);
+    let config = if client_csrs {
+        watcher::Config::default()
+    } else {
+        watcher::Config::default().fields(&format!("spec.signerName={KUBELET_SERVING_SIGNER}"))
+    };
     let controller = Controller::new(ctx.api.clone(), config);
     let ready = controller.store();
+    let cache = machines.clone();
     tokio::spawn(async move {
         // The store wakes only one of the tasks waiting for it (the controller's own runner), so
         // ask again on a short period rather than wait for a wake-up that may never come.
         loop {
             match tokio::time::timeout(SYNC_POLL, ready.wait_until_ready()).await {
-                Ok(Ok(())) => return on_synced(),
+                Ok(Ok(())) => break,
                 Ok(Err(_)) => return,
                 Err(_) => continue,
             }
         }
+        if let Some(cache) = cache {
+            cache.synced().await;
+        }
+        on_synced();
     });
+    let waiting = match &machines {
+        Some(cache) => {
+            cache.attach_csrs(controller.store());
+            waiting_on_cluster(cache.changes(), ctx.clone()).boxed()
+        }
+        None => futures::stream::empty().boxed(),
+    };
     let forget = ctx.clone();
     controller
         .with_config(kube::runtime::controller::Config::default().concurrency(concurrency))
-        .reconcile_all_on(leader_gained)
+        .reconcile_all_on(futures::stream::select(leader_gained, waiting))
         .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, ctx)
         .for_each(|result| {
@@ -112,6 +135,25 @@ pub async fn run<R, C>(
             futures::future::ready(())
         })
         .await;
+}
+
+/// Yields after a Machine or Node changed while some CSR waits on the cluster, at most once per
+/// [`RETRIGGER_PERIOD`] (changes in between are coalesced).
+fn waiting_on_cluster<R, C>(
+    changes: tokio::sync::watch::Receiver<u64>,
+    ctx: Arc<Context<R, C>>,
+) -> impl Stream<Item = ()> + Send
+where
+    R: Send + Sync + 'static,
+    C: Send + Sync + 'static,
+{
+    futures::stream::unfold(changes, |mut changes| async move {
+        changes.changed().await.ok()?;
+        tokio::time::sleep(RETRIGGER_PERIOD).await;
+        changes.borrow_and_update();
+        Some(((), changes))
+    })
+    .filter(move |()| futures::future::ready(ctx.anyone_waiting_on_cluster()))
 }
 
 async fn reconcile<R: Resolver, C: ClusterView>(
@@ -153,7 +195,7 @@ async fn reconcile<R: Resolver, C: ClusterView>(
         }
         DecisionKind::Retry => {
             let first = ctx.first_time(&csr, &decision);
-            let delay = ctx.next_retry(&csr);
+            let delay = ctx.next_retry(&csr, waits_on_cluster(decision.reason));
             if first {
                 log_decision(&sub.name, node, &decision, "retrying");
                 ctx.publish(&csr, &decision, "retrying: ").await;
@@ -171,6 +213,11 @@ fn error_policy<R, C>(
 ) -> Action {
     tracing::warn!(%error, "reconcile failed; retrying");
     Action::requeue(ERROR_BACKOFF)
+}
+
+/// Reasons a Machine or Node change can resolve.
+fn waits_on_cluster(reason: Reason) -> bool {
+    matches!(reason, Reason::MachineNotFound | Reason::NodeNotFound | Reason::TooManyPending)
 }
 
 fn log_decision(name: &str, node: &str, decision: &Decision, note: &str) {
@@ -250,8 +297,9 @@ impl<R, C> Context<R, C> {
     }
 
     /// The next retry delay: capped exponential backoff per CSR.
-    fn next_retry(&self, csr: &CertificateSigningRequest) -> Duration {
+    fn next_retry(&self, csr: &CertificateSigningRequest, on_cluster: bool) -> Duration {
         let delay = self.with_memory(csr, |memory| {
+            memory.waiting_on_cluster = on_cluster;
             memory.attempts = memory.attempts.saturating_add(1);
             RETRY_BASE.saturating_mul(1 << memory.attempts.min(16).saturating_sub(1)).min(RETRY_CAP)
         });
@@ -261,6 +309,12 @@ impl<R, C> Context<R, C> {
 
     fn waiting(&self) -> usize {
         self.memory.lock().map(|m| m.values().filter(|c| c.attempts > 0).count()).unwrap_or(0)
+    }
+
+    /// True when some CSR's last evaluation waited on a Machine, a Node or the pending brake.
+    fn anyone_waiting_on_cluster(&self) -> bool {
+        let memory = self.memory.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        memory.values().any(|m| m.waiting_on_cluster)
     }
 
     fn with_memory<T>(&self, csr: &CertificateSigningRequest, f: impl FnOnce(&mut CsrMemory) -> T) -> T {

@@ -13,6 +13,7 @@ pub mod controller;
 pub mod csr;
 pub mod dns;
 pub mod leader;
+pub mod machines;
 pub mod manifest;
 pub mod metrics;
 pub mod policy;

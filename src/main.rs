@@ -7,7 +7,7 @@ use clap::Parser;
 use node_csr_approver::check::{self, CheckArgs};
 use node_csr_approver::cli::{Cli, Command};
 use node_csr_approver::cluster::KubeCluster;
-use node_csr_approver::config::{DnsConfig, LogFormat, PolicyConfig};
+use node_csr_approver::config::{DnsConfig, LogFormat, MachineSource, PolicyConfig};
 use node_csr_approver::dns::HickoryResolver;
 use node_csr_approver::runner;
 
@@ -18,10 +18,16 @@ const FAILURE: u8 = 1;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let (policy, dns, warnings) = match cli.policy.validate() {
+    let (mut policy, dns, warnings) = match cli.policy.validate() {
         Ok(valid) => valid,
         Err(error) => return usage_error(error),
     };
+    let machine = match cli.machine.validate() {
+        Ok(machine) => machine,
+        Err(error) => return usage_error(error),
+    };
+    policy.machine = machine.as_ref().map(|m| m.policy.clone());
+    let machine_source = machine.map(|m| m.source);
     let run = match cli.run.validate() {
         Ok(run) => run,
         Err(error) => return usage_error(error),
@@ -45,8 +51,10 @@ fn main() -> ExitCode {
         }
     };
     match cli.command {
-        Some(Command::Check(args)) => runtime.block_on(check_command(args, &policy, &dns, run.kubeconfig.as_deref())),
-        None | Some(Command::Run) => match runtime.block_on(runner::run(policy, dns, run)) {
+        Some(Command::Check(args)) => {
+            runtime.block_on(check_command(args, &policy, &dns, run.kubeconfig.as_deref(), machine_source.as_ref()))
+        }
+        None | Some(Command::Run) => match runtime.block_on(runner::run(policy, dns, run, machine_source)) {
             Ok(()) => ExitCode::SUCCESS,
             Err(error) => {
                 tracing::error!(%error, "stopped");
@@ -77,6 +85,7 @@ async fn check_command(
     policy: &PolicyConfig,
     dns: &DnsConfig,
     kubeconfig: Option<&std::path::Path>,
+    machine: Option<&MachineSource>,
 ) -> ExitCode {
     let resolver = match HickoryResolver::new(dns.servers.as_deref(), dns.timeout) {
         Ok(resolver) => resolver,
@@ -99,7 +108,18 @@ async fn check_command(
             Ok(csrs) => csrs,
             Err(error) => return failure(format!("fetching CSRs: {error}")),
         };
-        check::run(&csrs, policy, &resolver, &KubeCluster::new(client), now, args.output, &mut out).await
+        let machines = match machine {
+            Some(source) => match runner::machine_cache(&client, source).await {
+                Ok(cache) => {
+                    cache.synced().await;
+                    Some(cache)
+                }
+                Err(error) => return failure(error),
+            },
+            None => None,
+        };
+        let cluster = KubeCluster::new(client, machines);
+        check::run(&csrs, policy, &resolver, &cluster, now, args.output, &mut out).await
     };
     match written.context("writing the report") {
         Ok(()) => ExitCode::SUCCESS,

@@ -93,6 +93,8 @@ pub struct Metrics {
     waiting_retry: Gauge,
     leader: Gauge,
     writes: Family<ResultLabels, Counter>,
+    pending_node_csrs: Gauge,
+    pending_limit: Gauge,
 }
 
 impl Default for Metrics {
@@ -149,6 +151,19 @@ impl Metrics {
             writes.clone(),
         );
 
+        let pending_node_csrs = Gauge::default();
+        registry.register(
+            "pending_node_csrs",
+            "Machine mode: pending node CSRs younger than an hour, as the pending brake counts them",
+            pending_node_csrs.clone(),
+        );
+        let pending_limit = Gauge::default();
+        registry.register(
+            "pending_node_csrs_limit",
+            "Machine mode: max(Machines, Nodes) + --max-pending-delta; approvals pause above it",
+            pending_limit.clone(),
+        );
+
         Self {
             registry: Arc::new(root),
             decisions,
@@ -158,7 +173,15 @@ impl Metrics {
             waiting_retry,
             leader,
             writes,
+            pending_node_csrs,
+            pending_limit,
         }
+    }
+
+    /// Sets the pending brake's count and limit (machine mode).
+    pub fn set_pending_brake(&self, pending: usize, limit: usize) {
+        self.pending_node_csrs.set(i64::try_from(pending).unwrap_or(i64::MAX));
+        self.pending_limit.set(i64::try_from(limit).unwrap_or(i64::MAX));
     }
 
     /// Counts one decision.

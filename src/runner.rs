@@ -10,10 +10,11 @@ use tokio::sync::watch;
 
 use crate::admin::{self, Readiness};
 use crate::cluster::KubeCluster;
-use crate::config::{DnsConfig, PolicyConfig, RunConfig};
+use crate::config::{DnsConfig, MachineSource, PolicyConfig, RunConfig};
 use crate::controller::{self, Context};
 use crate::dns::HickoryResolver;
 use crate::leader::{self, Leadership};
+use crate::machines::MachineCache;
 use crate::metrics::{MeteredResolver, Metrics};
 
 /// The controller could not start or stopped abnormally.
@@ -50,8 +51,17 @@ pub async fn client(kubeconfig: Option<&std::path::Path>) -> Result<Client, RunE
 
 /// Runs the controller until SIGTERM/SIGINT; returns once in-flight writes finished and the Lease
 /// was released.
-pub async fn run(policy: PolicyConfig, dns: DnsConfig, cfg: RunConfig) -> Result<(), RunError> {
+pub async fn run(
+    policy: PolicyConfig,
+    dns: DnsConfig,
+    cfg: RunConfig,
+    machine: Option<MachineSource>,
+) -> Result<(), RunError> {
     let client = client(cfg.kubeconfig.as_deref()).await?;
+    let machines = match &machine {
+        Some(source) => Some(machine_cache(&client, source).await?),
+        None => None,
+    };
     let metrics = Metrics::new();
     let readiness = Readiness::new();
     let (stop_tx, stop_rx) = watch::channel(false);
@@ -85,7 +95,7 @@ pub async fn run(policy: PolicyConfig, dns: DnsConfig, cfg: RunConfig) -> Result
         api: Api::all(client.clone()),
         policy,
         resolver,
-        cluster: KubeCluster::new(client.clone()),
+        cluster: KubeCluster::new(client.clone(), machines.clone()),
         leadership,
         recorder: Recorder::new(client, Reporter { controller: "node-csr-approver".into(), instance }),
         metrics,
@@ -93,7 +103,10 @@ pub async fn run(policy: PolicyConfig, dns: DnsConfig, cfg: RunConfig) -> Result
         memory: Mutex::new(Default::default()),
     });
     let synced = readiness.clone();
-    let controller = controller::run(ctx, cfg.concurrency, leader_gained, stopped(), move || {
+    if let (Some(cache), Some(rules)) = (&machines, &ctx.policy.machine) {
+        tokio::spawn(report_pending_brake(cache.clone(), rules.max_pending_delta, ctx.metrics.clone()));
+    }
+    let controller = controller::run(ctx, cfg.concurrency, machines, leader_gained, stopped(), move || {
         tracing::info!("CSR watch synced: ready");
         synced.set_ready();
     });
@@ -125,6 +138,25 @@ pub async fn run(policy: PolicyConfig, dns: DnsConfig, cfg: RunConfig) -> Result
         let _ = server.await;
     }
     outcome
+}
+
+/// Starts machine mode's caches, reading Machines from `--machine-kubeconfig` when given.
+pub async fn machine_cache(client: &Client, source: &MachineSource) -> Result<MachineCache, RunError> {
+    let machine_client = match &source.kubeconfig {
+        Some(path) => self::client(Some(path)).await?,
+        None => client.clone(),
+    };
+    Ok(MachineCache::start(client.clone(), machine_client, source).await)
+}
+
+/// Keeps the pending-brake gauges current.
+async fn report_pending_brake(cache: MachineCache, delta: u32, metrics: Metrics) {
+    loop {
+        if let Ok(load) = cache.load() {
+            metrics.set_pending_brake(load.pending, load.machines.max(load.nodes).saturating_add(delta as usize));
+        }
+        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    }
 }
 
 /// A stream that yields each time this replica gains the Lease, and keeps the leader gauge true.

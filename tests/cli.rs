@@ -2,6 +2,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod support;
+
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -179,11 +181,21 @@ fn every_invalid_value_stops_with_exit_2_naming_flag_env_and_value() {
         ("--dns-timeout", "DNS_TIMEOUT", "0s"),
         ("--dns-grace-period", "DNS_GRACE_PERIOD", "-5m"),
         ("--dns-grace-period", "DNS_GRACE_PERIOD", "25h"),
+        ("--machine-api", "MACHINE_API", "machine.openshift.io/v1"),
+        ("--machine-namespace", "MACHINE_NAMESPACE", "Not_A_Namespace"),
+        ("--node-client-approval", "NODE_CLIENT_APPROVAL", "maybe"),
+        ("--bootstrapper-username", "BOOTSTRAPPER_USERNAME", "system:node:*"),
+        ("--bootstrapper-groups", "BOOTSTRAPPER_GROUPS", "system:authenticated,,x"),
+        ("--max-pending-delta", "MAX_PENDING_DELTA", "-1"),
+        ("--machine-approver-config", "MACHINE_APPROVER_CONFIG", "/nonexistent/config.yaml"),
     ];
     for (flag, var, value) in cases {
         let as_flag = format!("{flag}={value}");
-        assert_config_error(&[&as_flag], &[], flag, var, value);
-        assert_config_error(&[], &[(var, value)], flag, var, value);
+        // Machine-mode flags are validated once machine mode is on.
+        let machine_mode: &[&str] =
+            if flag.starts_with("--machine-api") { &[] } else { &["--machine-api=cluster.x-k8s.io/v1beta1"] };
+        assert_config_error(&[&[as_flag.as_str()], machine_mode].concat(), &[], flag, var, value);
+        assert_config_error(machine_mode, &[(var, value)], flag, var, value);
     }
 }
 
@@ -270,4 +282,48 @@ fn check_resolves_through_the_given_dns_server() {
     );
     assert!(server.queries_for("n1.nodes.example.com") > 0);
     assert_eq!(server.queries_for("auth.evil.io"), 0, "forged names are never looked up");
+}
+
+/// A bootstrap client CSR for `node` and a Machine carrying its name, as YAML files.
+fn machine_mode_inputs(dir: &Path, node: &str) -> (PathBuf, PathBuf) {
+    let pem = support::Request::node(node).pem();
+    let csr = format!(
+        "apiVersion: certificates.k8s.io/v1\nkind: CertificateSigningRequest\nmetadata:\n  name: boot-{node}\n  creationTimestamp: \"2026-01-01T00:01:00Z\"\nspec:\n  signerName: kubernetes.io/kube-apiserver-client-kubelet\n  username: system:serviceaccount:openshift-machine-config-operator:node-bootstrapper\n  groups: [system:serviceaccounts:openshift-machine-config-operator, system:serviceaccounts, system:authenticated]\n  usages: [digital signature, client auth]\n  request: {}\n",
+        base64(pem.as_bytes())
+    );
+    let machine = format!(
+        "apiVersion: cluster.x-k8s.io/v1beta1\nkind: Machine\nmetadata:\n  name: m-{node}\n  namespace: default\n  creationTimestamp: \"2026-01-01T00:00:00Z\"\nstatus:\n  addresses:\n    - {{type: InternalDNS, address: {node}}}\n"
+    );
+    let (csr_path, machine_path) = (dir.join("csr.yaml"), dir.join("machines.yaml"));
+    std::fs::write(&csr_path, csr).unwrap();
+    std::fs::write(&machine_path, machine).unwrap();
+    (csr_path, machine_path)
+}
+
+fn base64(bytes: &[u8]) -> String {
+    let block = support::pem_block("X", bytes);
+    block.lines().filter(|l| !l.starts_with("-----")).collect()
+}
+
+#[test]
+fn check_decides_bootstrap_csrs_against_machines_from_a_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let (csr, machines) = machine_mode_inputs(dir.path(), "n7");
+    let decide = |extra: &[&str]| {
+        let mut command = binary();
+        command
+            .args(["check", "-o", "json", "--provider-regex", REGEX, "--now", "2026-01-01T00:02:00Z", "--file"])
+            .arg(&csr);
+        command.arg("--objects").arg(&machines).arg("--machine-api=cluster.x-k8s.io/v1beta1").args(extra);
+        let output = run(&mut command);
+        assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+        let report = json_lines(&output).remove(0);
+        (report["decision"].as_str().unwrap().to_owned(), report["reason"].as_str().unwrap().to_owned())
+    };
+    assert_eq!(decide(&[]), ("approve".to_owned(), "AutoApproved".to_owned()));
+    assert_eq!(decide(&["--node-client-approval=false"]), ("ignore".to_owned(), "SignerNotHandled".to_owned()));
+    let config = dir.path().join("machine-approver-config.yaml");
+    std::fs::write(&config, "nodeClientCert:\n  disabled: true\n").unwrap();
+    let flag = format!("--machine-approver-config={}", config.display());
+    assert_eq!(decide(&[&flag]), ("ignore".to_owned(), "SignerNotHandled".to_owned()));
 }

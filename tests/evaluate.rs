@@ -111,6 +111,6 @@ async fn node_addresses_come_from_the_cluster_view() {
     let now = minutes_after_creation(1);
     let missing = evaluate(&legit(), &cfg, &resolver(&server), &StaticCluster::default(), now).await;
     assert_eq!(kind_reason(&missing), (DecisionKind::Retry, Reason::NodeNotFound));
-    let present = evaluate(&legit(), &cfg, &resolver(&server), &StaticCluster::new([node]), now).await;
+    let present = evaluate(&legit(), &cfg, &resolver(&server), &StaticCluster::new([node], [], 0), now).await;
     assert_eq!(kind_reason(&present), (DecisionKind::Approve, Reason::AutoApproved), "{present:?}");
 }

@@ -360,7 +360,11 @@ fn every_reason_code_is_produced() {
             decide(&case.sub, &case.cfg, &case.evidence, minutes_after_creation(case.age_minutes)).decision.reason
         })
         .collect();
-    let missing: Vec<&str> = Reason::ALL.iter().filter(|r| !produced.contains(r)).map(|r| r.as_str()).collect();
+    let missing: Vec<&str> = Reason::ALL
+        .iter()
+        .filter(|r| !produced.contains(r) && !support::MACHINE_REASONS.contains(r))
+        .map(|r| r.as_str())
+        .collect();
     assert!(missing.is_empty(), "no case produces {missing:?}");
 }
 

@@ -157,7 +157,7 @@ impl RunArgs {
                 .map(|ns| ns.trim().to_owned())
                 .map_err(|_| LEADER_ELECTION_NAMESPACE.error("", "required with --leader-election outside a pod"))?,
         };
-        if !is_dns_subdomain(&namespace) || namespace.contains('.') {
+        if !is_dns_label(&namespace) {
             return Err(LEADER_ELECTION_NAMESPACE.error(&namespace, "expected a namespace name"));
         }
         let second = Duration::from_secs(1);
@@ -195,6 +195,11 @@ fn identity() -> String {
         .or_else(|| std::fs::read_to_string("/proc/sys/kernel/hostname").ok().map(|h| h.trim().to_owned()))
         .unwrap_or_else(|| "node-csr-approver".into());
     format!("{base}_{:08x}", rand::random::<u32>())
+}
+
+/// A namespace name: one lowercase DNS label.
+pub(super) fn is_dns_label(name: &str) -> bool {
+    name.len() <= 63 && !name.contains('.') && is_dns_subdomain(name)
 }
 
 fn is_dns_subdomain(name: &str) -> bool {

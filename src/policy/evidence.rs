@@ -1,9 +1,10 @@
-//! Evidence from outside the process (DNS answers, the Node), gathered concurrently once per
-//! evaluation, before the pure decision.
+//! Evidence from outside the process (DNS answers, the Node, Machines, the brake's counts),
+//! gathered concurrently once per evaluation, before the pure decision.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
-use crate::cluster::{ClusterView, NodeInfo};
+use crate::cluster::{ClusterView, Load, MachineInfo, NodeInfo};
 use crate::dns::{Resolution, Resolver};
 
 /// What a cluster lookup found.
@@ -22,8 +23,12 @@ pub enum Lookup<T> {
 pub struct Evidence {
     /// The resolution of each DNS SAN, keyed by the lowercased name.
     pub dns: BTreeMap<String, Resolution>,
-    /// The Node, when node addresses are verified.
+    /// The Node, when asked for.
     pub node: Option<Lookup<NodeInfo>>,
+    /// Every Machine, in machine mode.
+    pub machines: Option<Result<Vec<Arc<MachineInfo>>, String>>,
+    /// The pending brake's counts, in machine mode.
+    pub load: Option<Result<Load, String>>,
 }
 
 /// What must be gathered for one CSR.
@@ -33,23 +38,30 @@ pub struct Needs {
     pub dns_names: Vec<String>,
     /// The Node to fetch.
     pub node: Option<String>,
+    /// Whether Machines and the brake's counts are needed.
+    pub machines: bool,
 }
 
-/// Gathers `needs` concurrently: every DNS name and the Node at once.
+/// Gathers `needs` concurrently: every DNS name, the Node and the Machines at once.
 pub async fn gather<R: Resolver, C: ClusterView>(needs: &Needs, resolver: &R, cluster: &C) -> Evidence {
     let lookups = futures::future::join_all(
         needs.dns_names.iter().map(|name| async move { (name.clone(), resolver.resolve(name).await) }),
     );
     let node = async {
-        match &needs.node {
-            None => None,
-            Some(name) => Some(match cluster.node(name).await {
-                Ok(Some(node)) => Lookup::Found(node),
-                Ok(None) => Lookup::Missing,
-                Err(error) => Lookup::Failed(error.to_string()),
-            }),
-        }
+        let name = needs.node.as_ref()?;
+        Some(match cluster.node(name).await {
+            Ok(Some(node)) => Lookup::Found(node),
+            Ok(None) => Lookup::Missing,
+            Err(error) => Lookup::Failed(error.to_string()),
+        })
     };
-    let (dns, node) = futures::join!(lookups, node);
-    Evidence { dns: dns.into_iter().collect(), node }
+    let machines = async {
+        if !needs.machines {
+            return (None, None);
+        }
+        let (machines, load) = futures::join!(cluster.machines(), cluster.load());
+        (Some(machines.map_err(|e| e.to_string())), Some(load.map_err(|e| e.to_string())))
+    };
+    let (dns, node, (machines, load)) = futures::join!(lookups, node, machines);
+    Evidence { dns: dns.into_iter().collect(), node, machines, load }
 }

@@ -2,7 +2,9 @@
 //! No kube client and no sockets here; evidence arrives through the [`Resolver`] and
 //! [`ClusterView`] traits.
 
+mod client;
 mod evidence;
+mod machine;
 mod reason;
 mod report;
 mod serving;
@@ -13,14 +15,16 @@ use std::time::Duration;
 use jiff::Timestamp;
 
 use crate::cluster::ClusterView;
-use crate::config::PolicyConfig;
+use crate::config::{MachinePolicy, PolicyConfig};
 use crate::dns::Resolver;
 
+pub use client::SIGNER as KUBELET_CLIENT_SIGNER;
 pub use evidence::{Evidence, Lookup, Needs, gather};
+pub use machine::{same_dns_name, same_ip};
 pub use reason::Reason;
 pub use report::{Check, CheckResult, Consequence, Failure, Outcome};
 pub use serving::{NODE_USER_PREFIX, NODES_GROUP, SIGNER as KUBELET_SERVING_SIGNER};
-pub use submission::Submission;
+pub use submission::{Submission, is_decided};
 
 use report::Report;
 
@@ -103,49 +107,83 @@ pub fn decide(sub: &Submission, cfg: &PolicyConfig, evidence: &Evidence, now: Ti
     }
 }
 
-/// Signer and pending checks, then the checks that need no evidence; `Err` when already decided.
-fn triage(sub: &Submission, cfg: &PolicyConfig) -> Result<(Report, serving::Staged), Evaluation> {
+/// The checks of one signer that have run before evidence is gathered.
+enum Staged<'a> {
+    Serving(Box<serving::Staged>),
+    Client(client::Staged, &'a MachinePolicy),
+}
+
+impl Staged<'_> {
+    fn needs(&self, cfg: &PolicyConfig) -> Option<Needs> {
+        match self {
+            Staged::Serving(staged) => staged.needs(cfg),
+            Staged::Client(staged, _) => staged.needs(),
+        }
+    }
+}
+
+/// Signer, pending and (for client CSRs) identity checks, then the checks that need no evidence;
+/// `Err` when the CSR is not ours or already decided.
+fn triage<'a>(sub: &Submission, cfg: &'a PolicyConfig) -> Result<(Report, Staged<'a>), Evaluation> {
     let mut triage = Report::default();
-    if sub.signer_name != serving::SIGNER {
+    let client_rules = cfg.machine.as_ref().filter(|m| m.client_approval);
+    let handled = sub.signer_name == serving::SIGNER || (sub.signer_name == client::SIGNER && client_rules.is_some());
+    if !handled {
         triage.record(
             Check::Signer,
             Err(Failure::ignore(Reason::SignerNotHandled, format!("signer {:?} is not handled", sub.signer_name))),
         );
-        return Err(conclude(triage, cfg, ""));
+        return Err(conclude(triage, cfg, sub));
     }
     triage.record(Check::Signer, Ok(sub.signer_name.clone()));
     if let Some(decided) = &sub.decided {
         triage.record(Check::Pending, Err(Failure::ignore(Reason::AlreadyDecided, decided.clone())));
-        return Err(conclude(triage, cfg, ""));
+        return Err(conclude(triage, cfg, sub));
     }
     triage.record(Check::Pending, Ok("no decision yet".into()));
-    Ok((triage, serving::stage(sub, cfg)))
+    match client_rules.filter(|_| sub.signer_name == client::SIGNER) {
+        None => Ok((triage, Staged::Serving(Box::new(serving::stage(sub, cfg))))),
+        Some(rules) => match client::identity(sub, rules) {
+            Ok(identity) => Ok((triage, Staged::Client(client::stage(sub, identity), rules))),
+            Err(not_ours) => {
+                triage.record(Check::Bootstrapper, Err(not_ours));
+                Err(conclude(triage, cfg, sub))
+            }
+        },
+    }
 }
 
 fn finish(
     sub: &Submission,
     cfg: &PolicyConfig,
     mut triage: Report,
-    staged: serving::Staged,
+    staged: Staged<'_>,
     evidence: Option<&Evidence>,
     now: Timestamp,
 ) -> Evaluation {
-    let age = sub.created.map(|created| age_at(created, now));
-    let mut report = staged.finish(cfg, evidence, age);
+    let mut report = match staged {
+        Staged::Client(staged, rules) => staged.finish(sub, rules, evidence),
+        Staged::Serving(staged) => {
+            let age = sub.created.map(|created| age_at(created, now));
+            staged.finish(cfg, evidence, age)
+        }
+    };
     triage.rows.append(&mut report.rows);
-    conclude(triage, cfg, &sub.username)
+    conclude(triage, cfg, sub)
 }
 
 fn age_at(created: Timestamp, now: Timestamp) -> Duration {
     Duration::try_from(now.duration_since(created)).unwrap_or(Duration::ZERO)
 }
 
-/// Turns a report into a decision: the first failure decides; none means approve.
-fn conclude(report: Report, cfg: &PolicyConfig, username: &str) -> Evaluation {
+/// Turns a report into a decision: the first failure decides; none means approve. Client CSRs are
+/// never denied: a failing rule holds them for a human.
+fn conclude(report: Report, cfg: &PolicyConfig, sub: &Submission) -> Evaluation {
+    let never_deny = cfg.skip_deny_step || sub.signer_name == client::SIGNER;
     let decision = match report.first_failure() {
         Some(failure) => {
             let kind = match failure.consequence {
-                Consequence::Deny if cfg.skip_deny_step => DecisionKind::Hold,
+                Consequence::Deny if never_deny => DecisionKind::Hold,
                 Consequence::Deny => DecisionKind::Deny,
                 Consequence::Retry => DecisionKind::Retry,
                 Consequence::Ignore => DecisionKind::Ignore,
@@ -155,18 +193,19 @@ fn conclude(report: Report, cfg: &PolicyConfig, username: &str) -> Evaluation {
         None => Decision {
             kind: DecisionKind::Approve,
             reason: Reason::AutoApproved,
-            message: approval_message(&report, username),
+            message: approval_message(&report, sub),
         },
     };
     Evaluation { decision, checks: report.rows }
 }
 
-fn approval_message(report: &Report, username: &str) -> String {
+fn approval_message(report: &Report, sub: &Submission) -> String {
     let passed: Vec<&str> = report
         .rows
         .iter()
         .filter(|row| matches!(row.outcome, Outcome::Pass(_)))
         .map(|row| row.check.as_str())
         .collect();
-    format!("kubelet serving certificate for {username} verified: {}", passed.join(", "))
+    let what = if sub.signer_name == client::SIGNER { "node-client bootstrap" } else { "kubelet serving" };
+    format!("{what} certificate for {} verified: {}", sub.username, passed.join(", "))
 }

@@ -80,6 +80,26 @@ reasons! {
     NodeAddressMismatch,
     /// The cluster could not be read; retried, never denied.
     ClusterUnavailable,
+    /// Machine mode: no Machine matches the node yet (by nodeRef for serving, InternalDNS for client CSRs); retried.
+    MachineNotFound,
+    /// Machine mode: a serving SAN is not an address of the node's Machine.
+    MachineAddressMismatch,
+    /// Machine mode: approvals are paused while pending node CSRs exceed max(Machines, Nodes) + --max-pending-delta; retried.
+    TooManyPending,
+    /// Machine mode: a node-client CSR from neither the bootstrapper nor a node; not ours.
+    NotBootstrapper,
+    /// Machine mode: a node-client renewal by system:node:*, left to kube-controller-manager.
+    NodeClientRenewal,
+    /// Machine mode: a node-client CSR from the bootstrapper username with other groups; held.
+    BootstrapperGroupsMismatch,
+    /// Machine mode: a node-client CSR carries SANs; held.
+    ClientSANsPresent,
+    /// Machine mode: a Node with the requested name already exists; held.
+    NodeAlreadyExists,
+    /// Machine mode: the matching Machine already has a nodeRef; held.
+    MachineAlreadyHasNode,
+    /// Machine mode: the CSR was not created between 10 s before and 2 h after its Machine; held.
+    CreatedOutsideMachineWindow,
 }
 
 impl std::fmt::Display for Reason {

@@ -43,6 +43,22 @@ pub enum Check {
     Expiration,
     /// Every SAN belongs to the Node.
     NodeAddresses,
+    /// Every SAN is an address of the node's Machine.
+    MachineAddresses,
+    /// The pending brake is not engaged.
+    PendingBrake,
+    /// A node-client CSR comes from the bootstrapper with its exact groups.
+    Bootstrapper,
+    /// A node-client CSR carries no SANs.
+    NoSans,
+    /// No Node of the requested name exists.
+    NodeAbsent,
+    /// A Machine carries the requested name as InternalDNS.
+    MachineMatch,
+    /// That Machine has no nodeRef yet.
+    MachineUnclaimed,
+    /// The CSR was created within the Machine's window.
+    CreationWindow,
 }
 
 impl Check {
@@ -68,6 +84,14 @@ impl Check {
             Check::IpResolved => "ip-resolved",
             Check::Expiration => "expiration",
             Check::NodeAddresses => "node-addresses",
+            Check::MachineAddresses => "machine-addresses",
+            Check::PendingBrake => "pending-brake",
+            Check::Bootstrapper => "bootstrapper",
+            Check::NoSans => "no-sans",
+            Check::NodeAbsent => "node-absent",
+            Check::MachineMatch => "machine-match",
+            Check::MachineUnclaimed => "machine-unclaimed",
+            Check::CreationWindow => "creation-window",
         }
     }
 }

@@ -11,6 +11,7 @@ use crate::csr::CsrFacts;
 use crate::dns::Resolution;
 
 use super::evidence::{Evidence, Lookup, Needs};
+use super::machine;
 use super::report::{Check, Failure, Report};
 use super::{Reason, Submission};
 
@@ -85,6 +86,7 @@ impl Staged {
         let needs = Needs {
             dns_names: if cfg.bypass_dns_resolution { Vec::new() } else { parsed.dns_names.clone() },
             node: cfg.verify_node_addresses.then(|| parsed.node.clone()),
+            machines: cfg.machine.is_some(),
         };
         Some(needs)
     }
@@ -112,11 +114,25 @@ impl Staged {
             Some((parsed, Some(node))) => report.record(Check::NodeAddresses, node_addresses(parsed, node)),
             _ => report.skip(Check::NodeAddresses, "not looked up: an earlier check failed"),
         }
+        match (&cfg.machine, usable) {
+            (None, _) => {}
+            (Some(machine_cfg), Some((parsed, evidence))) => {
+                let belongs = machine::machines(&evidence.machines)
+                    .and_then(|machines| machine::machine_of_node(machines, &parsed.node))
+                    .and_then(|m| machine::serving_sans_belong(m, &parsed.dns_names, &parsed.facts.ip_addresses));
+                report.record(Check::MachineAddresses, belongs);
+                report.record(Check::PendingBrake, machine::pending_brake(&evidence.load, machine_cfg));
+            }
+            (Some(_), None) => {
+                report.skip(Check::MachineAddresses, "not looked up: an earlier check failed");
+                report.skip(Check::PendingBrake, "not looked up: an earlier check failed");
+            }
+        }
         report
     }
 }
 
-fn node_name(username: &str, cfg: &PolicyConfig) -> Result<String, Failure> {
+pub(crate) fn node_name(username: &str, cfg: &PolicyConfig) -> Result<String, Failure> {
     match username.strip_prefix(NODE_USER_PREFIX) {
         Some(name) if !name.is_empty() => Ok(name.to_owned()),
         _ if cfg.ignore_non_system_node => Err(Failure::ignore(

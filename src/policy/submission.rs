@@ -43,6 +43,11 @@ impl From<&CertificateSigningRequest> for Submission {
     }
 }
 
+/// True when an Approved or Denied condition or an issued certificate is present.
+pub fn is_decided(csr: &CertificateSigningRequest) -> bool {
+    decided_by(csr).is_some()
+}
+
 fn decided_by(csr: &CertificateSigningRequest) -> Option<String> {
     let status = csr.status.as_ref()?;
     if status.certificate.as_ref().is_some_and(|c| !c.0.is_empty()) {

@@ -140,6 +140,23 @@ pub fn extra_common_name() -> DnType {
     DnType::CustomDnType(vec![2, 5, 4, 3])
 }
 
+/// The reason codes only machine mode produces (tests/machine_policy.rs covers them).
+pub const MACHINE_REASONS: [node_csr_approver::policy::Reason; 10] = {
+    use node_csr_approver::policy::Reason::*;
+    [
+        MachineNotFound,
+        MachineAddressMismatch,
+        TooManyPending,
+        NotBootstrapper,
+        NodeClientRenewal,
+        BootstrapperGroupsMismatch,
+        ClientSANsPresent,
+        NodeAlreadyExists,
+        MachineAlreadyHasNode,
+        CreatedOutsideMachineWindow,
+    ]
+};
+
 pub const SERVING_USAGES: [&str; 3] = ["digital signature", "key encipherment", "server auth"];
 
 /// A pending kubelet-serving CSR from `system:node:<node>` carrying `request`.
@@ -172,6 +189,7 @@ pub fn config() -> PolicyConfig {
         skip_deny_step: false,
         dns_grace_period: Duration::from_secs(300),
         verify_node_addresses: false,
+        machine: None,
     }
 }
 

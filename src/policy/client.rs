@@ -1,0 +1,197 @@
+//! Machine mode's node-client bootstrap checks (DESIGN §5) for
+//! `kubernetes.io/kube-apiserver-client-kubelet` CSRs. A failing rule holds the CSR for a human;
+//! client CSRs are never denied.
+
+use jiff::SignedDuration;
+use std::collections::BTreeSet;
+
+use crate::config::MachinePolicy;
+use crate::csr::CsrFacts;
+
+use super::evidence::{Evidence, Lookup, Needs};
+use super::report::{Check, Failure, Report};
+use super::serving::{NODE_USER_PREFIX, NODES_GROUP};
+use super::{Reason, Submission, machine};
+
+/// The signer of kubelet client certificates.
+pub const SIGNER: &str = "kubernetes.io/kube-apiserver-client-kubelet";
+/// A CSR may be created this long before its Machine (clock skew)...
+const BEFORE_MACHINE: SignedDuration = SignedDuration::from_secs(10);
+/// ... and at most this long after it.
+const AFTER_MACHINE: SignedDuration = SignedDuration::from_secs(2 * 3600);
+const USAGES_RSA: [&str; 3] = ["client auth", "digital signature", "key encipherment"];
+const USAGES_ECDSA: [&str; 2] = ["client auth", "digital signature"];
+
+/// A client CSR whose static checks have run.
+#[derive(Debug)]
+pub(crate) struct Staged {
+    report: Report,
+    node: Option<String>,
+}
+
+/// The identity check; `Err` ignores the CSR (not the bootstrapper).
+pub(crate) fn identity(sub: &Submission, cfg: &MachinePolicy) -> Result<Result<String, Failure>, Failure> {
+    if !cfg.bootstrapper.matches(&sub.username) {
+        return Err(if sub.username.starts_with(NODE_USER_PREFIX) {
+            Failure::ignore(Reason::NodeClientRenewal, format!("{} renews its own client certificate", sub.username))
+        } else {
+            Failure::ignore(Reason::NotBootstrapper, format!("username {:?} is not the bootstrapper", sub.username))
+        });
+    }
+    let groups: BTreeSet<String> = sub.groups.iter().cloned().collect();
+    Ok(if groups == cfg.bootstrapper_groups {
+        Ok(format!("{} with its groups", sub.username))
+    } else {
+        Err(Failure::deny(
+            Reason::BootstrapperGroupsMismatch,
+            format!("groups {:?} are not exactly {:?}", sub.groups, cfg.bootstrapper_groups),
+        ))
+    })
+}
+
+/// Runs the checks that need no evidence.
+pub(crate) fn stage(sub: &Submission, identity: Result<String, Failure>) -> Staged {
+    let mut report = Report::default();
+    report.record(Check::Bootstrapper, identity);
+    let facts = CsrFacts::from_pem(&sub.request).map_err(|e| Failure::deny(Reason::MalformedRequest, e.to_string()));
+    report
+        .record(Check::Request, facts.as_ref().map(|_| "parsed, signature verified".to_owned()).map_err(Clone::clone));
+    let Ok(facts) = facts else {
+        for check in [Check::Subject, Check::NoSans, Check::Usages] {
+            report.skip(check, "needs a parsed request");
+        }
+        return Staged { report, node: None };
+    };
+    let node = subject(&facts);
+    report.record(Check::Subject, node.clone().map(|n| format!("CN=system:node:{n}, O={NODES_GROUP}")));
+    report.record(Check::NoSans, no_sans(&facts));
+    report.record(Check::Usages, usages(&sub.usages));
+    Staged { report, node: node.ok() }
+}
+
+impl Staged {
+    /// The evidence still needed, or `None` when a check has already failed.
+    pub(crate) fn needs(&self) -> Option<Needs> {
+        let node = self.node.as_ref()?;
+        if self.report.first_failure().is_some() {
+            return None;
+        }
+        Some(Needs { dns_names: Vec::new(), node: Some(node.clone()), machines: true })
+    }
+
+    /// Runs the evidence checks (skipped when `evidence` is `None`) and returns the full report.
+    pub(crate) fn finish(self, sub: &Submission, cfg: &MachinePolicy, evidence: Option<&Evidence>) -> Report {
+        let Staged { mut report, node } = self;
+        let (Some(node), Some(evidence)) = (node, evidence) else {
+            for check in [Check::NodeAbsent, Check::MachineMatch, Check::MachineUnclaimed, Check::CreationWindow] {
+                report.skip(check, "not looked up: an earlier check failed");
+            }
+            report.skip(Check::PendingBrake, "not looked up: an earlier check failed");
+            return report;
+        };
+        report.record(Check::NodeAbsent, node_absent(&node, &evidence.node));
+        let machine =
+            machine::machines(&evidence.machines).and_then(|machines| machine::machine_named(machines, &node));
+        report.record(Check::MachineMatch, machine.as_ref().map(|m| format!("Machine {}", m.id)).map_err(Clone::clone));
+        match machine {
+            Ok(machine) => {
+                report.record(
+                    Check::MachineUnclaimed,
+                    match &machine.node_ref {
+                        None => Ok(format!("Machine {} has no nodeRef", machine.id)),
+                        Some(taken) => Err(Failure::deny(
+                            Reason::MachineAlreadyHasNode,
+                            format!("Machine {} already has nodeRef {taken:?}", machine.id),
+                        )),
+                    },
+                );
+                report.record(Check::CreationWindow, creation_window(sub, machine));
+            }
+            Err(_) => {
+                report.skip(Check::MachineUnclaimed, "no Machine");
+                report.skip(Check::CreationWindow, "no Machine");
+            }
+        }
+        report.record(Check::PendingBrake, machine::pending_brake(&evidence.load, cfg));
+        report
+    }
+}
+
+/// O exactly `[system:nodes]` and CN `system:node:<name>` with a non-empty name.
+fn subject(facts: &CsrFacts) -> Result<String, Failure> {
+    if facts.organizations != [NODES_GROUP] {
+        return Err(Failure::deny(
+            Reason::SubjectMismatch,
+            format!("subject O {:?} is not exactly [{NODES_GROUP:?}]", facts.organizations),
+        ));
+    }
+    match facts.common_names.as_slice() {
+        [cn] => match cn.strip_prefix(NODE_USER_PREFIX) {
+            Some(name) if !name.is_empty() => Ok(name.to_owned()),
+            _ => Err(Failure::deny(Reason::SubjectMismatch, format!("subject CN {cn:?} is not system:node:<name>"))),
+        },
+        cns => Err(Failure::deny(Reason::SubjectMismatch, format!("subject CN {cns:?} is not exactly one value"))),
+    }
+}
+
+fn no_sans(facts: &CsrFacts) -> Result<String, Failure> {
+    let count = facts.dns_names.len()
+        + facts.ip_addresses.len()
+        + facts.emails.len()
+        + facts.uris.len()
+        + facts.other_sans.len();
+    if count == 0 {
+        Ok("no SANs".into())
+    } else {
+        Err(Failure::deny(
+            Reason::ClientSANsPresent,
+            format!(
+                "a node-client CSR must carry no SANs; it has {count}: DNS {:?}, IP {:?}",
+                facts.dns_names, facts.ip_addresses
+            ),
+        ))
+    }
+}
+
+fn usages(usages: &[String]) -> Result<String, Failure> {
+    let set: BTreeSet<&str> = usages.iter().map(String::as_str).collect();
+    let allowed = [BTreeSet::from(USAGES_RSA), BTreeSet::from(USAGES_ECDSA)];
+    if allowed.contains(&set) {
+        Ok(format!("{usages:?}"))
+    } else {
+        Err(Failure::deny(
+            Reason::UsagesNotAllowed,
+            format!("usages {usages:?} are not exactly {USAGES_ECDSA:?} or {USAGES_RSA:?}"),
+        ))
+    }
+}
+
+fn node_absent(node: &str, lookup: &Option<Lookup<crate::cluster::NodeInfo>>) -> Result<String, Failure> {
+    match lookup {
+        Some(Lookup::Missing) => Ok(format!("no Node {node:?} yet")),
+        Some(Lookup::Found(_)) => {
+            Err(Failure::deny(Reason::NodeAlreadyExists, format!("Node {node:?} already exists: not a bootstrap")))
+        }
+        Some(Lookup::Failed(error)) => {
+            Err(Failure::retry(Reason::ClusterUnavailable, format!("cannot read Node {node:?}: {error}")))
+        }
+        None => Err(Failure::retry(Reason::ClusterUnavailable, format!("Node {node:?} was not looked up"))),
+    }
+}
+
+fn creation_window(sub: &Submission, machine: &crate::cluster::MachineInfo) -> Result<String, Failure> {
+    let outside = |why: String| Failure::deny(Reason::CreatedOutsideMachineWindow, why);
+    let (Some(created), Some(machine_created)) = (sub.created, machine.created) else {
+        return Err(outside(format!("the CSR or Machine {} has no creationTimestamp", machine.id)));
+    };
+    let earliest = machine_created.checked_sub(BEFORE_MACHINE).unwrap_or(machine_created);
+    let latest = machine_created.checked_add(AFTER_MACHINE).unwrap_or(machine_created);
+    if created >= earliest && created <= latest {
+        Ok(format!("created {created}, Machine {} created {machine_created}", machine.id))
+    } else {
+        Err(outside(format!(
+            "created {created}, outside 10s before to 2h after Machine {} was created ({machine_created})",
+            machine.id
+        )))
+    }
+}

@@ -1,0 +1,198 @@
+//! Machine mode end to end: Machine CRDs of both groups on a real kube-apiserver, the bootstrapper
+//! identity impersonated, and the real binary deciding.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::time::Duration;
+
+use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
+use k8s_openapi::api::core::v1::{Namespace, Node};
+use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams};
+use kube::{Api, Client};
+use serde_json::json;
+use support::Request;
+use support::cluster::{Approver, conditions, create_csr, create_serving_csr, wait_decided, wait_event};
+use testenv::ControlPlane;
+
+const BOOTSTRAPPER: &str = "system:serviceaccount:openshift-machine-config-operator:node-bootstrapper";
+const GROUPS: [&str; 3] =
+    ["system:serviceaccounts:openshift-machine-config-operator", "system:serviceaccounts", "system:authenticated"];
+const CLIENT_SIGNER: &str = "kubernetes.io/kube-apiserver-client-kubelet";
+const DECIDE: Duration = Duration::from_secs(20);
+const NAMESPACE: &str = "machines";
+
+async fn install(cp: &ControlPlane) -> Client {
+    let mut crds = Vec::new();
+    for group in ["machine.openshift.io", "cluster.x-k8s.io"] {
+        let path = format!("{}/tests/fixtures/crds/machines.{group}.yaml", env!("CARGO_MANIFEST_DIR"));
+        crds.push(serde_saphyr::from_str::<CustomResourceDefinition>(&std::fs::read_to_string(path).unwrap()).unwrap());
+    }
+    cp.install_crds(crds).await.unwrap();
+    let admin = cp.admin_client().await.unwrap();
+    let namespace = Namespace {
+        metadata: kube::api::ObjectMeta { name: Some(NAMESPACE.into()), ..Default::default() },
+        ..Default::default()
+    };
+    Api::<Namespace>::all(admin.clone()).create(&PostParams::default(), &namespace).await.unwrap();
+    // As on a real cluster, the bootstrapper may create CSRs (the built-in system:node-bootstrapper role).
+    let binding: ClusterRoleBinding = serde_json::from_value(json!({
+        "metadata": {"name": "node-bootstrapper"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "system:node-bootstrapper"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": BOOTSTRAPPER}],
+    }))
+    .unwrap();
+    Api::<ClusterRoleBinding>::all(admin.clone()).create(&PostParams::default(), &binding).await.unwrap();
+    admin
+}
+
+fn machines(admin: &Client, group: &str) -> Api<DynamicObject> {
+    let resource = ApiResource::from_gvk(&GroupVersionKind::gvk(group, "v1beta1", "Machine"));
+    Api::namespaced_with(admin.clone(), NAMESPACE, &resource)
+}
+
+/// Creates Machine `name` of `group` with `addresses` (and `node_ref`) in its status.
+async fn machine(admin: &Client, group: &str, name: &str, addresses: &[(&str, &str)], node_ref: Option<&str>) {
+    let api = machines(admin, group);
+    let object = DynamicObject::new(name, &ApiResource::from_gvk(&GroupVersionKind::gvk(group, "v1beta1", "Machine")))
+        .data(json!({"spec": {}}));
+    api.create(&PostParams::default(), &object).await.unwrap();
+    set_status(admin, group, name, addresses, node_ref).await;
+}
+
+async fn set_status(admin: &Client, group: &str, name: &str, addresses: &[(&str, &str)], node_ref: Option<&str>) {
+    let addresses: Vec<_> = addresses.iter().map(|(t, a)| json!({"type": t, "address": a})).collect();
+    let mut status = json!({"addresses": addresses});
+    if let Some(node) = node_ref {
+        status["nodeRef"] = json!({"kind": "Node", "name": node});
+    }
+    machines(admin, group)
+        .patch_status(name, &PatchParams::default(), &Patch::Merge(json!({"status": status})))
+        .await
+        .unwrap();
+}
+
+/// A bootstrap client CSR for `node`, created as the bootstrapper.
+async fn bootstrap_csr(cp: &ControlPlane, name: &str, node: &str) {
+    let client = cp.impersonated_client(BOOTSTRAPPER, &GROUPS).await.unwrap();
+    let csr: CertificateSigningRequest = serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "spec": {
+            "request": k8s_openapi::ByteString(Request::node(node).pem().into_bytes()),
+            "signerName": CLIENT_SIGNER,
+            "usages": ["digital signature", "client auth"],
+        }
+    }))
+    .unwrap();
+    Api::<CertificateSigningRequest>::all(client).create(&PostParams::default(), &csr).await.unwrap();
+}
+
+fn machine_mode(extra: &[&'static str]) -> Vec<&'static str> {
+    let mut args = vec![
+        "--bypass-dns-resolution",
+        "--machine-api=machine.openshift.io/v1beta1",
+        "--machine-api=cluster.x-k8s.io/v1beta1",
+    ];
+    args.extend_from_slice(extra);
+    args
+}
+
+#[tokio::test]
+async fn machine_mode_end_to_end() {
+    let cp = ControlPlane::start().await.unwrap();
+    let admin = install(&cp).await;
+    let mut approver = Approver::start(cp.kubeconfig_path(), &machine_mode(&[]), &[]);
+    approver.wait_ready().await;
+
+    // A new node's bootstrap client CSR is approved when an unclaimed Machine carries its name.
+    let n1_addresses = [("InternalDNS", "n1"), ("Hostname", "n1.nodes.example.com"), ("InternalIP", "10.0.0.41")];
+    machine(&admin, "machine.openshift.io", "m1", &n1_addresses, None).await;
+    bootstrap_csr(&cp, "boot-n1", "n1").await;
+    let decided = wait_decided(&admin, "boot-n1", DECIDE).await;
+    assert_eq!(decided.first().map(|c| c.type_.as_str()), Some("Approved"), "{decided:?}\n{}", approver.logs());
+
+    // The node joins: Node created, Machine claimed. Its serving SANs must be Machine addresses.
+    let node = Node {
+        metadata: kube::api::ObjectMeta { name: Some("n1".into()), ..Default::default() },
+        ..Default::default()
+    };
+    Api::<Node>::all(admin.clone()).create(&PostParams::default(), &node).await.unwrap();
+    set_status(&admin, "machine.openshift.io", "m1", &n1_addresses, Some("n1")).await;
+    create_serving_csr(&cp, "serve-n1", "n1", &Request::node("n1").dns("n1.nodes.example.com").ip("10.0.0.41")).await;
+    create_serving_csr(&cp, "serve-n1-bad", "n1", &Request::node("n1").dns("n1.nodes.example.com").ip("10.0.0.42"))
+        .await;
+    let approved = wait_decided(&admin, "serve-n1", DECIDE).await;
+    assert_eq!(approved.first().map(|c| c.type_.as_str()), Some("Approved"), "{approved:?}\n{}", approver.logs());
+    let denied = wait_decided(&admin, "serve-n1-bad", DECIDE).await;
+    assert_eq!(denied.first().and_then(|c| c.reason.as_deref()), Some("MachineAddressMismatch"));
+
+    // A client CSR for an existing Node stays pending, with an event saying why.
+    bootstrap_csr(&cp, "boot-n1-again", "n1").await;
+    assert!(wait_event(&admin, "boot-n1-again", "NodeAlreadyExists", DECIDE).await.is_some(), "{}", approver.logs());
+    assert!(conditions(&admin, "boot-n1-again").await.is_empty());
+    let check = std::process::Command::new(env!("CARGO_BIN_EXE_node-csr-approver"))
+        .env_clear()
+        .arg("--kubeconfig")
+        .arg(cp.kubeconfig_path())
+        .args(["check", "boot-n1-again", "-o", "json", "--provider-regex", support::cluster::REGEX])
+        .args(machine_mode(&[]))
+        .output()
+        .unwrap();
+    let reports: Vec<serde_json::Value> =
+        String::from_utf8_lossy(&check.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let decisions: Vec<(&str, &str)> =
+        reports.iter().map(|r| (r["decision"].as_str().unwrap(), r["reason"].as_str().unwrap())).collect();
+    assert_eq!(decisions, [("hold", "NodeAlreadyExists")], "{}", String::from_utf8_lossy(&check.stderr));
+
+    // A Machine (Cluster API this time) created after the CSR gets it approved.
+    bootstrap_csr(&cp, "boot-n2", "n2").await;
+    assert!(wait_event(&admin, "boot-n2", "MachineNotFound", DECIDE).await.is_some());
+    machine(&admin, "cluster.x-k8s.io", "m2", &[("InternalDNS", "n2")], None).await;
+    let decided = wait_decided(&admin, "boot-n2", DECIDE).await;
+    assert_eq!(decided.first().map(|c| c.type_.as_str()), Some("Approved"), "{decided:?}");
+
+    // A client CSR from another identity is not ours.
+    create_csr(
+        &cp,
+        "client-renewal",
+        "n1",
+        CLIENT_SIGNER,
+        &["digital signature", "client auth"],
+        &Request::node("n1").pem(),
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(conditions(&admin, "client-renewal").await.is_empty());
+    drop(approver);
+
+    // The brake: Machines 3 (m1, m2, m3), Nodes 1, delta 0: limit 3. Pending: boot-n1-again,
+    // client-renewal, x1, x2 and boot-n3 make 5.
+    let mut approver = Approver::start(cp.kubeconfig_path(), &machine_mode(&["--max-pending-delta=0"]), &[]);
+    approver.wait_ready().await;
+    machine(&admin, "cluster.x-k8s.io", "m3", &[("InternalDNS", "n3")], None).await;
+    for extra in ["x1", "x2"] {
+        bootstrap_csr(&cp, &format!("boot-{extra}"), extra).await;
+    }
+    bootstrap_csr(&cp, "boot-n3", "n3").await;
+    assert!(wait_event(&admin, "boot-n3", "TooManyPending", DECIDE).await.is_some(), "{}", approver.logs());
+    assert!(conditions(&admin, "boot-n3").await.is_empty());
+    let mut metrics = String::new();
+    for _ in 0..50 {
+        metrics = approver.metrics().await;
+        if metrics.contains("node_csr_approver_pending_node_csrs 5") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(metrics.contains("node_csr_approver_pending_node_csrs 5"), "{metrics}");
+    assert!(metrics.contains("node_csr_approver_pending_node_csrs_limit 3"), "{metrics}");
+    let csrs = Api::<CertificateSigningRequest>::all(admin.clone());
+    for name in ["boot-x1", "boot-x2", "boot-n1-again"] {
+        csrs.delete(name, &DeleteParams::default()).await.unwrap();
+    }
+    let decided = wait_decided(&admin, "boot-n3", Duration::from_secs(60)).await;
+    assert_eq!(decided.first().map(|c| c.type_.as_str()), Some("Approved"), "{decided:?}\n{}", approver.logs());
+}

@@ -1,0 +1,272 @@
+//! Table-driven tests of machine mode: node-client bootstrap rules (DESIGN §5) and the
+//! Machine-address check of serving CSRs (DESIGN §4.12), with real rcgen requests.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use node_csr_approver::cluster::{Load, MachineInfo, NodeAddress, NodeInfo};
+use node_csr_approver::config::{Bootstrapper, MachinePolicy, PolicyConfig};
+use node_csr_approver::policy::{DecisionKind, Evidence, Lookup, Reason, Submission, decide};
+use rcgen::DnType;
+use support::{Key, Request, config, extra_organization, serving};
+
+use DecisionKind::{Approve, Hold, Ignore, Retry};
+
+const BOOTSTRAPPER: &str = "system:serviceaccount:openshift-machine-config-operator:node-bootstrapper";
+const GROUPS: [&str; 3] =
+    ["system:serviceaccounts:openshift-machine-config-operator", "system:serviceaccounts", "system:authenticated"];
+const MACHINE_CREATED: &str = "2026-01-01T00:00:00Z";
+
+fn rules() -> MachinePolicy {
+    MachinePolicy {
+        client_approval: true,
+        bootstrapper: Bootstrapper::Exact(BOOTSTRAPPER.into()),
+        bootstrapper_groups: GROUPS.iter().map(|g| (*g).to_owned()).collect(),
+        max_pending_delta: 100,
+    }
+}
+
+fn machine_config() -> PolicyConfig {
+    PolicyConfig { machine: Some(rules()), ..config() }
+}
+
+/// A bootstrap client CSR for node `node` created `seconds` after the Machine.
+fn client(node: &str, seconds: i64) -> Submission {
+    let request = Request::node(node).pem();
+    Submission {
+        name: format!("client-{node}"),
+        created: Some(MACHINE_CREATED.parse::<jiff::Timestamp>().unwrap() + jiff::SignedDuration::from_secs(seconds)),
+        signer_name: "kubernetes.io/kube-apiserver-client-kubelet".into(),
+        username: BOOTSTRAPPER.into(),
+        groups: GROUPS.iter().map(|g| (*g).to_owned()).collect(),
+        usages: vec!["digital signature".into(), "client auth".into()],
+        request: request.into_bytes(),
+        ..Submission::default()
+    }
+}
+
+fn machine(addresses: &[(&str, &str)], node_ref: Option<&str>) -> Arc<MachineInfo> {
+    Arc::new(MachineInfo {
+        id: "openshift-machine-api/m1".into(),
+        created: Some(MACHINE_CREATED.parse().unwrap()),
+        node_ref: node_ref.map(str::to_owned),
+        addresses: addresses.iter().map(|(k, a)| NodeAddress { kind: (*k).into(), address: (*a).into() }).collect(),
+    })
+}
+
+/// Evidence: no Node, one Machine for `n1` (InternalDNS n1, Hostname and IPs), a quiet cluster.
+fn evidence(machines: Vec<Arc<MachineInfo>>) -> Evidence {
+    Evidence {
+        node: Some(Lookup::Missing),
+        load: Some(Ok(Load { pending: 1, machines: machines.len(), nodes: 0 })),
+        machines: Some(Ok(machines)),
+        ..Evidence::default()
+    }
+}
+
+fn n1_machine(node_ref: Option<&str>) -> Arc<MachineInfo> {
+    machine(
+        &[
+            ("InternalDNS", "n1"),
+            ("Hostname", "n1.nodes.example.com"),
+            ("InternalIP", "10.0.0.11"),
+            ("ExternalIP", "fd00::11"),
+        ],
+        node_ref,
+    )
+}
+
+struct Case {
+    name: &'static str,
+    sub: Submission,
+    cfg: PolicyConfig,
+    evidence: Evidence,
+    expect: (DecisionKind, Reason),
+}
+
+fn case(name: &'static str, sub: Submission, evidence: Evidence, expect: (DecisionKind, Reason)) -> Case {
+    Case { name, sub, cfg: machine_config(), evidence, expect }
+}
+
+impl Case {
+    fn sub(mut self, change: impl FnOnce(&mut Submission)) -> Case {
+        change(&mut self.sub);
+        self
+    }
+
+    fn cfg(mut self, change: impl FnOnce(&mut PolicyConfig)) -> Case {
+        change(&mut self.cfg);
+        self
+    }
+
+    fn evidence(mut self, change: impl FnOnce(&mut Evidence)) -> Case {
+        change(&mut self.evidence);
+        self
+    }
+}
+
+fn serving_n1(request: Request) -> Submission {
+    serving("n1", &request.pem())
+}
+
+fn cases() -> Vec<Case> {
+    let quiet = || evidence(vec![n1_machine(None)]);
+    let claimed = || evidence(vec![n1_machine(Some("n1"))]);
+    let rsa_usages = vec!["digital signature".to_owned(), "key encipherment".to_owned(), "client auth".to_owned()];
+    vec![
+        // Node-client bootstrap.
+        case("ecdsa bootstrap", client("n1", 60), quiet(), (Approve, Reason::AutoApproved)),
+        case("rsa bootstrap", client("n1", 60), quiet(), (Approve, Reason::AutoApproved)).sub(|s| {
+            s.usages = rsa_usages.clone();
+            s.request = Request::node("n1").key(Key::Rsa).pem().into_bytes();
+        }),
+        case(
+            "machine dns is case-insensitive with a trailing dot",
+            client("n1", 60),
+            evidence(vec![machine(&[("InternalDNS", "N1.")], None)]),
+            (Approve, Reason::AutoApproved),
+        ),
+        case("client approval disabled", client("n1", 60), quiet(), (Ignore, Reason::SignerNotHandled))
+            .cfg(|c| c.machine.as_mut().unwrap().client_approval = false),
+        case("not machine mode", client("n1", 60), quiet(), (Ignore, Reason::SignerNotHandled))
+            .cfg(|c| c.machine = None),
+        case("someone else", client("n1", 60), quiet(), (Ignore, Reason::NotBootstrapper))
+            .sub(|s| s.username = "alice".into()),
+        case("node renewal", client("n1", 60), quiet(), (Ignore, Reason::NodeClientRenewal))
+            .sub(|s| s.username = "system:node:n1".into()),
+        case("extra group", client("n1", 60), quiet(), (Hold, Reason::BootstrapperGroupsMismatch))
+            .sub(|s| s.groups.push("system:masters".into())),
+        case("missing group", client("n1", 60), quiet(), (Hold, Reason::BootstrapperGroupsMismatch))
+            .sub(|s| s.groups.pop().map(|_| ()).unwrap_or_default()),
+        case("bootstrap token prefix", client("n1", 60), quiet(), (Approve, Reason::AutoApproved))
+            .sub(|s| {
+                s.username = "system:bootstrap:abcdef".into();
+                s.groups = vec!["system:bootstrappers".into(), "system:authenticated".into()];
+            })
+            .cfg(|c| {
+                let rules = c.machine.as_mut().unwrap();
+                rules.bootstrapper = Bootstrapper::Prefix("system:bootstrap:".into());
+                rules.bootstrapper_groups =
+                    BTreeSet::from(["system:bootstrappers".into(), "system:authenticated".into()]);
+            }),
+        case("extra o", client("n1", 60), quiet(), (Hold, Reason::SubjectMismatch)).sub(|s| {
+            s.request = Request::node("n1")
+                .subject(&[
+                    (DnType::CommonName, "system:node:n1"),
+                    (DnType::OrganizationName, "system:nodes"),
+                    (extra_organization(), "system:masters"),
+                ])
+                .pem()
+                .into_bytes();
+        }),
+        case("empty node name", client("n1", 60), quiet(), (Hold, Reason::SubjectMismatch)).sub(|s| {
+            s.request = Request::node("").pem().into_bytes();
+        }),
+        case("client with a dns san", client("n1", 60), quiet(), (Hold, Reason::ClientSANsPresent))
+            .sub(|s| s.request = Request::node("n1").dns("n1").pem().into_bytes()),
+        case("serving usages on a client csr", client("n1", 60), quiet(), (Hold, Reason::UsagesNotAllowed))
+            .sub(|s| s.usages = vec!["digital signature".into(), "server auth".into()]),
+        case("garbage request is held, never denied", client("n1", 60), quiet(), (Hold, Reason::MalformedRequest))
+            .sub(|s| s.request = b"garbage".to_vec()),
+        case("node already exists", client("n1", 60), quiet(), (Hold, Reason::NodeAlreadyExists)).evidence(|e| {
+            e.node = Some(Lookup::Found(NodeInfo { name: "n1".into(), addresses: Vec::new() }));
+        }),
+        case("machine already has a node", client("n1", 60), claimed(), (Hold, Reason::MachineAlreadyHasNode)),
+        case("no machine yet", client("n1", 60), evidence(Vec::new()), (Retry, Reason::MachineNotFound)),
+        case("another machine only", client("n2", 60), quiet(), (Retry, Reason::MachineNotFound)),
+        case("10s before the machine", client("n1", -10), quiet(), (Approve, Reason::AutoApproved)),
+        case("11s before the machine", client("n1", -11), quiet(), (Hold, Reason::CreatedOutsideMachineWindow)),
+        case("2h after the machine", client("n1", 7200), quiet(), (Approve, Reason::AutoApproved)),
+        case("2h and 1s after the machine", client("n1", 7201), quiet(), (Hold, Reason::CreatedOutsideMachineWindow)),
+        case("brake at the limit", client("n1", 60), quiet(), (Approve, Reason::AutoApproved))
+            .evidence(|e| e.load = Some(Ok(Load { pending: 101, machines: 1, nodes: 0 }))),
+        case("brake one over the limit", client("n1", 60), quiet(), (Retry, Reason::TooManyPending))
+            .evidence(|e| e.load = Some(Ok(Load { pending: 102, machines: 1, nodes: 0 }))),
+        case("brake counts nodes when more", client("n1", 60), quiet(), (Retry, Reason::TooManyPending))
+            .evidence(|e| e.load = Some(Ok(Load { pending: 106, machines: 1, nodes: 5 }))),
+        // Serving CSRs in machine mode.
+        case(
+            "serving sans are machine addresses",
+            serving_n1(Request::node("n1").dns("n1.nodes.example.com").ip("10.0.0.11")),
+            claimed(),
+            (Approve, Reason::AutoApproved),
+        ),
+        case(
+            "ipv6 written differently",
+            serving_n1(Request::node("n1").dns("n1.nodes.example.com").ip("fd00:0:0::0011")),
+            claimed(),
+            (Approve, Reason::AutoApproved),
+        ),
+        case(
+            "serving dns not a machine address",
+            serving_n1(Request::node("n1").dns("n2.nodes.example.com")),
+            claimed(),
+            (DecisionKind::Deny, Reason::MachineAddressMismatch),
+        )
+        .cfg(|c| c.bypass_hostname_check = true),
+        case(
+            "serving ip not a machine address",
+            serving_n1(Request::node("n1").dns("n1.nodes.example.com").ip("10.0.0.12")),
+            claimed(),
+            (DecisionKind::Deny, Reason::MachineAddressMismatch),
+        ),
+        case(
+            "a dns san matching only an ip-typed address",
+            serving_n1(Request::node("n1").dns("n1.nodes.example.com")),
+            evidence(vec![machine(&[("InternalIP", "n1.nodes.example.com")], Some("n1"))]),
+            (DecisionKind::Deny, Reason::MachineAddressMismatch),
+        ),
+        case(
+            "serving without a machine",
+            serving_n1(Request::node("n1").dns("n1.nodes.example.com")),
+            quiet(),
+            (Retry, Reason::MachineNotFound),
+        ),
+        case(
+            "serving under the brake",
+            serving_n1(Request::node("n1").dns("n1.nodes.example.com")),
+            claimed(),
+            (Retry, Reason::TooManyPending),
+        )
+        .evidence(|e| e.load = Some(Ok(Load { pending: 500, machines: 1, nodes: 1 }))),
+    ]
+}
+
+#[test]
+fn every_machine_mode_case_decides_as_expected() {
+    let now = MACHINE_CREATED.parse::<jiff::Timestamp>().unwrap() + jiff::SignedDuration::from_mins(5);
+    let mut failures = Vec::new();
+    for case in cases() {
+        let evaluation = decide(&case.sub, &case.cfg, &case.evidence, now);
+        let got = (evaluation.decision.kind, evaluation.decision.reason);
+        if got != case.expect {
+            failures.push(format!(
+                "{}: expected {:?}, got {:?}: {}",
+                case.name, case.expect, got, evaluation.decision.message
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "{} cases failed:\n{}", failures.len(), failures.join("\n"));
+}
+
+#[test]
+fn client_csrs_are_never_denied() {
+    let now = MACHINE_CREATED.parse::<jiff::Timestamp>().unwrap();
+    for case in cases().into_iter().filter(|c| c.sub.signer_name.contains("client")) {
+        let evaluation = decide(&case.sub, &case.cfg, &case.evidence, now);
+        assert_ne!(evaluation.decision.kind, DecisionKind::Deny, "{}", case.name);
+    }
+}
+
+#[test]
+fn every_machine_mode_reason_code_is_produced() {
+    let now = MACHINE_CREATED.parse::<jiff::Timestamp>().unwrap() + jiff::SignedDuration::from_mins(5);
+    let produced: BTreeSet<Reason> =
+        cases().iter().map(|case| decide(&case.sub, &case.cfg, &case.evidence, now).decision.reason).collect();
+    let missing: Vec<&Reason> = support::MACHINE_REASONS.iter().filter(|r| !produced.contains(r)).collect();
+    assert!(missing.is_empty(), "no case produces {missing:?}");
+}
