@@ -10,8 +10,9 @@ use std::sync::Arc;
 
 use node_csr_approver::cluster::{Load, MachineInfo, NodeAddress, NodeInfo};
 use node_csr_approver::config::{Bootstrapper, MachinePolicy, PolicyConfig};
-use node_csr_approver::policy::{DecisionKind, Evidence, Lookup, Reason, Submission, decide};
+use node_csr_approver::policy::{DecisionKind, Evidence, Lookup, Reason, Submission};
 use rcgen::DnType;
+use support::table::{Case, assert_all};
 use support::{Key, Request, config, extra_organization, serving};
 
 use DecisionKind::{Approve, Hold, Ignore, Retry};
@@ -80,33 +81,13 @@ fn n1_machine(node_ref: Option<&str>) -> Arc<MachineInfo> {
     )
 }
 
-struct Case {
-    name: &'static str,
-    sub: Submission,
-    cfg: PolicyConfig,
-    evidence: Evidence,
-    expect: (DecisionKind, Reason),
-}
-
 fn case(name: &'static str, sub: Submission, evidence: Evidence, expect: (DecisionKind, Reason)) -> Case {
-    Case { name, sub, cfg: machine_config(), evidence, expect }
+    Case::new(name, sub, machine_config(), evidence, now(), expect)
 }
 
-impl Case {
-    fn sub(mut self, change: impl FnOnce(&mut Submission)) -> Case {
-        change(&mut self.sub);
-        self
-    }
-
-    fn cfg(mut self, change: impl FnOnce(&mut PolicyConfig)) -> Case {
-        change(&mut self.cfg);
-        self
-    }
-
-    fn evidence(mut self, change: impl FnOnce(&mut Evidence)) -> Case {
-        change(&mut self.evidence);
-        self
-    }
+/// Five minutes after the Machines were created.
+fn now() -> jiff::Timestamp {
+    MACHINE_CREATED.parse::<jiff::Timestamp>().unwrap() + jiff::SignedDuration::from_mins(5)
 }
 
 fn serving_n1(request: Request) -> Submission {
@@ -238,35 +219,19 @@ fn cases() -> Vec<Case> {
 
 #[test]
 fn every_machine_mode_case_decides_as_expected() {
-    let now = MACHINE_CREATED.parse::<jiff::Timestamp>().unwrap() + jiff::SignedDuration::from_mins(5);
-    let mut failures = Vec::new();
-    for case in cases() {
-        let evaluation = decide(&case.sub, &case.cfg, &case.evidence, now);
-        let got = (evaluation.decision.kind, evaluation.decision.reason);
-        if got != case.expect {
-            failures.push(format!(
-                "{}: expected {:?}, got {:?}: {}",
-                case.name, case.expect, got, evaluation.decision.message
-            ));
-        }
-    }
-    assert!(failures.is_empty(), "{} cases failed:\n{}", failures.len(), failures.join("\n"));
+    assert_all(&cases());
 }
 
 #[test]
 fn client_csrs_are_never_denied() {
-    let now = MACHINE_CREATED.parse::<jiff::Timestamp>().unwrap();
-    for case in cases().into_iter().filter(|c| c.sub.signer_name.contains("client")) {
-        let evaluation = decide(&case.sub, &case.cfg, &case.evidence, now);
-        assert_ne!(evaluation.decision.kind, DecisionKind::Deny, "{}", case.name);
+    for case in cases().iter().filter(|c| c.sub.signer_name.contains("client")) {
+        assert_ne!(case.evaluate().decision.kind, DecisionKind::Deny, "{}", case.name);
     }
 }
 
 #[test]
 fn every_machine_mode_reason_code_is_produced() {
-    let now = MACHINE_CREATED.parse::<jiff::Timestamp>().unwrap() + jiff::SignedDuration::from_mins(5);
-    let produced: BTreeSet<Reason> =
-        cases().iter().map(|case| decide(&case.sub, &case.cfg, &case.evidence, now).decision.reason).collect();
-    let missing: Vec<&Reason> = support::MACHINE_REASONS.iter().filter(|r| !produced.contains(r)).collect();
+    let produced: BTreeSet<Reason> = cases().iter().map(|case| case.evaluate().decision.reason).collect();
+    let missing: Vec<&Reason> = Reason::ALL.iter().filter(|r| r.machine_mode() && !produced.contains(r)).collect();
     assert!(missing.is_empty(), "no case produces {missing:?}");
 }

@@ -13,55 +13,15 @@ use node_csr_approver::config::{HostnameMatch, PolicyConfig};
 use node_csr_approver::dns::{DnsFailure, Resolution};
 use node_csr_approver::policy::{DecisionKind, Evidence, Lookup, Outcome, Reason, Submission, decide};
 use rcgen::DnType;
+use support::table::{Case, assert_all};
 use support::{
     Key, Request, config, extra_common_name, extra_organization, minutes_after_creation, pem_block, serving,
 };
 
 use DecisionKind::{Approve, Deny, Hold, Ignore, Retry};
 
-/// One scenario: a CSR, a configuration, evidence, the evaluation time and the expected decision.
-struct Case {
-    name: &'static str,
-    sub: Submission,
-    cfg: PolicyConfig,
-    evidence: Evidence,
-    age_minutes: i64,
-    expect: (DecisionKind, Reason),
-}
-
 fn case(name: &'static str, sub: Submission, expect: (DecisionKind, Reason)) -> Case {
-    Case { name, sub, cfg: config(), evidence: Evidence::default(), age_minutes: 1, expect }
-}
-
-impl Case {
-    fn cfg(mut self, change: impl FnOnce(&mut PolicyConfig)) -> Case {
-        change(&mut self.cfg);
-        self
-    }
-
-    fn sub(mut self, change: impl FnOnce(&mut Submission)) -> Case {
-        change(&mut self.sub);
-        self
-    }
-
-    /// Turns DNS resolution on with these answers.
-    fn dns(mut self, answers: &[(&str, Resolution)]) -> Case {
-        self.cfg.bypass_dns_resolution = false;
-        self.evidence.dns = answers.iter().map(|(n, r)| ((*n).to_owned(), r.clone())).collect();
-        self
-    }
-
-    /// Turns node-address verification on with this lookup result.
-    fn node(mut self, node: Lookup<NodeInfo>) -> Case {
-        self.cfg.verify_node_addresses = true;
-        self.evidence.node = Some(node);
-        self
-    }
-
-    fn age(mut self, minutes: i64) -> Case {
-        self.age_minutes = minutes;
-        self
-    }
+    Case::new(name, sub, config(), Evidence::default(), minutes_after_creation(1), expect)
 }
 
 fn addrs(ips: &[&str]) -> Resolution {
@@ -304,22 +264,22 @@ fn cases() -> Vec<Case> {
         .dns(&[]),
         case("nxdomain inside grace", good_csr(), (Retry, Reason::DNSNotYetResolvable))
             .dns(&[("n1.nodes.example.com", Resolution::NotFound)])
-            .age(4),
+            .at(minutes_after_creation(4)),
         case("nxdomain after grace", good_csr(), (Deny, Reason::DNSNotResolved))
             .dns(&[("n1.nodes.example.com", Resolution::NotFound)])
-            .age(6),
+            .at(minutes_after_creation(6)),
         case("nxdomain without creation time", good_csr(), (Deny, Reason::DNSNotResolved))
             .dns(&[("n1.nodes.example.com", Resolution::NotFound)])
             .sub(|s| s.created = None),
         case("dns timeout after grace is never a deny", good_csr(), (Retry, Reason::DNSUnavailable))
             .dns(&[("n1.nodes.example.com", Resolution::Unavailable(DnsFailure::Timeout))])
-            .age(600),
+            .at(minutes_after_creation(600)),
         case("servfail retries", good_csr(), (Retry, Reason::DNSUnavailable))
             .dns(&[("n1.nodes.example.com", Resolution::Unavailable(DnsFailure::ServFail))]),
         case("skip deny holds an unresolvable name", good_csr(), (Hold, Reason::DNSNotResolved))
             .dns(&[("n1.nodes.example.com", Resolution::NotFound)])
             .cfg(|c| c.skip_deny_step = true)
-            .age(6),
+            .at(minutes_after_creation(6)),
         case("static failure wins over dns", good_csr(), (Deny, Reason::ExpirationTooLong))
             .dns(&[("n1.nodes.example.com", Resolution::Unavailable(DnsFailure::Timeout))])
             .sub(|s| s.expiration_seconds = Some(31_708_801)),
@@ -338,33 +298,14 @@ fn cases() -> Vec<Case> {
 
 #[test]
 fn every_case_decides_as_expected() {
-    let mut failures = Vec::new();
-    for case in cases() {
-        let evaluation = decide(&case.sub, &case.cfg, &case.evidence, minutes_after_creation(case.age_minutes));
-        let got = (evaluation.decision.kind, evaluation.decision.reason);
-        if got != case.expect {
-            failures.push(format!(
-                "{}: expected {:?}, got {:?}: {}",
-                case.name, case.expect, got, evaluation.decision.message
-            ));
-        }
-    }
-    assert!(failures.is_empty(), "{} cases failed:\n{}", failures.len(), failures.join("\n"));
+    assert_all(&cases());
 }
 
 #[test]
 fn every_reason_code_is_produced() {
-    let produced: BTreeSet<Reason> = cases()
-        .iter()
-        .map(|case| {
-            decide(&case.sub, &case.cfg, &case.evidence, minutes_after_creation(case.age_minutes)).decision.reason
-        })
-        .collect();
-    let missing: Vec<&str> = Reason::ALL
-        .iter()
-        .filter(|r| !produced.contains(r) && !support::MACHINE_REASONS.contains(r))
-        .map(|r| r.as_str())
-        .collect();
+    let produced: BTreeSet<Reason> = cases().iter().map(|case| case.evaluate().decision.reason).collect();
+    let missing: Vec<&str> =
+        Reason::ALL.iter().filter(|r| !produced.contains(r) && !r.machine_mode()).map(|r| r.as_str()).collect();
     assert!(missing.is_empty(), "no case produces {missing:?}");
 }
 

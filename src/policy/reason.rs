@@ -19,6 +19,11 @@ macro_rules! reasons {
                 }
             }
 
+            /// True for the codes only machine mode produces (their meaning starts "Machine mode").
+            pub fn machine_mode(self) -> bool {
+                self.meaning().starts_with("Machine mode")
+            }
+
             /// A one-line explanation of the code, as listed in the README.
             pub fn meaning(self) -> &'static str {
                 match self {

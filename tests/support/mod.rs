@@ -4,6 +4,7 @@
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 pub mod cluster;
+pub mod table;
 
 use std::net::IpAddr;
 use std::time::Duration;
@@ -139,23 +140,6 @@ pub fn extra_organization() -> DnType {
 pub fn extra_common_name() -> DnType {
     DnType::CustomDnType(vec![2, 5, 4, 3])
 }
-
-/// The reason codes only machine mode produces (tests/machine_policy.rs covers them).
-pub const MACHINE_REASONS: [node_csr_approver::policy::Reason; 10] = {
-    use node_csr_approver::policy::Reason::*;
-    [
-        MachineNotFound,
-        MachineAddressMismatch,
-        TooManyPending,
-        NotBootstrapper,
-        NodeClientRenewal,
-        BootstrapperGroupsMismatch,
-        ClientSANsPresent,
-        NodeAlreadyExists,
-        MachineAlreadyHasNode,
-        CreatedOutsideMachineWindow,
-    ]
-};
 
 pub const SERVING_USAGES: [&str; 3] = ["digital signature", "key encipherment", "server auth"];
 
