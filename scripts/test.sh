@@ -10,6 +10,10 @@ cargo fmt --all -- --check
 echo "== test tools (etcd, kube-apiserver, helm)"
 scripts/build-tools.sh
 
+echo "== static release binary, built as the Dockerfile builds it"
+NODE_CSR_APPROVER_BIN="$(pwd)/$(scripts/check-static-binary.sh | tail -n 1)"
+export NODE_CSR_APPROVER_BIN
+
 echo "== cargo clippy"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 

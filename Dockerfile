@@ -1,0 +1,33 @@
+# syntax=docker/dockerfile:1
+# node-csr-approver as a fully static (musl) binary in distroless static, run as user 65532.
+#
+#   docker buildx build --platform linux/amd64,linux/arm64 -t REGISTRY/node-csr-approver:TAG --push .
+#
+# Each platform's binary is built by that platform's Rust image (under QEMU for a foreign one), so
+# the C parts (ring) are compiled by the native musl-gcc.
+ARG RUST_VERSION=1.95
+
+FROM docker.io/library/rust:${RUST_VERSION}-bookworm AS build
+ARG TARGETARCH
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends musl-tools=1.2.3-1 \
+    && rm -rf /var/lib/apt/lists/*
+RUN case "${TARGETARCH}" in \
+      amd64) echo x86_64-unknown-linux-musl ;; \
+      arm64) echo aarch64-unknown-linux-musl ;; \
+      *) echo "unsupported TARGETARCH '${TARGETARCH}'" >&2; exit 1 ;; \
+    esac > /rust-target \
+    && rustup target add "$(cat /rust-target)"
+WORKDIR /src
+COPY . .
+ENV CARGO_PROFILE_RELEASE_STRIP=symbols
+RUN --mount=type=cache,target=/usr/local/cargo/registry \
+    --mount=type=cache,target=/src/target \
+    cargo build --release --locked --target "$(cat /rust-target)" --bin node-csr-approver \
+    && cp "target/$(cat /rust-target)/release/node-csr-approver" /node-csr-approver \
+    && /node-csr-approver --version
+
+FROM gcr.io/distroless/static-debian12:nonroot
+COPY --from=build /node-csr-approver /node-csr-approver
+USER 65532:65532
+ENTRYPOINT ["/node-csr-approver"]

@@ -1,0 +1,177 @@
+{{- define "node-csr-approver.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "node-csr-approver.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "node-csr-approver.namespace" -}}
+{{- default .Release.Namespace .Values.namespace }}
+{{- end }}
+
+{{- define "node-csr-approver.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "node-csr-approver.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "node-csr-approver.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{ include "node-csr-approver.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
+{{- define "node-csr-approver.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "node-csr-approver.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/* The RBAC subject: the controller's ServiceAccount. */}}
+{{- define "node-csr-approver.subjects" -}}
+subjects:
+  - kind: ServiceAccount
+    name: {{ include "node-csr-approver.serviceAccountName" . }}
+    namespace: {{ include "node-csr-approver.namespace" . }}
+{{- end }}
+
+{{/* LOG_LEVEL: a string is an EnvFilter directive; a number is the Go tool's zap verbosity. */}}
+{{- define "node-csr-approver.logLevel" -}}
+{{- $level := .Values.loggingLevel }}
+{{- if kindIs "string" $level }}
+{{- $level }}
+{{- else }}
+{{- $n := int $level }}
+{{- if le $n -2 }}error{{ else if eq $n -1 }}warn{{ else if eq $n 0 }}info{{ else if le $n 4 }}debug{{ else }}trace{{ end }}
+{{- end }}
+{{- end }}
+
+{{/* The controller's configuration as environment variables; unset values are left out. */}}
+{{- define "node-csr-approver.env" -}}
+- name: POD_NAME
+  valueFrom:
+    fieldRef:
+      fieldPath: metadata.name
+- name: POD_NAMESPACE
+  valueFrom:
+    fieldRef:
+      fieldPath: metadata.namespace
+- name: PROVIDER_REGEX
+  value: {{ .Values.providerRegex | toJson }}
+{{- with .Values.providerIpPrefixes }}
+- name: PROVIDER_IP_PREFIXES
+  value: {{ join "," . | quote }}
+{{- end }}
+{{- $optional := list
+  (list "MAX_EXPIRATION_SEC" .Values.maxExpirationSeconds)
+  (list "ALLOWED_DNS_NAMES" .Values.allowedDnsNames)
+  (list "HOSTNAME_MATCH" .Values.hostnameMatch)
+  (list "DNS_TIMEOUT" .Values.dnsTimeout)
+  (list "DNS_GRACE_PERIOD" .Values.dnsGracePeriod)
+  (list "CONCURRENCY" .Values.concurrency) }}
+{{- range $optional }}
+{{- $value := index . 1 }}
+{{- if or (kindIs "float64" $value) (kindIs "int64" $value) (kindIs "int" $value) }}
+{{- $value = int64 $value | toString }}
+{{- end }}
+{{- if $value }}
+- name: {{ index . 0 }}
+  value: {{ $value | quote }}
+{{- end }}
+{{- end }}
+{{- $flags := list
+  (list "BYPASS_DNS_RESOLUTION" .Values.bypassDnsResolution)
+  (list "BYPASS_HOSTNAME_CHECK" .Values.bypassHostnameCheck)
+  (list "IGNORE_NON_SYSTEM_NODE" .Values.ignoreNonSystemNode)
+  (list "SKIP_DENY_STEP" .Values.skipDenyStep)
+  (list "VERIFY_NODE_ADDRESSES" .Values.verifyNodeAddresses)
+  (list "DRY_RUN" .Values.dryRun) }}
+{{- range $flags }}
+{{- if index . 1 }}
+- name: {{ index . 0 }}
+  value: "true"
+{{- end }}
+{{- end }}
+{{- with .Values.dnsServers }}
+- name: DNS_SERVERS
+  value: {{ join "," . | quote }}
+{{- end }}
+{{- if .Values.leaderElection }}
+- name: LEADER_ELECTION
+  value: "true"
+{{- $lease := list
+  (list "LEADER_ELECTION_ID" .Values.leaderElectionId)
+  (list "LEASE_DURATION" .Values.leaseDuration)
+  (list "RENEW_DEADLINE" .Values.renewDeadline)
+  (list "RETRY_PERIOD" .Values.retryPeriod) }}
+{{- range $lease }}
+{{- if index . 1 }}
+- name: {{ index . 0 }}
+  value: {{ index . 1 | quote }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- with .Values.machineMode.apis }}
+- name: MACHINE_API
+  value: {{ join "," . | quote }}
+{{- with $.Values.machineMode.namespace }}
+- name: MACHINE_NAMESPACE
+  value: {{ . | quote }}
+{{- end }}
+- name: NODE_CLIENT_APPROVAL
+  value: {{ $.Values.machineMode.nodeClientApproval | toString | quote }}
+{{- with $.Values.machineMode.bootstrapperUsername }}
+- name: BOOTSTRAPPER_USERNAME
+  value: {{ . | quote }}
+{{- end }}
+{{- with $.Values.machineMode.bootstrapperGroups }}
+- name: BOOTSTRAPPER_GROUPS
+  value: {{ join "," . | quote }}
+{{- end }}
+{{- if ne (toString $.Values.machineMode.maxPendingDelta) "" }}
+- name: MAX_PENDING_DELTA
+  value: {{ int64 $.Values.machineMode.maxPendingDelta | toString | quote }}
+{{- end }}
+{{- end }}
+- name: HEALTH_PROBE_BIND_ADDRESS
+  value: {{ printf ":%d" (int .Values.healthProbe.port) | quote }}
+- name: METRICS_BIND_ADDRESS
+  value: {{ ternary (printf ":%d" (int .Values.metrics.port)) "0" .Values.metrics.enable | quote }}
+- name: LOG_FORMAT
+  value: {{ .Values.logFormat | quote }}
+- name: LOG_LEVEL
+  value: {{ include "node-csr-approver.logLevel" . | quote }}
+{{- with .Values.env }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/* The container securityContext; capability names uppercased, so the Go chart's drop: [all]
+passes the restricted Pod Security Standard, which asks for ALL. */}}
+{{- define "node-csr-approver.securityContext" -}}
+{{- $context := deepCopy .Values.securityContext }}
+{{- with $context.capabilities }}
+{{- range $key := list "add" "drop" }}
+{{- if hasKey $.Values.securityContext.capabilities $key }}
+{{- $names := list }}
+{{- range index $.Values.securityContext.capabilities $key }}
+{{- $names = append $names (upper .) }}
+{{- end }}
+{{- $_ := set $context.capabilities $key $names }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- toYaml $context }}
+{{- end }}
