@@ -11,12 +11,16 @@ use std::time::{Duration, Instant};
 use futures::{Stream, StreamExt};
 use jiff::Timestamp;
 use k8s_openapi::api::certificates::v1::{CertificateSigningRequest, CertificateSigningRequestCondition};
+use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::api::events::v1::Event as K8sEvent;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use kube::api::PostParams;
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::events::{Event, EventType, Recorder};
-use kube::runtime::watcher;
-use kube::{Api, Resource, ResourceExt};
+use kube::runtime::events::Reporter;
+use kube::runtime::{WatchStreamExt, reflector, watcher};
+use kube::{Api, Client, Resource, ResourceExt};
+use tokio::sync::mpsc;
 
 use crate::cluster::ClusterView;
 use crate::config::PolicyConfig;
@@ -33,6 +37,13 @@ const CONFLICT_REQUEUE: Duration = Duration::from_millis(200);
 const SYNC_POLL: Duration = Duration::from_millis(100);
 /// Machine and Node changes re-trigger waiting CSRs at most this often.
 const RETRIGGER_PERIOD: Duration = Duration::from_secs(1);
+/// Events published at once by the background publisher: low, so that during a burst the
+/// approval writes (the required calls) get most of the apiserver and events trail them.
+const EVENT_CONCURRENCY: usize = 4;
+/// Events waiting to be published; a full queue makes decisions wait (bounded memory).
+const EVENT_QUEUE: usize = 10_000;
+/// How long shutdown waits for queued events to be published.
+const EVENT_DRAIN: Duration = Duration::from_secs(5);
 
 /// A reconcile step that could not finish; the CSR is tried again later.
 #[derive(Debug, thiserror::Error)]
@@ -60,7 +71,7 @@ pub struct Context<R, C> {
     /// Whether this replica may write.
     pub leadership: Leadership,
     /// Publishes events on CSRs.
-    pub recorder: Recorder,
+    pub events: Events,
     /// Metrics.
     pub metrics: Metrics,
     /// Evaluate and record, but write nothing.
@@ -97,7 +108,11 @@ pub async fn run<R, C>(
     } else {
         watcher::Config::default().fields(&format!("spec.signerName={KUBELET_SERVING_SIGNER}"))
     };
-    let controller = Controller::new(ctx.api.clone(), config);
+    // The cache keeps only what decisions need: no managedFields, and no PKCS#10 request once a
+    // CSR is decided (DESIGN §8). Every watch event carries the whole object, so nothing is lost.
+    let (store, writer) = reflector::store();
+    let csrs = reflector::reflector(writer, watcher(ctx.api.clone(), config).modify(trim));
+    let controller = Controller::for_stream(csrs.applied_objects(), store);
     let ready = controller.store();
     let cache = machines.clone();
     tokio::spawn(async move {
@@ -267,28 +282,26 @@ impl<R, C> Context<R, C> {
         }
     }
 
-    /// Publishes an event carrying the reason code; failures are logged, never fatal.
+    /// Queues an event carrying the reason code for the background publisher; failures are
+    /// logged, never fatal.
     async fn publish(&self, csr: &CertificateSigningRequest, decision: &Decision, prefix: &str) {
-        let event = Event {
+        let event = PendingEvent {
             type_: match decision.kind {
-                DecisionKind::Approve | DecisionKind::Retry => EventType::Normal,
-                _ => EventType::Warning,
+                DecisionKind::Approve | DecisionKind::Retry => "Normal",
+                _ => "Warning",
             },
-            reason: decision.reason.as_str().to_owned(),
-            note: Some(truncate(&format!("{prefix}{}", decision.message), 1000)),
+            reason: decision.reason.as_str(),
+            note: truncate(&format!("{prefix}{}", decision.message), 1000),
             action: match decision.kind {
                 DecisionKind::Approve => "Approve",
                 DecisionKind::Deny => "Deny",
                 DecisionKind::Hold => "Hold",
                 DecisionKind::Retry => "Retry",
                 DecisionKind::Ignore => "Ignore",
-            }
-            .to_owned(),
-            secondary: None,
+            },
+            regarding: ObjectReference::default(),
         };
-        if let Err(error) = self.recorder.publish(&event, &csr.object_ref(&())).await {
-            tracing::warn!(csr = %csr.name_any(), %error, "publishing an event");
-        }
+        self.events.publish(event, csr.object_ref(&())).await;
     }
 
     /// True the first time this decision kind and reason are seen for this CSR.
@@ -365,5 +378,122 @@ fn truncate(text: &str, max: usize) -> String {
     match text.char_indices().nth(max) {
         Some((index, _)) => format!("{}…", &text[..index]),
         None => text.to_owned(),
+    }
+}
+
+/// Drops what decisions never read from a watched CSR before it is cached: managedFields always,
+/// and, once an Approved or Denied condition is present (triage stops there), everything but the
+/// signer, the username and the conditions' types.
+fn trim(csr: &mut CertificateSigningRequest) {
+    csr.metadata.managed_fields = None;
+    let decided = csr
+        .status
+        .as_ref()
+        .and_then(|status| status.conditions.as_ref())
+        .is_some_and(|conditions| conditions.iter().any(|c| matches!(c.type_.as_str(), "Approved" | "Denied")));
+    if decided {
+        // Triage needs the signer and the decided condition; the machine-mode brake the signer,
+        // the username and the creation time. Nothing reads the rest of a decided CSR.
+        let spec = &mut csr.spec;
+        spec.request.0 = Vec::new();
+        (spec.groups, spec.usages, spec.extra, spec.uid) = (None, None, None, None);
+        if let Some(status) = csr.status.as_mut() {
+            status.certificate = None;
+            for condition in status.conditions.iter_mut().flatten() {
+                (condition.message, condition.reason) = (None, None);
+                (condition.last_update_time, condition.last_transition_time) = (None, None);
+            }
+        }
+    }
+}
+
+/// An event about a CSR, waiting for the background publisher.
+#[derive(Debug)]
+struct PendingEvent {
+    type_: &'static str,
+    reason: &'static str,
+    note: String,
+    action: &'static str,
+    regarding: ObjectReference,
+}
+
+/// Publishes events (events.k8s.io/v1, in `default`, where events about cluster-scoped objects go)
+/// from a background task, [`EVENT_CONCURRENCY`] at a time, so a decision never waits for its
+/// record: the approval write stays the only API call on the approve path. Unlike kube's
+/// `Recorder` it keeps no cache of past events: each CSR gets at most one event per decision kind
+/// and reason anyway.
+#[derive(Debug, Clone)]
+pub struct Events {
+    queue: mpsc::Sender<PendingEvent>,
+}
+
+/// The background publisher of [`Events`]; it ends once every [`Events`] handle is dropped and
+/// the queue is drained.
+#[derive(Debug)]
+pub struct EventPublisher(tokio::task::JoinHandle<()>);
+
+impl Events {
+    /// Starts the publisher on the current runtime.
+    pub fn start(client: Client, reporter: Reporter) -> (Events, EventPublisher) {
+        let (queue, receiver) = mpsc::channel::<PendingEvent>(EVENT_QUEUE);
+        let api: Api<K8sEvent> = Api::namespaced(client, "default");
+        let reporter = Arc::new(reporter);
+        let task = tokio::spawn(async move {
+            futures::stream::unfold(receiver, |mut receiver| async move {
+                receiver.recv().await.map(|event| (event, receiver))
+            })
+            .for_each_concurrent(EVENT_CONCURRENCY, |event| {
+                let (api, reporter) = (&api, reporter.clone());
+                async move {
+                    let name = event.regarding.name.clone().unwrap_or_default();
+                    let body = k8s_event(event, &reporter);
+                    if let Err(error) = api.create(&PostParams::default(), &body).await {
+                        tracing::warn!(csr = %name, %error, "publishing an event");
+                    }
+                }
+            })
+            .await;
+        });
+        (Events { queue }, EventPublisher(task))
+    }
+
+    /// Queues an event about `regarding`; waits only while the queue is full.
+    async fn publish(&self, mut event: PendingEvent, regarding: ObjectReference) {
+        event.regarding = regarding;
+        if self.queue.send(event).await.is_err() {
+            tracing::warn!("publishing an event: the publisher has stopped");
+        }
+    }
+}
+
+impl EventPublisher {
+    /// Waits (at most a few seconds) until the queued events are published; call after every
+    /// [`Events`] handle was dropped.
+    pub async fn drain(self) {
+        if tokio::time::timeout(EVENT_DRAIN, self.0).await.is_err() {
+            tracing::warn!("shutdown: some queued events were not published");
+        }
+    }
+}
+
+/// The events.k8s.io/v1 Event kube's `Recorder` would create for `event`.
+fn k8s_event(event: PendingEvent, reporter: &Reporter) -> K8sEvent {
+    let now = Timestamp::now();
+    let name = format!("{}.{:x}", event.regarding.name.as_deref().unwrap_or(&reporter.controller), now.as_nanosecond());
+    K8sEvent {
+        action: Some(event.action.to_owned()),
+        reason: Some(event.reason.to_owned()),
+        event_time: Some(MicroTime(now)),
+        note: Some(event.note),
+        metadata: ObjectMeta {
+            namespace: event.regarding.namespace.clone(),
+            name: Some(name),
+            ..ObjectMeta::default()
+        },
+        regarding: Some(event.regarding),
+        reporting_controller: Some(reporter.controller.clone()),
+        reporting_instance: Some(reporter.instance.clone().unwrap_or_else(|| reporter.controller.clone())),
+        type_: Some(event.type_.to_owned()),
+        ..K8sEvent::default()
     }
 }

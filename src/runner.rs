@@ -4,14 +4,14 @@
 use std::sync::{Arc, Mutex};
 
 use futures::StreamExt;
-use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::events::Reporter;
 use kube::{Api, Client};
 use tokio::sync::watch;
 
 use crate::admin::{self, Readiness};
 use crate::cluster::KubeCluster;
 use crate::config::{DnsConfig, MachineSource, PolicyConfig, RunConfig};
-use crate::controller::{self, Context};
+use crate::controller::{self, Context, Events};
 use crate::dns::HickoryResolver;
 use crate::leader::{self, Leadership};
 use crate::machines::MachineCache;
@@ -91,13 +91,15 @@ pub async fn run(
 
     let resolver = MeteredResolver::new(HickoryResolver::new(dns.servers.as_deref(), dns.timeout)?, metrics.clone());
     let instance = cfg.leader.as_ref().map(|l| l.identity.clone());
+    let (events, event_publisher) =
+        Events::start(client.clone(), Reporter { controller: "node-csr-approver".into(), instance });
     let ctx = Arc::new(Context {
         api: Api::all(client.clone()),
         policy,
         resolver,
         cluster: KubeCluster::new(client.clone(), machines.clone()),
         leadership,
-        recorder: Recorder::new(client, Reporter { controller: "node-csr-approver".into(), instance }),
+        events,
         metrics,
         dry_run: cfg.dry_run,
         memory: Mutex::new(Default::default()),
@@ -134,6 +136,9 @@ pub async fn run(
             tracing::info!("Lease released");
         }
     }
+    // The controller (and with it every handle on the event queue) is gone and the Lease is free:
+    // publish what is still queued.
+    event_publisher.drain().await;
     for server in servers {
         let _ = server.await;
     }

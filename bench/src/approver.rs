@@ -1,0 +1,211 @@
+//! The real `node-csr-approver` binary as a child process, and what the bench reads about it:
+//! `/readyz`, resident memory (`VmRSS`, sampled every 100 ms) and CPU time (`utime + stime`).
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::process::{Child, Command};
+
+use crate::csrs::{PREFIXES, REGEX};
+
+/// How often resident memory is sampled.
+pub const SAMPLE_PERIOD: Duration = Duration::from_millis(100);
+
+/// How to run the controller.
+#[derive(Debug, Clone)]
+pub struct Launch {
+    /// The binary.
+    pub binary: PathBuf,
+    /// Admin kubeconfig of the control plane.
+    pub kubeconfig: PathBuf,
+    /// The test DNS server.
+    pub dns: SocketAddr,
+    /// `--concurrency`.
+    pub concurrency: u16,
+    /// `--bypass-dns-resolution`.
+    pub bypass_dns: bool,
+    /// Where its stderr (JSON logs) goes.
+    pub log: PathBuf,
+}
+
+/// A running controller process with its memory sampler.
+pub struct Approver {
+    child: Child,
+    pid: u32,
+    health: u16,
+    /// When the process was spawned.
+    pub started: Instant,
+    samples: Arc<Mutex<Vec<(Instant, u64)>>>,
+    sampler: tokio::task::JoinHandle<()>,
+}
+
+impl Approver {
+    /// Spawns the binary and starts sampling its resident memory.
+    pub fn start(launch: &Launch) -> Result<Approver> {
+        let health = free_port()?;
+        let log = std::fs::File::create(&launch.log).with_context(|| format!("creating {}", launch.log.display()))?;
+        let mut command = Command::new(&launch.binary);
+        command
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .arg("--kubeconfig")
+            .arg(&launch.kubeconfig)
+            .args(["--provider-regex", REGEX, "--provider-ip-prefixes", PREFIXES])
+            .arg(format!("--dns-server={}", launch.dns))
+            .arg(format!("--concurrency={}", launch.concurrency))
+            .args(["--log-format", "json", "--log-level", "info"])
+            .arg(format!("--health-probe-bind-address=127.0.0.1:{health}"))
+            .arg("--metrics-bind-address=0")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .kill_on_drop(true);
+        if launch.bypass_dns {
+            command.arg("--bypass-dns-resolution");
+        }
+        let started = Instant::now();
+        let child = command.spawn().with_context(|| format!("starting {}", launch.binary.display()))?;
+        let pid = child.id().context("the approver exited at once")?;
+        let samples = Arc::new(Mutex::new(Vec::new()));
+        let sink = samples.clone();
+        let sampler = tokio::spawn(async move {
+            let mut tick = tokio::time::interval(SAMPLE_PERIOD);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                let Some(rss) = rss_kib(pid) else { return };
+                if let Ok(mut samples) = sink.lock() {
+                    samples.push((Instant::now(), rss));
+                }
+            }
+        });
+        Ok(Approver { child, pid, health, started, samples, sampler })
+    }
+
+    /// Waits until `/readyz` answers 200; returns the time from spawn.
+    pub async fn wait_ready(&mut self, limit: Duration) -> Result<Duration> {
+        let deadline = Instant::now() + limit;
+        loop {
+            if let Some(status) = self.child.try_wait()? {
+                bail!("the approver exited with {status} before it was ready");
+            }
+            if http_status(self.health, "/readyz").await == Some(200) {
+                return Ok(self.started.elapsed());
+            }
+            if Instant::now() > deadline {
+                bail!("the approver was not ready within {limit:?}");
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    /// Fails when the process has exited.
+    pub fn check_alive(&mut self) -> Result<()> {
+        match self.child.try_wait()? {
+            Some(status) => bail!("the approver exited with {status}"),
+            None => Ok(()),
+        }
+    }
+
+    /// CPU seconds used so far (user + system).
+    pub fn cpu_seconds(&self) -> Option<f64> {
+        cpu_seconds(self.pid)
+    }
+
+    /// Largest resident memory sampled in `[from, to]`, in KiB.
+    pub fn peak_kib(&self, from: Instant, to: Instant) -> u64 {
+        self.samples
+            .lock()
+            .map(|s| s.iter().filter(|(at, _)| *at >= from && *at <= to).map(|(_, kib)| *kib).max().unwrap_or(0))
+            .unwrap_or(0)
+    }
+
+    /// Resident memory now, in KiB.
+    pub fn rss_now_kib(&self) -> u64 {
+        rss_kib(self.pid).unwrap_or(0)
+    }
+
+    /// Stops the process with SIGTERM (SIGKILL after 10 s) and the sampler.
+    pub async fn stop(mut self) -> Result<()> {
+        self.sampler.abort();
+        let _ = std::process::Command::new("kill").arg("-TERM").arg(self.pid.to_string()).status();
+        if tokio::time::timeout(Duration::from_secs(10), self.child.wait()).await.is_err() {
+            self.child.kill().await?;
+        }
+        Ok(())
+    }
+}
+
+/// `VmRSS` of `pid` in KiB.
+pub fn rss_kib(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// `utime + stime` of `pid` in seconds.
+pub fn cpu_seconds(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command name (which may hold spaces) start at field 3 (state).
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let utime: u64 = fields.get(11)?.parse().ok()?;
+    let stime: u64 = fields.get(12)?.parse().ok()?;
+    Some((utime + stime) as f64 / clock_ticks() as f64)
+}
+
+/// Clock ticks per second (`getconf CLK_TCK`, else the usual 100).
+fn clock_ticks() -> u64 {
+    static TICKS: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *TICKS.get_or_init(|| {
+        std::process::Command::new("getconf")
+            .arg("CLK_TCK")
+            .output()
+            .ok()
+            .and_then(|out| String::from_utf8_lossy(&out.stdout).trim().parse().ok())
+            .filter(|&ticks| ticks > 0)
+            .unwrap_or(100)
+    })
+}
+
+fn free_port() -> Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+/// The status code of a plain HTTP/1.1 GET on 127.0.0.1; `None` when nothing answers.
+async fn http_status(port: u16, path: &str) -> Option<u16> {
+    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.ok()?;
+    let request = format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.ok()?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.ok()?;
+    response.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// The release binary: built with `cargo build --release -p node-csr-approver` in this workspace
+/// (honouring `CARGO_TARGET_DIR`), or `NODE_CSR_APPROVER_BIN` when set.
+pub fn build(release: bool) -> Result<PathBuf> {
+    if let Some(path) = std::env::var_os("NODE_CSR_APPROVER_BIN") {
+        return Ok(PathBuf::from(path));
+    }
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut args = vec!["build", "-q", "-p", "node-csr-approver"];
+    if release {
+        args.push("--release");
+    }
+    let status = std::process::Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
+        .current_dir(&workspace)
+        .args(&args)
+        .status()
+        .context("running cargo")?;
+    if !status.success() {
+        bail!("building node-csr-approver failed");
+    }
+    let target = std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| workspace.join("target"));
+    Ok(target.join(if release { "release" } else { "debug" }).join("node-csr-approver"))
+}

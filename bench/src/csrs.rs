@@ -1,0 +1,87 @@
+//! The CSRs of a run: one node per CSR, each with its own ECDSA P-256 key and a real PKCS#10
+//! request, generated in parallel before anything is timed.
+
+use std::net::Ipv4Addr;
+
+use anyhow::{Context, Result};
+use rcgen::{CertificateParams, DistinguishedName, DnType, KeyPair, SanType};
+
+/// The provider regex the controller runs with.
+pub const REGEX: &str = r"^[a-z0-9-]+\.nodes\.example\.com$";
+/// The provider prefixes the controller runs with; every node address lies inside.
+pub const PREFIXES: &str = "10.0.0.0/16";
+/// The signer of kubelet serving certificates.
+pub const SIGNER: &str = "kubernetes.io/kubelet-serving";
+/// The most nodes a run can have: addresses are numbered inside 10.0.0.0/16.
+pub const MAX_NODES: usize = 65_000;
+
+/// One node and the serving request it sends.
+#[derive(Debug, Clone)]
+pub struct NodeRequest {
+    /// The node's name, `node-<i>`.
+    pub node: String,
+    /// Its DNS name, `node-<i>.nodes.example.com`, served by the test DNS server.
+    pub dns: String,
+    /// Its address inside [`PREFIXES`], the DNS name's A record and the request's IP SAN.
+    pub ip: Ipv4Addr,
+    /// The PEM-encoded PKCS#10 request.
+    pub pem: String,
+}
+
+/// The address of node `i`: 10.0.x.y counted from 10.0.0.1.
+pub fn node_ip(i: usize) -> Ipv4Addr {
+    let n = (i + 1) as u32;
+    Ipv4Addr::new(10, 0, (n >> 8) as u8, (n & 0xff) as u8)
+}
+
+/// Generates the requests of nodes `0..n` on every core.
+pub fn generate(n: usize) -> Result<Vec<NodeRequest>> {
+    anyhow::ensure!(n <= MAX_NODES, "at most {MAX_NODES} nodes fit the address plan");
+    let threads = std::thread::available_parallelism().map(|p| p.get()).unwrap_or(1).max(1);
+    let chunk = n.div_ceil(threads).max(1);
+    let indices: Vec<usize> = (0..n).collect();
+    std::thread::scope(|scope| {
+        let workers: Vec<_> = indices
+            .chunks(chunk)
+            .map(|part| scope.spawn(move || part.iter().map(|&i| one(i)).collect::<Result<Vec<_>>>()))
+            .collect();
+        let mut all = Vec::with_capacity(n);
+        for worker in workers {
+            let part = worker.join().map_err(|_| anyhow::anyhow!("a key generation thread panicked"))??;
+            all.extend(part);
+        }
+        Ok(all)
+    })
+}
+
+fn one(i: usize) -> Result<NodeRequest> {
+    let node = format!("node-{i}");
+    let dns = format!("{node}.nodes.example.com");
+    let ip = node_ip(i);
+    let mut params = CertificateParams::default();
+    let mut subject = DistinguishedName::new();
+    subject.push(DnType::CommonName, format!("system:node:{node}"));
+    subject.push(DnType::OrganizationName, "system:nodes");
+    params.distinguished_name = subject;
+    params.subject_alt_names =
+        vec![SanType::DnsName(dns.as_str().try_into().context("DNS SAN")?), SanType::IpAddress(ip.into())];
+    let key = KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).context("generating a key")?;
+    let pem = params.serialize_request(&key).context("signing the request")?.pem().context("PEM")?;
+    Ok(NodeRequest { node, dns, ip, pem })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn addresses_are_distinct_and_inside_the_prefix() {
+        assert_eq!(node_ip(0), Ipv4Addr::new(10, 0, 0, 1));
+        assert_eq!(node_ip(255), Ipv4Addr::new(10, 0, 1, 0));
+        assert_eq!(node_ip(MAX_NODES - 1), Ipv4Addr::new(10, 0, 253, 232));
+        let requests = generate(5).unwrap();
+        assert_eq!(requests.len(), 5);
+        assert_eq!(requests[4].node, "node-4");
+        assert!(requests[4].pem.contains("CERTIFICATE REQUEST"));
+    }
+}

@@ -1,0 +1,107 @@
+//! The burst benchmark of node-csr-approver (dev-only; see BENCHMARKS.md).
+//!
+//! [`run`] starts a loopback DNS server holding one A record per node and, for each phase, a fresh
+//! etcd + kube-apiserver (testenv), then measures:
+//!
+//! - **limit**: a bare kube-rs client in this process writes the Approved condition of N pending
+//!   kubelet-serving CSRs through the `approval` subresource (PUT carrying the resourceVersion,
+//!   exactly as the controller does), `concurrency` at a time: `T_limit`. The same again with one
+//!   Event created per CSR after its write, as the controller records them: `T_limit+events`.
+//! - **catch-up**: N CSRs created while no controller runs, then the real release binary started
+//!   as a child process; `T_catchup` is the time from spawn to the last decision the bench's own
+//!   watch sees. The headline is `T_catchup / T_limit`.
+//! - **live**: the controller running and ready, N CSRs created at a steady rate; per-CSR latency
+//!   from the create response to the decision seen in the watch.
+//!
+//! Catch-up and live run with DNS checks and with `--bypass-dns-resolution`. The controller's
+//! resident memory (`VmRSS`, every 100 ms) and CPU time (`utime + stime`) come from `/proc`.
+
+pub mod approver;
+pub mod cluster;
+pub mod csrs;
+mod phases;
+pub mod report;
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::{Context, Result};
+use testdns::{DnsServer, Records};
+
+pub use report::Report;
+
+/// What to run.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// CSRs (and nodes) per phase.
+    pub n: usize,
+    /// Concurrency of the controller (`--concurrency`) and of the bare client in the limit phase.
+    pub concurrency: u16,
+    /// CSRs created per second in the live phase; `None`: a quarter of the approval rate measured in the
+    /// limit phase.
+    pub live_rate: Option<f64>,
+    /// Concurrent creates while setting up (untimed).
+    pub create_concurrency: usize,
+    /// Build and run the release binary (the benchmark) rather than the debug one (the smoke test).
+    pub release: bool,
+    /// Progress lines on stderr.
+    pub verbose: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options { n: 2000, concurrency: 32, live_rate: None, create_concurrency: 32, release: true, verbose: true }
+    }
+}
+
+/// Runs every phase and returns the figures.
+pub async fn run(options: &Options) -> Result<Report> {
+    let started = Instant::now();
+    let progress = Progress { verbose: options.verbose, started };
+    progress.say(format_args!("building node-csr-approver (release: {})", options.release));
+    let binary = tokio::task::spawn_blocking({
+        let release = options.release;
+        move || approver::build(release)
+    })
+    .await??;
+    progress.say(format_args!("generating {} keys and PKCS#10 requests", options.n));
+    let n = options.n;
+    let requests = tokio::task::spawn_blocking(move || csrs::generate(n)).await??;
+    let mut records = Records::new();
+    for request in &requests {
+        records = records.a(&request.dns, request.ip);
+    }
+    let dns = DnsServer::start_on_thread(records).context("starting the DNS server")?;
+    let logs = tempfile::Builder::new().prefix("bench-").tempdir()?;
+    let bench = phases::Bench {
+        options: options.clone(),
+        binary: binary.clone(),
+        requests,
+        dns: dns.addr(),
+        logs: logs.path().to_owned(),
+        progress,
+    };
+    let report = phases::all(&bench).await?;
+    progress.say(format_args!("done; {} DNS queries answered", dns.total_queries()));
+    Ok(Report { binary_bytes: std::fs::metadata(&binary).map(|m| m.len()).unwrap_or(0), ..report })
+}
+
+/// Progress reporting on stderr.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Progress {
+    verbose: bool,
+    started: Instant,
+}
+
+impl Progress {
+    pub(crate) fn say(&self, what: std::fmt::Arguments<'_>) {
+        if self.verbose {
+            eprintln!("[{:>6.1}s] {what}", self.started.elapsed().as_secs_f64());
+        }
+    }
+}
+
+/// Where the JSON report goes by default.
+pub fn default_out() -> PathBuf {
+    PathBuf::from("bench.json")
+}

@@ -1,0 +1,62 @@
+//! `cargo run --release -p bench -- [--n 2000] [--concurrency 32] [--out bench.json]`: the burst
+//! benchmark of node-csr-approver (see BENCHMARKS.md). Prints a table and writes the figures as JSON.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Parser;
+
+/// Burst benchmark of node-csr-approver against a local etcd + kube-apiserver.
+#[derive(Debug, Parser)]
+#[command(name = "bench")]
+struct Args {
+    /// CSRs (and nodes) per phase.
+    #[arg(long, default_value_t = 2000)]
+    n: usize,
+    /// Concurrency of the controller and of the bare client.
+    #[arg(long, default_value_t = 32)]
+    concurrency: u16,
+    /// CSRs created per second in the live phase [default: a quarter of the measured approval rate].
+    #[arg(long)]
+    live_rate: Option<f64>,
+    /// Concurrent creates while setting up (untimed).
+    #[arg(long, default_value_t = 32)]
+    create_concurrency: usize,
+    /// Where the JSON report goes.
+    #[arg(long, default_value = "bench.json")]
+    out: PathBuf,
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let args = Args::parse();
+    let options = bench::Options {
+        n: args.n,
+        concurrency: args.concurrency,
+        live_rate: args.live_rate,
+        create_concurrency: args.create_concurrency,
+        release: true,
+        verbose: true,
+    };
+    let report = match bench::run(&options).await {
+        Ok(report) => report,
+        Err(error) => {
+            eprintln!("bench: {error:#}");
+            return ExitCode::FAILURE;
+        }
+    };
+    println!("{}", report.table());
+    let written = serde_json::to_string_pretty(&report)
+        .map_err(anyhow::Error::from)
+        .and_then(|json| std::fs::write(&args.out, json + "\n").map_err(anyhow::Error::from));
+    match written {
+        Ok(()) => {
+            println!("figures written to {}", args.out.display());
+            ExitCode::SUCCESS
+        }
+        Err(error) => {
+            eprintln!("bench: writing {}: {error:#}", args.out.display());
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,290 @@
+//! The phases of a run, each on a fresh control plane so none sees another's objects.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use futures::{StreamExt, TryStreamExt};
+use jiff::Timestamp;
+use k8s_openapi::api::certificates::v1::{CertificateSigningRequest, CertificateSigningRequestCondition};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use kube::api::PostParams;
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::{Api, Client, Resource, ResourceExt};
+use testenv::ControlPlane;
+
+use crate::Progress;
+use crate::approver::{Approver, Launch};
+use crate::cluster::{Decisions, EventCount, create_all, create_as_node, csr_name};
+use crate::csrs::NodeRequest;
+use crate::report::{Catchup, Latency, Limit, Live, Machine, Memory, Mode, Report, mib};
+
+/// The live phase's default rate is the measured approval rate divided by this: each live CSR
+/// costs the apiserver a create, an approval and an event.
+const LIVE_SHARE: f64 = 4.0;
+
+/// How long memory settles after the last decision before "after" is read.
+const SETTLE: Duration = Duration::from_secs(3);
+
+/// Everything the phases share.
+pub(crate) struct Bench {
+    pub(crate) options: crate::Options,
+    pub(crate) binary: PathBuf,
+    pub(crate) requests: Vec<NodeRequest>,
+    pub(crate) dns: SocketAddr,
+    pub(crate) logs: PathBuf,
+    pub(crate) progress: Progress,
+}
+
+/// Runs limit, then catch-up and live with and without DNS checks.
+pub(crate) async fn all(bench: &Bench) -> Result<Report> {
+    let limit = limit(bench).await?;
+    let mut modes = Vec::new();
+    for bypass_dns in [false, true] {
+        let mut catchup = catchup(bench, bypass_dns).await?;
+        catchup.ratio = if limit.seconds > 0.0 { catchup.seconds / limit.seconds } else { 0.0 };
+        let rate = bench.options.live_rate.unwrap_or(limit.writes_per_second / LIVE_SHARE).max(1.0);
+        let live = live(bench, bypass_dns, rate).await?;
+        modes.push(Mode { catchup, live });
+    }
+    let bypass = modes.pop().unwrap_or_default();
+    let dns = modes.pop().unwrap_or_default();
+    Ok(Report {
+        n: bench.options.n,
+        concurrency: bench.options.concurrency,
+        machine: Machine::current(),
+        binary_bytes: 0,
+        limit,
+        dns,
+        bypass_dns: bypass,
+    })
+}
+
+async fn control_plane(bench: &Bench, phase: &str) -> Result<(ControlPlane, Client)> {
+    let started = Instant::now();
+    let control_plane = ControlPlane::start().await.context("starting etcd + kube-apiserver")?;
+    let admin = control_plane.admin_client().await?;
+    bench.progress.say(format_args!("{phase}: control plane up in {:.1}s", started.elapsed().as_secs_f64()));
+    Ok((control_plane, admin))
+}
+
+async fn setup_csrs(bench: &Bench, admin: &Client, prefix: &str) -> Result<Vec<CertificateSigningRequest>> {
+    let started = Instant::now();
+    let created = create_all(admin, prefix, &bench.requests, bench.options.create_concurrency).await?;
+    let secs = started.elapsed().as_secs_f64();
+    bench.progress.say(format_args!(
+        "{prefix}: created {} CSRs as their nodes in {secs:.1}s ({:.0}/s)",
+        created.len(),
+        created.len() as f64 / secs.max(1e-9)
+    ));
+    Ok(created)
+}
+
+/// The bare client: N approval writes, then N approval writes each followed by an Event.
+async fn limit(bench: &Bench) -> Result<Limit> {
+    let (_control_plane, admin) = control_plane(bench, "limit").await?;
+    let api: Api<CertificateSigningRequest> = Api::all(admin.clone());
+    let concurrency = usize::from(bench.options.concurrency.max(1));
+
+    let created = setup_csrs(bench, &admin, "limit").await?;
+    let started = Instant::now();
+    futures::stream::iter(created.iter())
+        .map(|csr| approve(&api, csr))
+        .buffer_unordered(concurrency)
+        .try_collect::<()>()
+        .await?;
+    let seconds = started.elapsed().as_secs_f64();
+    bench.progress.say(format_args!("limit: T_limit = {seconds:.2}s"));
+
+    let created = setup_csrs(bench, &admin, "limit-events").await?;
+    let recorder = Recorder::new(admin.clone(), Reporter { controller: "bench".into(), instance: None });
+    let started = Instant::now();
+    futures::stream::iter(created.iter())
+        .map(|csr| async {
+            approve(&api, csr).await?;
+            recorder.publish(&approval_event(), &csr.object_ref(&())).await.context("publishing an event")
+        })
+        .buffer_unordered(concurrency)
+        .try_collect::<()>()
+        .await?;
+    let with_events_seconds = started.elapsed().as_secs_f64();
+    bench.progress.say(format_args!("limit: with events {with_events_seconds:.2}s"));
+    Ok(Limit { seconds, writes_per_second: created.len() as f64 / seconds.max(1e-9), with_events_seconds })
+}
+
+/// One approval write as the controller makes it: the cached object plus the condition, through
+/// the `approval` subresource, preconditioned on its resourceVersion.
+async fn approve(api: &Api<CertificateSigningRequest>, csr: &CertificateSigningRequest) -> Result<()> {
+    let now = Time(Timestamp::now());
+    let username = csr.spec.username.clone().unwrap_or_default();
+    let condition = CertificateSigningRequestCondition {
+        type_: "Approved".to_owned(),
+        status: "True".to_owned(),
+        reason: Some("AutoApproved".to_owned()),
+        message: Some(format!(
+            "kubelet serving certificate for {username} verified: signer, pending, username, groups, request, \
+             subject, usages, san-types, san-present, dns-name-count, dns-name-syntax, hostname, provider-regex, \
+             ip-prefixes, dns-resolves, resolved-ip-prefixes, ip-resolved, expiration"
+        )),
+        last_update_time: Some(now.clone()),
+        last_transition_time: Some(now),
+    };
+    let mut status = csr.status.clone().unwrap_or_default();
+    status.conditions.get_or_insert_with(Vec::new).push(condition);
+    let body = CertificateSigningRequest {
+        metadata: ObjectMeta {
+            name: csr.metadata.name.clone(),
+            resource_version: csr.metadata.resource_version.clone(),
+            uid: csr.metadata.uid.clone(),
+            ..ObjectMeta::default()
+        },
+        spec: csr.spec.clone(),
+        status: Some(status),
+    };
+    let name = csr.name_any();
+    api.replace_subresource("approval", &name, &PostParams::default(), &body)
+        .await
+        .with_context(|| format!("approving {name}"))?;
+    Ok(())
+}
+
+fn approval_event() -> Event {
+    Event {
+        type_: EventType::Normal,
+        reason: "AutoApproved".into(),
+        note: Some("kubelet serving certificate verified".into()),
+        action: "Approve".into(),
+        secondary: None,
+    }
+}
+
+fn launch(bench: &Bench, phase: &str, bypass_dns: bool) -> Launch {
+    Launch {
+        binary: bench.binary.clone(),
+        kubeconfig: PathBuf::new(),
+        dns: bench.dns,
+        concurrency: bench.options.concurrency,
+        bypass_dns,
+        log: bench.logs.join(format!("{phase}.log")),
+    }
+}
+
+/// How long a phase may take to decide `n` CSRs before the run is declared failed.
+fn decide_limit(n: usize) -> Duration {
+    Duration::from_secs(60) + Duration::from_millis(50).saturating_mul(n as u32)
+}
+
+fn mode_name(bypass_dns: bool) -> &'static str {
+    if bypass_dns { "bypass-dns" } else { "dns" }
+}
+
+/// N CSRs waiting, then the controller started: spawn to last decision.
+async fn catchup(bench: &Bench, bypass_dns: bool) -> Result<Catchup> {
+    let phase = format!("catchup-{}", mode_name(bypass_dns));
+    let (control_plane, admin) = control_plane(bench, &phase).await?;
+    let n = setup_csrs(bench, &admin, &phase).await?.len();
+    let mut decisions = Decisions::watch(&admin);
+    decisions.wait_synced(Duration::from_secs(60)).await?;
+    let mut events = EventCount::watch(&admin);
+
+    let mut launch = launch(bench, &phase, bypass_dns);
+    launch.kubeconfig = control_plane.kubeconfig_path().to_owned();
+    let mut approver = Approver::start(&launch)?;
+    let ready = approver.wait_ready(Duration::from_secs(120)).await?;
+    decisions.wait_count(n, decide_limit(n)).await?;
+    let seen = decisions.snapshot();
+    let last = seen.values().map(|s| s.at).max().unwrap_or_else(Instant::now);
+    let seconds = last.duration_since(approver.started).as_secs_f64();
+    let events_last = events.wait_count(n, decide_limit(n)).await?;
+    let events_seconds = events_last.duration_since(approver.started).as_secs_f64();
+    tokio::time::sleep(SETTLE).await;
+    approver.check_alive()?;
+    let memory = Memory {
+        idle_mib: 0.0,
+        peak_mib: mib(approver.peak_kib(approver.started, last)),
+        after_mib: mib(approver.rss_now_kib()),
+    };
+    let cpu_seconds = approver.cpu_seconds().unwrap_or(0.0);
+    approver.stop().await?;
+    let approved = seen.values().filter(|s| s.approved).count();
+    bench.progress.say(format_args!("{phase}: T_catchup = {seconds:.2}s (ready after {:.2}s)", ready.as_secs_f64()));
+    Ok(Catchup {
+        ready_seconds: ready.as_secs_f64(),
+        seconds,
+        events_seconds,
+        ratio: 0.0,
+        approved,
+        denied: seen.len() - approved,
+        memory,
+        cpu_seconds,
+    })
+}
+
+/// The controller ready, then N CSRs created at `rate` per second.
+async fn live(bench: &Bench, bypass_dns: bool, rate: f64) -> Result<Live> {
+    let phase = format!("live-{}", mode_name(bypass_dns));
+    let (control_plane, admin) = control_plane(bench, &phase).await?;
+    let mut decisions = Decisions::watch(&admin);
+    decisions.wait_synced(Duration::from_secs(60)).await?;
+    let mut launch = launch(bench, &phase, bypass_dns);
+    launch.kubeconfig = control_plane.kubeconfig_path().to_owned();
+    let mut approver = Approver::start(&launch)?;
+    let ready = approver.wait_ready(Duration::from_secs(120)).await?;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let idle = approver.rss_now_kib();
+    let cpu_before = approver.cpu_seconds().unwrap_or(0.0);
+
+    let n = bench.requests.len();
+    let interval = Duration::from_secs_f64(1.0 / rate);
+    let started = Instant::now();
+    let phase_ref = phase.as_str();
+    let created: Vec<(usize, Instant)> = futures::stream::iter(bench.requests.iter().enumerate())
+        .map(|(i, request)| {
+            let admin = &admin;
+            async move {
+                tokio::time::sleep_until((started + interval.saturating_mul(i as u32)).into()).await;
+                create_as_node(admin, &csr_name(phase_ref, i), request).await?;
+                Ok::<_, anyhow::Error>((i, Instant::now()))
+            }
+        })
+        .buffer_unordered(bench.options.create_concurrency.max(1) * 4)
+        .try_collect()
+        .await?;
+    let creating = started.elapsed();
+    decisions.wait_count(n, decide_limit(n)).await?;
+    let seen = decisions.snapshot();
+    let last = seen.values().map(|s| s.at).max().unwrap_or_else(Instant::now);
+    let latencies = created
+        .iter()
+        .filter_map(|(i, at)| seen.get(&csr_name(&phase, *i)).map(|s| s.at.saturating_duration_since(*at)))
+        .collect::<Vec<_>>();
+    tokio::time::sleep(SETTLE).await;
+    approver.check_alive()?;
+    let memory = Memory {
+        idle_mib: mib(idle),
+        peak_mib: mib(approver.peak_kib(started, last)),
+        after_mib: mib(approver.rss_now_kib()),
+    };
+    let cpu_seconds = approver.cpu_seconds().unwrap_or(0.0) - cpu_before;
+    approver.stop().await?;
+    let approved = seen.values().filter(|s| s.approved).count();
+    let latency_ms = Latency::of(latencies);
+    bench.progress.say(format_args!(
+        "{phase}: {n} CSRs at {:.0}/s, p50 {:.1} ms, p99 {:.1} ms",
+        n as f64 / creating.as_secs_f64().max(1e-9),
+        latency_ms.p50,
+        latency_ms.p99
+    ));
+    Ok(Live {
+        ready_seconds: ready.as_secs_f64(),
+        target_rate: rate,
+        achieved_rate: n as f64 / creating.as_secs_f64().max(1e-9),
+        seconds: last.duration_since(started).as_secs_f64(),
+        latency_ms,
+        approved,
+        denied: seen.len() - approved,
+        memory,
+        cpu_seconds,
+    })
+}
