@@ -349,8 +349,9 @@ impl<R, C> Context<R, C> {
     }
 }
 
-/// The CSR with the decision's condition added, carrying the cached resourceVersion.
-fn with_condition(csr: &CertificateSigningRequest, decision: &Decision) -> CertificateSigningRequest {
+/// The body of the approval write: the CSR with the decision's condition added, carrying the
+/// cached resourceVersion as the precondition.
+pub fn with_condition(csr: &CertificateSigningRequest, decision: &Decision) -> CertificateSigningRequest {
     let now = Time(Timestamp::now());
     let condition = CertificateSigningRequestCondition {
         type_: if decision.kind == DecisionKind::Approve { "Approved" } else { "Denied" }.to_owned(),

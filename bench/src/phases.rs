@@ -6,12 +6,12 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use futures::{StreamExt, TryStreamExt};
-use jiff::Timestamp;
-use k8s_openapi::api::certificates::v1::{CertificateSigningRequest, CertificateSigningRequestCondition};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use kube::api::PostParams;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::{Api, Client, Resource, ResourceExt};
+use node_csr_approver::controller::with_condition;
+use node_csr_approver::policy::{Decision, DecisionKind, Reason};
 use testenv::ControlPlane;
 
 use crate::Progress;
@@ -113,37 +113,21 @@ async fn limit(bench: &Bench) -> Result<Limit> {
     Ok(Limit { seconds, writes_per_second: created.len() as f64 / seconds.max(1e-9), with_events_seconds })
 }
 
-/// One approval write as the controller makes it: the cached object plus the condition, through
-/// the `approval` subresource, preconditioned on its resourceVersion.
+/// One approval write exactly as the controller makes it: the cached object plus the condition,
+/// through the `approval` subresource, preconditioned on its resourceVersion.
 async fn approve(api: &Api<CertificateSigningRequest>, csr: &CertificateSigningRequest) -> Result<()> {
-    let now = Time(Timestamp::now());
     let username = csr.spec.username.clone().unwrap_or_default();
-    let condition = CertificateSigningRequestCondition {
-        type_: "Approved".to_owned(),
-        status: "True".to_owned(),
-        reason: Some("AutoApproved".to_owned()),
-        message: Some(format!(
+    let decision = Decision {
+        kind: DecisionKind::Approve,
+        reason: Reason::AutoApproved,
+        message: format!(
             "kubelet serving certificate for {username} verified: signer, pending, username, groups, request, \
              subject, usages, san-types, san-present, dns-name-count, dns-name-syntax, hostname, provider-regex, \
              ip-prefixes, dns-resolves, resolved-ip-prefixes, ip-resolved, expiration"
-        )),
-        last_update_time: Some(now.clone()),
-        last_transition_time: Some(now),
-    };
-    let mut status = csr.status.clone().unwrap_or_default();
-    status.conditions.get_or_insert_with(Vec::new).push(condition);
-    let body = CertificateSigningRequest {
-        metadata: ObjectMeta {
-            name: csr.metadata.name.clone(),
-            resource_version: csr.metadata.resource_version.clone(),
-            uid: csr.metadata.uid.clone(),
-            ..ObjectMeta::default()
-        },
-        spec: csr.spec.clone(),
-        status: Some(status),
+        ),
     };
     let name = csr.name_any();
-    api.replace_subresource("approval", &name, &PostParams::default(), &body)
+    api.replace_subresource("approval", &name, &PostParams::default(), &with_condition(csr, &decision))
         .await
         .with_context(|| format!("approving {name}"))?;
     Ok(())
