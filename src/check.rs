@@ -155,6 +155,13 @@ fn write_text(out: &mut impl Write, name: &str, evaluation: &Evaluation) -> std:
     let decision = &evaluation.decision;
     writeln!(out, "{name}: {} ({})", decision.kind.as_str(), decision.reason)?;
     writeln!(out, "  {}", decision.message)?;
+    if let Some(request) = &evaluation.request {
+        writeln!(
+            out,
+            "  request: CN {:?}, O {:?}, DNS {:?}, IP {:?}",
+            request.common_names, request.organizations, request.dns_names, request.ip_addresses
+        )?;
+    }
     writeln!(out, "  {:<22} {:<6} DETAIL", "CHECK", "RESULT")?;
     for row in &evaluation.checks {
         let (result, detail) = outcome_parts(&row.outcome);
@@ -163,14 +170,27 @@ fn write_text(out: &mut impl Write, name: &str, evaluation: &Evaluation) -> std:
     writeln!(out)
 }
 
-/// The JSON form of one report: `name`, `decision`, `reason`, `message`, `checks`.
+/// The JSON form of one report: `name`, `decision`, `reason`, `message`, `request` (what the
+/// request asks for, when it was read) and `checks`.
 #[derive(Serialize)]
 struct JsonReport<'a> {
     name: &'a str,
     decision: &'static str,
     reason: &'static str,
     message: &'a str,
+    request: Option<JsonRequest<'a>>,
     checks: Vec<JsonCheck<'a>>,
+}
+
+/// The subject and SANs of a request that was read.
+#[derive(Serialize)]
+struct JsonRequest<'a> {
+    common_names: &'a [String],
+    organizations: &'a [String],
+    dns_names: &'a [String],
+    ip_addresses: &'a [std::net::IpAddr],
+    emails: &'a [String],
+    uris: &'a [String],
 }
 
 #[derive(Serialize)]
@@ -188,6 +208,14 @@ impl<'a> JsonReport<'a> {
             decision: decision.kind.as_str(),
             reason: decision.reason.as_str(),
             message: &decision.message,
+            request: evaluation.request.as_ref().map(|facts| JsonRequest {
+                common_names: &facts.common_names,
+                organizations: &facts.organizations,
+                dns_names: &facts.dns_names,
+                ip_addresses: &facts.ip_addresses,
+                emails: &facts.emails,
+                uris: &facts.uris,
+            }),
             checks: evaluation
                 .checks
                 .iter()

@@ -1,6 +1,7 @@
 //! Command-line flags and environment variables, parsed into a validated [`PolicyConfig`] and
 //! [`DnsConfig`]. Every startup error is produced here and names the flag, its env var and the value.
 
+mod anchoring;
 mod machine;
 mod run;
 
@@ -19,6 +20,11 @@ pub const MAX_EXPIRATION_CAP_SECS: i64 = 367 * 24 * 3600;
 /// The shortest lifetime Kubernetes accepts in `spec.expirationSeconds`.
 const MIN_EXPIRATION_SECS: i64 = 600;
 const MAX_DNS_NAMES: usize = 1000;
+/// The hard cap on `--allowed-ip-addresses`.
+const MAX_IP_ADDRESSES: usize = 1000;
+/// The default of `--allowed-ip-addresses`: room for every InternalIP and ExternalIP of a
+/// dual-stack node with several interfaces.
+const DEFAULT_IP_ADDRESSES: i64 = 16;
 const DNS_TIMEOUT_RANGE: (Duration, Duration) = (Duration::from_millis(10), Duration::from_secs(60));
 const DNS_GRACE_MAX: Duration = Duration::from_secs(24 * 3600);
 const REGEX_SIZE_LIMIT: usize = 1 << 20;
@@ -57,6 +63,8 @@ pub struct PolicyConfig {
     pub max_expiration_secs: i64,
     /// Largest accepted number of DNS SANs.
     pub allowed_dns_names: usize,
+    /// Largest accepted number of IP SANs.
+    pub allowed_ip_addresses: usize,
     /// Skip DNS resolution of DNS SANs.
     pub bypass_dns_resolution: bool,
     /// Skip binding DNS SANs to the node name.
@@ -106,6 +114,9 @@ pub struct PolicyArgs {
     /// Largest number of DNS SANs per CSR, 1..=1000 [default: 1]
     #[arg(long, env = "ALLOWED_DNS_NAMES", global = true)]
     pub allowed_dns_names: Option<String>,
+    /// Largest number of IP SANs per CSR, 0..=1000 [default: 16]
+    #[arg(long, env = "ALLOWED_IP_ADDRESSES", global = true)]
+    pub allowed_ip_addresses: Option<String>,
     /// Do not resolve DNS SANs (true/false/1/0) [default: false]
     #[arg(long, env = "BYPASS_DNS_RESOLUTION", global = true, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
     pub bypass_dns_resolution: Option<String>,
@@ -141,9 +152,10 @@ impl PolicyArgs {
         let mut warnings = Vec::new();
         let regex_text = self.provider_regex.as_deref().unwrap_or_default();
         let provider_regex = parse_regex(regex_text)?;
-        if !is_anchored(regex_text) {
+        for alternative in anchoring::unanchored_alternatives(regex_text) {
             warnings.push(Warning(format!(
-                "--provider-regex {regex_text:?} is not anchored with ^...$: it matches anywhere in a DNS name"
+                "--provider-regex {regex_text:?}: {alternative:?} is not anchored with ^...$, so it matches \
+                 anywhere in a DNS name"
             )));
         }
         let ip_prefixes = match &self.provider_ip_prefixes {
@@ -179,6 +191,12 @@ impl PolicyArgs {
                 self.allowed_dns_names.as_deref(),
                 1..=MAX_DNS_NAMES as i64,
                 1,
+            )? as usize,
+            allowed_ip_addresses: parse_number(
+                &ALLOWED_IP_ADDRESSES,
+                self.allowed_ip_addresses.as_deref(),
+                0..=MAX_IP_ADDRESSES as i64,
+                DEFAULT_IP_ADDRESSES,
             )? as usize,
             bypass_dns_resolution,
             bypass_hostname_check,
@@ -223,6 +241,7 @@ const PROVIDER_REGEX: Source = Source { flag: "--provider-regex", env: "PROVIDER
 const PROVIDER_IP_PREFIXES: Source = Source { flag: "--provider-ip-prefixes", env: "PROVIDER_IP_PREFIXES" };
 const MAX_EXPIRATION_SEC: Source = Source { flag: "--max-expiration-sec", env: "MAX_EXPIRATION_SEC" };
 const ALLOWED_DNS_NAMES: Source = Source { flag: "--allowed-dns-names", env: "ALLOWED_DNS_NAMES" };
+const ALLOWED_IP_ADDRESSES: Source = Source { flag: "--allowed-ip-addresses", env: "ALLOWED_IP_ADDRESSES" };
 const BYPASS_DNS_RESOLUTION: Source = Source { flag: "--bypass-dns-resolution", env: "BYPASS_DNS_RESOLUTION" };
 const BYPASS_HOSTNAME_CHECK: Source = Source { flag: "--bypass-hostname-check", env: "BYPASS_HOSTNAME_CHECK" };
 const HOSTNAME_MATCH: Source = Source { flag: "--hostname-match", env: "HOSTNAME_MATCH" };
@@ -241,18 +260,6 @@ fn parse_regex(text: &str) -> Result<Regex, ConfigError> {
         .size_limit(REGEX_SIZE_LIMIT)
         .build()
         .map_err(|e| PROVIDER_REGEX.error(text, one_line(&e.to_string())))
-}
-
-/// True when the regex can only match whole names: it starts with `^` or `\A` and ends with an
-/// unescaped `$` or `\z`.
-fn is_anchored(regex: &str) -> bool {
-    let starts = regex.starts_with('^') || regex.starts_with("\\A");
-    let ends = regex.ends_with("\\z")
-        || (regex.ends_with('$') && {
-            let backslashes = regex[..regex.len() - 1].chars().rev().take_while(|c| *c == '\\').count();
-            backslashes % 2 == 0
-        });
-    starts && ends
 }
 
 fn parse_prefixes(text: &str) -> Result<Vec<IpNet>, ConfigError> {
@@ -351,15 +358,6 @@ fn one_line(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn anchoring_is_detected() {
-        assert!(is_anchored(r"^[a-z0-9-]+\.example\.com$"));
-        assert!(is_anchored(r"\A.+\z"));
-        assert!(!is_anchored(r"^node.*"));
-        assert!(!is_anchored(r"node\.example\.com$"));
-        assert!(!is_anchored(r"^node\$"));
-    }
 
     #[test]
     fn servers_accept_ip_with_optional_port() {

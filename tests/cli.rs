@@ -83,7 +83,11 @@ fn json_reports_carry_every_check() {
     let legit = reports.iter().find(|r| r["name"] == "legit-n1").unwrap();
     assert!(legit["message"].as_str().unwrap().contains("system:node:n1"));
     let checks = legit["checks"].as_array().unwrap();
-    assert_eq!(checks.len(), 19);
+    assert_eq!(checks.len(), 21);
+    let request = &legit["request"];
+    assert_eq!(request["common_names"], serde_json::json!(["system:node:n1"]));
+    assert_eq!(request["organizations"], serde_json::json!(["system:nodes"]));
+    assert!(request["dns_names"].as_array().is_some_and(|names| !names.is_empty()), "{request}");
     for check in checks {
         assert!(check["check"].is_string() && check["detail"].is_string());
         assert!(["pass", "skip"].contains(&check["result"].as_str().unwrap()), "{check}");
@@ -103,6 +107,19 @@ fn text_report_shows_decision_and_check_table() {
     assert!(text.contains("forged-hostname: deny (HostnameMismatch)"), "{text}");
     assert!(text.lines().any(|l| l.trim_start().starts_with("hostname") && l.contains("fail")), "{text}");
     assert!(stderr(&output).contains("warning: --bypass-dns-resolution"), "{}", stderr(&output));
+}
+
+#[test]
+fn every_unanchored_regex_alternative_is_named_in_a_warning() {
+    let mut command = binary();
+    command.args(["check", "--file"]).arg(repo("examples/csrs.yaml"));
+    command.args(["--provider-regex", r"^[a-z0-9-]+\.test\.ch|^x$", "--bypass-dns-resolution"]);
+    let output = run(&mut command);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let err = stderr(&output);
+    let warning = err.lines().find(|l| l.contains("warning: --provider-regex")).unwrap_or_default();
+    assert!(warning.contains(r#""^[a-z0-9-]+\\.test\\.ch" is not anchored"#), "{err}");
+    assert!(!warning.contains(r#""^x$" is not anchored"#), "{err}");
 }
 
 #[test]
@@ -170,6 +187,8 @@ fn every_invalid_value_stops_with_exit_2_naming_flag_env_and_value() {
         ("--max-expiration-sec", "MAX_EXPIRATION_SEC", "a year"),
         ("--allowed-dns-names", "ALLOWED_DNS_NAMES", "0"),
         ("--allowed-dns-names", "ALLOWED_DNS_NAMES", "1001"),
+        ("--allowed-ip-addresses", "ALLOWED_IP_ADDRESSES", "1001"),
+        ("--allowed-ip-addresses", "ALLOWED_IP_ADDRESSES", "-1"),
         ("--bypass-dns-resolution", "BYPASS_DNS_RESOLUTION", "yes"),
         ("--bypass-hostname-check", "BYPASS_HOSTNAME_CHECK", "on"),
         ("--ignore-non-system-node", "IGNORE_NON_SYSTEM_NODE", "2"),
@@ -185,6 +204,7 @@ fn every_invalid_value_stops_with_exit_2_naming_flag_env_and_value() {
         ("--machine-namespace", "MACHINE_NAMESPACE", "Not_A_Namespace"),
         ("--node-client-approval", "NODE_CLIENT_APPROVAL", "maybe"),
         ("--bootstrapper-username", "BOOTSTRAPPER_USERNAME", "system:node:*"),
+        ("--bootstrapper-username", "BOOTSTRAPPER_USERNAME", "system:*"),
         ("--bootstrapper-groups", "BOOTSTRAPPER_GROUPS", "system:authenticated,,x"),
         ("--max-pending-delta", "MAX_PENDING_DELTA", "-1"),
         ("--machine-approver-config", "MACHINE_APPROVER_CONFIG", "/nonexistent/config.yaml"),

@@ -50,6 +50,11 @@ fn client(node: &str, seconds: i64) -> Submission {
     }
 }
 
+/// Node `n1` exists.
+fn node_n1_exists(evidence: &mut Evidence) {
+    evidence.node = Some(Lookup::Found(NodeInfo { name: "n1".into(), addresses: Vec::new() }));
+}
+
 fn machine(addresses: &[(&str, &str)], node_ref: Option<&str>) -> Arc<MachineInfo> {
     Arc::new(MachineInfo {
         id: "openshift-machine-api/m1".into(),
@@ -157,6 +162,13 @@ fn cases() -> Vec<Case> {
             e.node = Some(Lookup::Found(NodeInfo { name: "n1".into(), addresses: Vec::new() }));
         }),
         case("machine already has a node", client("n1", 60), claimed(), (Hold, Reason::MachineAlreadyHasNode)),
+        // One canonical node name for both lookups: another spelling of an existing node is held.
+        case("upper-case spelling of an existing node", client("N1", 60), quiet(), (Hold, Reason::InvalidNodeName))
+            .evidence(node_n1_exists),
+        case("trailing-dot spelling of an existing node", client("n1.", 60), quiet(), (Hold, Reason::InvalidNodeName))
+            .evidence(node_n1_exists),
+        case("empty-label spelling of an existing node", client("n1...", 60), quiet(), (Hold, Reason::InvalidNodeName))
+            .evidence(node_n1_exists),
         case("no machine yet", client("n1", 60), evidence(Vec::new()), (Retry, Reason::MachineNotFound)),
         case("another machine only", client("n2", 60), quiet(), (Retry, Reason::MachineNotFound)),
         case("10s before the machine", client("n1", -10), quiet(), (Approve, Reason::AutoApproved)),

@@ -50,6 +50,11 @@ fn node_n1(addresses: &[(&str, &str)]) -> NodeInfo {
     }
 }
 
+/// A request of node `n1` with `count` IP SANs inside the prefixes and no DNS SAN.
+fn many_ips(count: u8) -> String {
+    (0..count).fold(Request::node("n1"), |request, i| request.ip(&format!("10.0.1.{i}"))).pem()
+}
+
 fn bad_signature() -> String {
     let mut der = good().der();
     let last = der.len() - 1;
@@ -99,6 +104,22 @@ fn cases() -> Vec<Case> {
         case("not a node, ignored", good_csr(), (Ignore, Reason::NotANode))
             .sub(|s| s.username = "system:serviceaccount:kube-system:x".into())
             .cfg(|c| c.ignore_non_system_node = true),
+        case(
+            "upper-case node name",
+            serving("N1", &Request::node("N1").dns("n1.nodes.example.com").pem()),
+            (Deny, Reason::InvalidNodeName),
+        ),
+        case(
+            "node name with a trailing dot",
+            serving("n1.", &Request::node("n1.").dns("n1.nodes.example.com").pem()),
+            (Deny, Reason::InvalidNodeName),
+        ),
+        case(
+            "node name with empty labels",
+            serving("n1...", &Request::node("n1...").dns("n1.nodes.example.com").pem()),
+            (Deny, Reason::InvalidNodeName),
+        )
+        .cfg(|c| c.ignore_non_system_node = true),
         case("not in system:nodes", good_csr(), (Deny, Reason::NotInNodesGroup))
             .sub(|s| s.groups = vec!["system:authenticated".into()]),
         // The request itself.
@@ -238,6 +259,35 @@ fn cases() -> Vec<Case> {
             (Deny, Reason::RegexMismatch),
         ),
         case("ip not owned", serving("n1", &good().ip("192.168.1.10").pem()), (Deny, Reason::IPNotInPrefixes)),
+        case(
+            "ipv4-mapped ip san",
+            serving("n1", &Request::node("n1").dns("n1.nodes.example.com").ip("::ffff:10.9.9.9").pem()),
+            (Deny, Reason::InvalidIPAddress),
+        )
+        .cfg(|c| c.ip_prefixes.push("::/0".parse().unwrap())),
+        case(
+            "ipv4-mapped metadata address",
+            serving("n1", &Request::node("n1").dns("n1.nodes.example.com").ip("::ffff:169.254.169.254").pem()),
+            (Deny, Reason::InvalidIPAddress),
+        )
+        .cfg(|c| c.ip_prefixes.push("::/0".parse().unwrap())),
+        case(
+            "ipv4-compatible ip san",
+            serving("n1", &Request::node("n1").dns("n1.nodes.example.com").ip("::10.9.9.9").pem()),
+            (Deny, Reason::InvalidIPAddress),
+        )
+        .cfg(|c| c.ip_prefixes.push("::/0".parse().unwrap())),
+        case(
+            "ipv6 loopback ip san",
+            serving("n1", &Request::node("n1").dns("n1.nodes.example.com").ip("::1").pem()),
+            (Deny, Reason::InvalidIPAddress),
+        )
+        .cfg(|c| c.ip_prefixes.push("::/0".parse().unwrap())),
+        case("too many ip sans", serving("n1", &many_ips(3)), (Deny, Reason::TooManyIPAddresses))
+            .cfg(|c| c.allowed_ip_addresses = 2),
+        case("ip sans at the limit", serving("n1", &many_ips(2)), (Approve, Reason::AutoApproved))
+            .cfg(|c| c.allowed_ip_addresses = 2),
+        case("no ip sans allowed", good_csr(), (Deny, Reason::TooManyIPAddresses)).cfg(|c| c.allowed_ip_addresses = 0),
         case("ipv6 not owned", serving("n1", &good().ip("fd01::11").pem()), (Deny, Reason::IPNotInPrefixes)),
         case("expiration too long", good_csr(), (Deny, Reason::ExpirationTooLong))
             .sub(|s| s.expiration_seconds = Some(3601))
@@ -254,6 +304,11 @@ fn cases() -> Vec<Case> {
             .dns(&[("n1.nodes.example.com", addrs(&["10.0.0.11", "fd00::11"]))]),
         case("dns resolves outside the prefixes", good_csr(), (Deny, Reason::ResolvedIPNotInPrefixes))
             .dns(&[("n1.nodes.example.com", addrs(&["10.0.0.11", "192.168.0.11"]))]),
+        case("mapped aaaa answer is the ipv4 address", good_csr(), (Approve, Reason::AutoApproved))
+            .dns(&[("n1.nodes.example.com", addrs(&["::ffff:10.0.0.11"]))]),
+        case("mapped aaaa answer outside the prefixes", good_csr(), (Deny, Reason::ResolvedIPNotInPrefixes))
+            .dns(&[("n1.nodes.example.com", addrs(&["10.0.0.11", "::ffff:10.9.9.9"]))])
+            .cfg(|c| c.ip_prefixes.push("::ffff:0:0/96".parse().unwrap())),
         case("ip san not resolved", good_csr(), (Deny, Reason::IPNotResolved))
             .dns(&[("n1.nodes.example.com", addrs(&["10.0.0.12"]))]),
         case(
@@ -287,6 +342,10 @@ fn cases() -> Vec<Case> {
         case("node owns every san", good_csr(), (Approve, Reason::AutoApproved))
             .node(Lookup::Found(node_n1(&[("InternalIP", "10.0.0.11"), ("Hostname", "N1.nodes.example.com.")]))),
         case("node does not exist yet", good_csr(), (Retry, Reason::NodeNotFound)).node(Lookup::Missing),
+        case("node not looked up is never an approval", good_csr(), (Retry, Reason::ClusterUnavailable))
+            .cfg(|c| c.verify_node_addresses = true),
+        case("node address written as mapped ipv6", good_csr(), (Approve, Reason::AutoApproved))
+            .node(Lookup::Found(node_n1(&[("InternalIP", "::ffff:10.0.0.11"), ("Hostname", "n1.nodes.example.com")]))),
         case("cluster unreadable", good_csr(), (Retry, Reason::ClusterUnavailable))
             .node(Lookup::Failed("connection refused".into())),
         case("ip not among the node's addresses", good_csr(), (Deny, Reason::NodeAddressMismatch))

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use clap::Args;
 
 use super::{ConfigError, Source, parse_flag, parse_number};
+use crate::policy::NODE_USER_PREFIX;
 
 /// OpenShift's node-bootstrapper ServiceAccount.
 const DEFAULT_BOOTSTRAPPER: &str = "system:serviceaccount:openshift-machine-config-operator:node-bootstrapper";
@@ -205,10 +206,14 @@ impl MachineArgs {
 fn bootstrapper(value: Option<&str>) -> Result<Bootstrapper, ConfigError> {
     let text = value.map(str::trim).unwrap_or(DEFAULT_BOOTSTRAPPER);
     let invalid = |problem: &str| BOOTSTRAPPER_USERNAME.error(text, problem);
-    if text.starts_with("system:node:") || text == "*" {
-        return Err(invalid("must not match node identities"));
+    if text.starts_with(NODE_USER_PREFIX) || text == "*" {
+        return Err(invalid("must not match node identities (system:node:<name>)"));
     }
     match text.strip_suffix('*') {
+        Some(prefix) if NODE_USER_PREFIX.starts_with(prefix) => Err(invalid(&format!(
+            "the prefix {prefix:?} also matches node identities (system:node:<name>); name the bootstrap identity \
+             more narrowly, e.g. system:bootstrap:*"
+        ))),
         Some(prefix) if prefix.ends_with(':') && prefix.len() > 1 => Ok(Bootstrapper::Prefix(prefix.to_owned())),
         Some(_) => Err(invalid("a prefix must end with ':' before the '*', e.g. system:bootstrap:*")),
         None if text.is_empty() || text.contains('*') => Err(invalid("expected a username or a prefix ending in :*")),
@@ -239,6 +244,8 @@ mod tests {
         assert_eq!(bootstrapper(Some("system:bootstrap:*")).unwrap(), Bootstrapper::Prefix("system:bootstrap:".into()));
         assert!(bootstrapper(Some("system:*x")).is_err());
         assert!(bootstrapper(Some("system:node:*")).is_err());
+        assert!(bootstrapper(Some("system:*")).is_err());
+        assert!(bootstrapper(Some("system:node:x")).is_err());
         assert!(bootstrapper(Some("sys*")).is_err());
         let prefix = Bootstrapper::Prefix("system:bootstrap:".into());
         assert!(prefix.matches("system:bootstrap:abcdef"));

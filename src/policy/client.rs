@@ -11,7 +11,7 @@ use crate::csr::CsrFacts;
 use super::evidence::{Evidence, Lookup, Needs};
 use super::report::{Check, Failure, Report};
 use super::serving::{NODE_USER_PREFIX, NODES_GROUP};
-use super::{Reason, Submission, machine};
+use super::{Reason, Submission, machine, node_name};
 
 /// The signer of kubelet client certificates.
 pub const SIGNER: &str = "kubernetes.io/kube-apiserver-client-kubelet";
@@ -27,6 +27,7 @@ const USAGES_ECDSA: [&str; 2] = ["client auth", "digital signature"];
 pub(crate) struct Staged {
     report: Report,
     node: Option<String>,
+    facts: Option<CsrFacts>,
 }
 
 /// The identity check; `Err` ignores the CSR (not the bootstrapper).
@@ -60,16 +61,21 @@ pub(crate) fn stage(sub: &Submission, identity: Result<String, Failure>) -> Stag
         for check in [Check::Subject, Check::NoSans, Check::Usages] {
             report.skip(check, "needs a parsed request");
         }
-        return Staged { report, node: None };
+        return Staged { report, node: None, facts: None };
     };
     let node = subject(&facts);
     report.record(Check::Subject, node.clone().map(|n| format!("CN=system:node:{n}, O={NODES_GROUP}")));
     report.record(Check::NoSans, no_sans(&facts));
     report.record(Check::Usages, usages(&sub.usages));
-    Staged { report, node: node.ok() }
+    Staged { report, node: node.ok(), facts: Some(facts) }
 }
 
 impl Staged {
+    /// What the request asks for, when it was read.
+    pub(crate) fn facts(&self) -> Option<&CsrFacts> {
+        self.facts.as_ref()
+    }
+
     /// The evidence still needed, or `None` when a check has already failed.
     pub(crate) fn needs(&self) -> Option<Needs> {
         let node = self.node.as_ref()?;
@@ -81,7 +87,7 @@ impl Staged {
 
     /// Runs the evidence checks (skipped when `evidence` is `None`) and returns the full report.
     pub(crate) fn finish(self, sub: &Submission, cfg: &MachinePolicy, evidence: Option<&Evidence>) -> Report {
-        let Staged { mut report, node } = self;
+        let Staged { mut report, node, .. } = self;
         let (Some(node), Some(evidence)) = (node, evidence) else {
             for check in [Check::NodeAbsent, Check::MachineMatch, Check::MachineUnclaimed, Check::CreationWindow] {
                 report.skip(check, "not looked up: an earlier check failed");
@@ -127,7 +133,10 @@ fn subject(facts: &CsrFacts) -> Result<String, Failure> {
     }
     match facts.common_names.as_slice() {
         [cn] => match cn.strip_prefix(NODE_USER_PREFIX) {
-            Some(name) if !name.is_empty() => Ok(name.to_owned()),
+            Some(name) if !name.is_empty() => match node_name::problem(name) {
+                None => Ok(name.to_owned()),
+                Some(problem) => Err(Failure::deny(Reason::InvalidNodeName, format!("subject CN {cn:?}: {problem}"))),
+            },
             _ => Err(Failure::deny(Reason::SubjectMismatch, format!("subject CN {cn:?} is not system:node:<name>"))),
         },
         cns => Err(Failure::deny(Reason::SubjectMismatch, format!("subject CN {cns:?} is not exactly one value"))),

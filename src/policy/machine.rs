@@ -17,9 +17,10 @@ pub fn same_dns_name(a: &str, b: &str) -> bool {
     a.trim_end_matches('.').eq_ignore_ascii_case(b.trim_end_matches('.'))
 }
 
-/// IP addresses compare as parsed addresses, so `fd00::1` equals `fd00:0::0001`.
+/// IP addresses compare as parsed, canonical addresses: `fd00::1` equals `fd00:0::0001`, and
+/// `::ffff:10.0.0.1` equals `10.0.0.1`.
 pub fn same_ip(address: &str, ip: &IpAddr) -> bool {
-    address.trim().parse::<IpAddr>().is_ok_and(|parsed| parsed == *ip)
+    address.trim().parse::<IpAddr>().is_ok_and(|parsed| parsed.to_canonical() == ip.to_canonical())
 }
 
 /// The Machines gathered as evidence, or the failure to read them.

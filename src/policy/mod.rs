@@ -5,6 +5,7 @@
 mod client;
 mod evidence;
 mod machine;
+mod node_name;
 mod reason;
 mod report;
 mod serving;
@@ -16,6 +17,7 @@ use jiff::Timestamp;
 
 use crate::cluster::ClusterView;
 use crate::config::{MachinePolicy, PolicyConfig};
+use crate::csr::CsrFacts;
 use crate::dns::Resolver;
 
 pub use client::SIGNER as KUBELET_CLIENT_SIGNER;
@@ -74,6 +76,8 @@ pub struct Evaluation {
     pub decision: Decision,
     /// Every check, in order, with pass / fail / skip.
     pub checks: Vec<CheckResult>,
+    /// What the request asks for, when it was read.
+    pub request: Option<Box<CsrFacts>>,
 }
 
 /// Evaluates one CSR at time `now`: triage, the checks that need no evidence, then (only if those
@@ -110,7 +114,7 @@ pub fn decide(sub: &Submission, cfg: &PolicyConfig, evidence: &Evidence, now: Ti
 /// The checks of one signer that have run before evidence is gathered.
 enum Staged<'a> {
     Serving(Box<serving::Staged>),
-    Client(client::Staged, &'a MachinePolicy),
+    Client(Box<client::Staged>, &'a MachinePolicy),
 }
 
 impl Staged<'_> {
@@ -118,6 +122,13 @@ impl Staged<'_> {
         match self {
             Staged::Serving(staged) => staged.needs(cfg),
             Staged::Client(staged, _) => staged.needs(),
+        }
+    }
+
+    fn facts(&self) -> Option<&CsrFacts> {
+        match self {
+            Staged::Serving(staged) => staged.facts(),
+            Staged::Client(staged, _) => staged.facts(),
         }
     }
 }
@@ -144,7 +155,7 @@ fn triage<'a>(sub: &Submission, cfg: &'a PolicyConfig) -> Result<(Report, Staged
     match client_rules.filter(|_| sub.signer_name == client::SIGNER) {
         None => Ok((triage, Staged::Serving(Box::new(serving::stage(sub, cfg))))),
         Some(rules) => match client::identity(sub, rules) {
-            Ok(identity) => Ok((triage, Staged::Client(client::stage(sub, identity), rules))),
+            Ok(identity) => Ok((triage, Staged::Client(Box::new(client::stage(sub, identity)), rules))),
             Err(not_ours) => {
                 triage.record(Check::Bootstrapper, Err(not_ours));
                 Err(conclude(triage, cfg, sub))
@@ -161,15 +172,16 @@ fn finish(
     evidence: Option<&Evidence>,
     now: Timestamp,
 ) -> Evaluation {
+    let request = staged.facts().cloned().map(Box::new);
     let mut report = match staged {
-        Staged::Client(staged, rules) => staged.finish(sub, rules, evidence),
+        Staged::Client(staged, rules) => (*staged).finish(sub, rules, evidence),
         Staged::Serving(staged) => {
             let age = sub.created.map(|created| age_at(created, now));
             staged.finish(cfg, evidence, age)
         }
     };
     triage.rows.append(&mut report.rows);
-    conclude(triage, cfg, sub)
+    Evaluation { request, ..conclude(triage, cfg, sub) }
 }
 
 fn age_at(created: Timestamp, now: Timestamp) -> Duration {
@@ -196,7 +208,7 @@ fn conclude(report: Report, cfg: &PolicyConfig, sub: &Submission) -> Evaluation 
             message: approval_message(&report, sub),
         },
     };
-    Evaluation { decision, checks: report.rows }
+    Evaluation { decision, checks: report.rows, request: None }
 }
 
 fn approval_message(report: &Report, sub: &Submission) -> String {

@@ -45,9 +45,11 @@ reasons! {
     UsernameNotNode,
     /// spec.username is not a node and --ignore-non-system-node is set.
     NotANode,
+    /// The node name in spec.username or the subject CN is not a lowercase RFC 1123 subdomain, as Node names must be.
+    InvalidNodeName,
     /// spec.groups does not contain system:nodes.
     NotInNodesGroup,
-    /// spec.request is not exactly one CERTIFICATE REQUEST PEM block that parses and whose signature verifies.
+    /// spec.request is not one canonical CERTIFICATE REQUEST PEM block (at most 16 KiB) of strict DER with one reading and a verifying signature.
     MalformedRequest,
     /// The subject CN is not spec.username, or O is not exactly [system:nodes].
     SubjectMismatch,
@@ -59,8 +61,12 @@ reasons! {
     NoSubjectAltNames,
     /// The request carries more DNS SANs than --allowed-dns-names.
     TooManyDNSNames,
+    /// The request carries more IP SANs than --allowed-ip-addresses.
+    TooManyIPAddresses,
     /// A DNS SAN is not a valid hostname (or is a wildcard or an IP address).
     InvalidDNSName,
+    /// An IP SAN is an IPv4-mapped or IPv4-compatible IPv6 address (::/96, ::ffff:0:0/96), which the signer would not write as requested.
+    InvalidIPAddress,
     /// A DNS SAN is not bound to the node name (--hostname-match).
     HostnameMismatch,
     /// A DNS SAN does not match --provider-regex.

@@ -25,8 +25,12 @@ pub enum Check {
     SanPresent,
     /// No more DNS SANs than allowed.
     DnsNameCount,
+    /// No more IP SANs than allowed.
+    IpAddressCount,
     /// Every DNS SAN is a valid hostname.
     DnsNameSyntax,
+    /// Every IP SAN is a plain IPv4 or IPv6 address.
+    IpAddressSyntax,
     /// Every DNS SAN is bound to the node name.
     Hostname,
     /// Every DNS SAN matches the provider regex.
@@ -75,7 +79,9 @@ impl Check {
             Check::SanTypes => "san-types",
             Check::SanPresent => "san-present",
             Check::DnsNameCount => "dns-name-count",
+            Check::IpAddressCount => "ip-address-count",
             Check::DnsNameSyntax => "dns-name-syntax",
+            Check::IpAddressSyntax => "ip-address-syntax",
             Check::Hostname => "hostname",
             Check::ProviderRegex => "provider-regex",
             Check::IpPrefixes => "ip-prefixes",

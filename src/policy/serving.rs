@@ -13,7 +13,7 @@ use crate::dns::Resolution;
 use super::evidence::{Evidence, Lookup, Needs};
 use super::machine;
 use super::report::{Check, Failure, Report};
-use super::{Reason, Submission};
+use super::{Reason, Submission, node_name};
 
 /// The signer of kubelet serving certificates.
 pub const SIGNER: &str = "kubernetes.io/kubelet-serving";
@@ -23,6 +23,20 @@ pub const NODE_USER_PREFIX: &str = "system:node:";
 pub const NODES_GROUP: &str = "system:nodes";
 const REQUIRED_USAGES: [&str; 2] = ["digital signature", "server auth"];
 const OPTIONAL_USAGES: [&str; 1] = ["key encipherment"];
+/// The checks on the request that need no evidence, in order.
+const STATIC_REQUEST_CHECKS: [Check; 11] = [
+    Check::Subject,
+    Check::Usages,
+    Check::SanTypes,
+    Check::SanPresent,
+    Check::DnsNameCount,
+    Check::IpAddressCount,
+    Check::DnsNameSyntax,
+    Check::IpAddressSyntax,
+    Check::Hostname,
+    Check::ProviderRegex,
+    Check::IpPrefixes,
+];
 
 /// A serving CSR whose static checks have all run; evidence decides the rest.
 #[derive(Debug)]
@@ -51,10 +65,7 @@ pub(crate) fn stage(sub: &Submission, cfg: &PolicyConfig) -> Staged {
         .record(Check::Request, facts.as_ref().map(|_| "parsed, signature verified".to_owned()).map_err(Clone::clone));
     let expiration = expiration(sub.expiration_seconds, cfg);
     let (Ok(node), Ok(facts)) = (node, facts) else {
-        for check in [Check::Subject, Check::Usages, Check::SanTypes, Check::SanPresent, Check::DnsNameCount] {
-            report.skip(check, "needs a node username and a parsed request");
-        }
-        for check in [Check::DnsNameSyntax, Check::Hostname, Check::ProviderRegex, Check::IpPrefixes] {
+        for check in STATIC_REQUEST_CHECKS {
             report.skip(check, "needs a node username and a parsed request");
         }
         return Staged { report, request: None, expiration };
@@ -64,8 +75,10 @@ pub(crate) fn stage(sub: &Submission, cfg: &PolicyConfig) -> Staged {
     report.record(Check::SanTypes, san_types(&facts));
     report.record(Check::SanPresent, san_present(&facts));
     report.record(Check::DnsNameCount, dns_name_count(&facts, cfg.allowed_dns_names));
+    report.record(Check::IpAddressCount, ip_address_count(&facts, cfg.allowed_ip_addresses));
     let dns_names: Vec<String> = facts.dns_names.iter().map(|n| n.to_ascii_lowercase()).collect();
     report.record(Check::DnsNameSyntax, dns_name_syntax(&dns_names));
+    report.record(Check::IpAddressSyntax, ip_address_syntax(&facts.ip_addresses));
     if cfg.bypass_hostname_check {
         report.skip(Check::Hostname, "--bypass-hostname-check is set");
     } else {
@@ -77,6 +90,11 @@ pub(crate) fn stage(sub: &Submission, cfg: &PolicyConfig) -> Staged {
 }
 
 impl Staged {
+    /// What the request asks for, when it was read.
+    pub(crate) fn facts(&self) -> Option<&CsrFacts> {
+        self.request.as_ref().map(|parsed| &parsed.facts)
+    }
+
     /// The evidence still needed, or `None` when a check has already failed or none is needed.
     pub(crate) fn needs(&self, cfg: &PolicyConfig) -> Option<Needs> {
         let parsed = self.request.as_ref()?;
@@ -112,6 +130,10 @@ impl Staged {
         match usable.map(|(parsed, evidence)| (parsed, &evidence.node)) {
             _ if !cfg.verify_node_addresses => report.skip(Check::NodeAddresses, "--verify-node-addresses is not set"),
             Some((parsed, Some(node))) => report.record(Check::NodeAddresses, node_addresses(parsed, node)),
+            Some((parsed, None)) => report.record(
+                Check::NodeAddresses,
+                Err(Failure::retry(Reason::ClusterUnavailable, format!("Node {:?} was not looked up", parsed.node))),
+            ),
             _ => report.skip(Check::NodeAddresses, "not looked up: an earlier check failed"),
         }
         match (&cfg.machine, usable) {
@@ -134,7 +156,10 @@ impl Staged {
 
 pub(crate) fn node_name(username: &str, cfg: &PolicyConfig) -> Result<String, Failure> {
     match username.strip_prefix(NODE_USER_PREFIX) {
-        Some(name) if !name.is_empty() => Ok(name.to_owned()),
+        Some(name) if !name.is_empty() => match node_name::problem(name) {
+            None => Ok(name.to_owned()),
+            Some(problem) => Err(Failure::deny(Reason::InvalidNodeName, format!("username {username:?}: {problem}"))),
+        },
         _ if cfg.ignore_non_system_node => Err(Failure::ignore(
             Reason::NotANode,
             format!("username {username:?} is not system:node:<name> and --ignore-non-system-node is set"),
@@ -214,6 +239,38 @@ fn dns_name_count(facts: &CsrFacts, allowed: usize) -> Result<String, Failure> {
         ))
     } else {
         Ok(format!("{count} of at most {allowed}"))
+    }
+}
+
+fn ip_address_count(facts: &CsrFacts, allowed: usize) -> Result<String, Failure> {
+    let count = facts.ip_addresses.len();
+    if count > allowed {
+        Err(Failure::deny(
+            Reason::TooManyIPAddresses,
+            format!("{count} IP SANs, at most {allowed} allowed (--allowed-ip-addresses)"),
+        ))
+    } else {
+        Ok(format!("{count} of at most {allowed}"))
+    }
+}
+
+/// IPv6 addresses in `::/96` (unspecified, loopback, IPv4-compatible) or `::ffff:0:0/96`
+/// (IPv4-mapped) are refused: Go writes a mapped address into the certificate as IPv4, so the
+/// certificate would name another address than the one checked.
+fn ip_address_syntax(ips: &[IpAddr]) -> Result<String, Failure> {
+    let refused = ips.iter().find_map(|ip| match ip {
+        IpAddr::V6(v6) if v6.to_ipv4_mapped().is_some() => Some(format!(
+            "IP SAN {v6} is an IPv4-mapped IPv6 address; the certificate would name {}",
+            ip.to_canonical()
+        )),
+        IpAddr::V6(v6) if v6.octets()[..12].iter().all(|b| *b == 0) => {
+            Some(format!("IP SAN {v6} lies in ::/96 (unspecified, loopback or IPv4-compatible)"))
+        }
+        _ => None,
+    });
+    match refused {
+        Some(message) => Err(Failure::deny(Reason::InvalidIPAddress, message)),
+        None => Ok(format!("{} plain IPv4/IPv6 addresses", ips.len())),
     }
 }
 
@@ -297,10 +354,12 @@ fn dns_checks(report: &mut Report, parsed: &Parsed, evidence: &Evidence, cfg: &P
     for name in &parsed.dns_names {
         match evidence.dns.get(name) {
             Some(Resolution::Addresses(addresses)) => {
-                if let Some(ip) = addresses.iter().find(|ip| !in_prefixes(ip, cfg)) {
+                // An AAAA answer ::ffff:a.b.c.d is the IPv4 address a.b.c.d.
+                let canonical: Vec<IpAddr> = addresses.iter().map(IpAddr::to_canonical).collect();
+                if let Some(ip) = canonical.iter().find(|ip| !in_prefixes(ip, cfg)) {
                     outside.get_or_insert((name, *ip));
                 }
-                resolved.extend(addresses);
+                resolved.extend(canonical);
             }
             Some(Resolution::NotFound) => missing.push(name.as_str()),
             Some(Resolution::Unavailable(failure)) => unavailable.push(format!("{name} ({failure})")),
@@ -403,7 +462,12 @@ fn node_addresses(parsed: &Parsed, node: &Lookup<NodeInfo>) -> Result<String, Fa
         .map(|a| a.address.trim_end_matches('.').to_ascii_lowercase())
         .chain([node.name.to_ascii_lowercase()])
         .collect();
-    let ips: BTreeSet<IpAddr> = node.addresses.iter().filter_map(|a| a.address.parse().ok()).collect();
+    let ips: BTreeSet<IpAddr> = node
+        .addresses
+        .iter()
+        .filter_map(|a| a.address.trim().parse().ok())
+        .map(|ip: IpAddr| ip.to_canonical())
+        .collect();
     if let Some(name) = parsed.dns_names.iter().find(|n| !names.contains(*n)) {
         return Err(Failure::deny(
             Reason::NodeAddressMismatch,

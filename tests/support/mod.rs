@@ -127,9 +127,12 @@ impl Request {
     }
 }
 
-/// PEM-encodes DER with the given label.
+/// PEM-encodes DER with the given label, as Go's `pem.EncodeToMemory` does (LF line endings).
 pub fn pem_block(label: &str, der: &[u8]) -> String {
-    pem::encode(&pem::Pem::new(label, der.to_vec()))
+    pem::encode_config(
+        &pem::Pem::new(label, der.to_vec()),
+        pem::EncodeConfig::new().set_line_ending(pem::LineEnding::LF),
+    )
 }
 
 /// A second O attribute (rcgen keeps one value per DnType; a custom type with O's OID adds another).
@@ -167,6 +170,7 @@ pub fn config() -> PolicyConfig {
         ip_prefixes: vec!["10.0.0.0/16".parse().unwrap(), "fd00::/64".parse().unwrap()],
         max_expiration_secs: 367 * 24 * 3600,
         allowed_dns_names: 1,
+        allowed_ip_addresses: 16,
         bypass_dns_resolution: true,
         bypass_hostname_check: false,
         hostname_match: HostnameMatch::Strict,

@@ -77,6 +77,7 @@ subjects:
 {{- $optional := list
   (list "MAX_EXPIRATION_SEC" .Values.maxExpirationSeconds)
   (list "ALLOWED_DNS_NAMES" .Values.allowedDnsNames)
+  (list "ALLOWED_IP_ADDRESSES" .Values.allowedIpAddresses)
   (list "HOSTNAME_MATCH" .Values.hostnameMatch)
   (list "DNS_TIMEOUT" .Values.dnsTimeout)
   (list "DNS_GRACE_PERIOD" .Values.dnsGracePeriod)

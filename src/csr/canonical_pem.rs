@@ -1,0 +1,153 @@
+//! The canonical PEM gate: `spec.request` must be exactly what Go's `pem.EncodeToMemory` writes for
+//! one `CERTIFICATE REQUEST` block, so that Go's `pem.Decode` (kube-apiserver, the signer) and this
+//! reader can only see the same block. Each rule gets its own message; a final comparison with the
+//! re-encoded block catches anything the rules did not name.
+
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD;
+
+use super::CsrError;
+
+/// The largest `spec.request` accepted, in bytes (a kubelet's request is under 2 KiB).
+pub const MAX_REQUEST_BYTES: usize = 16 * 1024;
+/// The only label accepted.
+const LABEL: &str = "CERTIFICATE REQUEST";
+const BEGIN: &[u8] = b"-----BEGIN";
+const END: &[u8] = b"-----END";
+/// Go writes base64 lines of this many characters, the last one shorter.
+const LINE_WIDTH: usize = 64;
+
+/// Returns the DER inside a canonical `CERTIFICATE REQUEST` PEM block.
+pub(super) fn decode(pem: &[u8]) -> Result<Vec<u8>, CsrError> {
+    if pem.len() > MAX_REQUEST_BYTES {
+        return Err(CsrError::TooLarge(pem.len()));
+    }
+    let not_canonical = |why: String| CsrError::NotCanonicalPem(why);
+    match (occurrences(pem, BEGIN), occurrences(pem, END)) {
+        (0, _) => return Err(not_canonical("no -----BEGIN line".into())),
+        (1, 1) => {}
+        (begins, ends) => {
+            return Err(not_canonical(format!(
+                "-----BEGIN occurs {begins} and -----END {ends} times; each must occur exactly once"
+            )));
+        }
+    }
+    let block = surrounded_by_whitespace(pem).map_err(not_canonical)?;
+    let text = std::str::from_utf8(block).map_err(|_| not_canonical("the block is not ASCII".into()))?;
+    if text.contains('\r') {
+        return Err(not_canonical("lines end in CR LF; only LF is accepted".into()));
+    }
+    let mut lines = text.split('\n');
+    let begin = lines.next().unwrap_or_default();
+    let end = lines.next_back().unwrap_or_default();
+    check_label_line(begin, "BEGIN").map_err(not_canonical)?;
+    check_label_line(end, "END").map_err(not_canonical)?;
+    let body: Vec<&str> = lines.collect();
+    check_body_lines(&body).map_err(not_canonical)?;
+    let der =
+        STANDARD.decode(body.concat()).map_err(|e| not_canonical(format!("the body is not canonical base64: {e}")))?;
+    if encode(&der).trim_end_matches('\n') != text {
+        return Err(not_canonical("the block differs from the canonical encoding of its contents".into()));
+    }
+    Ok(der)
+}
+
+/// The PEM block as Go's `pem.EncodeToMemory` writes it.
+pub(super) fn encode(der: &[u8]) -> String {
+    let body = STANDARD.encode(der);
+    let mut out = format!("-----BEGIN {LABEL}-----\n");
+    for chunk in body.as_bytes().chunks(LINE_WIDTH) {
+        out.push_str(&String::from_utf8_lossy(chunk));
+        out.push('\n');
+    }
+    out.push_str(&format!("-----END {LABEL}-----\n"));
+    out
+}
+
+fn occurrences(haystack: &[u8], needle: &[u8]) -> usize {
+    haystack.windows(needle.len()).filter(|window| *window == needle).count()
+}
+
+/// The block without the whitespace around it. Leading whitespace must end with a line feed: Go
+/// finds a BEGIN line only at the start of the input or right after a `\n`.
+fn surrounded_by_whitespace(pem: &[u8]) -> Result<&[u8], String> {
+    let is_space = |b: &u8| matches!(b, b' ' | b'\t' | b'\r' | b'\n');
+    let start = pem.iter().position(|b| !is_space(b)).unwrap_or(pem.len());
+    let end = pem.iter().rposition(|b| !is_space(b)).map_or(start, |i| i + 1);
+    if !pem[start..].starts_with(BEGIN) {
+        return Err("bytes other than whitespace come before -----BEGIN".into());
+    }
+    if start > 0 && pem[start - 1] != b'\n' {
+        return Err("the whitespace before -----BEGIN does not end with a line feed".into());
+    }
+    let block = &pem[start..end];
+    let last_line = block.rsplit(|b| *b == b'\n').next().unwrap_or_default();
+    if !last_line.starts_with(END) {
+        return Err("bytes other than whitespace come after the -----END line".into());
+    }
+    Ok(block)
+}
+
+/// `-----BEGIN CERTIFICATE REQUEST-----` or `-----END CERTIFICATE REQUEST-----`, nothing else.
+fn check_label_line(line: &str, which: &str) -> Result<(), String> {
+    let label = line
+        .strip_prefix("-----")
+        .and_then(|rest| rest.strip_prefix(which))
+        .and_then(|rest| rest.strip_prefix(' '))
+        .and_then(|rest| rest.strip_suffix("-----"));
+    match label {
+        Some(LABEL) => Ok(()),
+        Some(other) => Err(format!("the {which} label is {other:?}, expected {LABEL:?}")),
+        None => Err(format!("the {which} line {line:?} is not -----{which} {LABEL}-----")),
+    }
+}
+
+/// Base64 lines of exactly [`LINE_WIDTH`] characters, the last one 1 to [`LINE_WIDTH`]; no headers.
+fn check_body_lines(body: &[&str]) -> Result<(), String> {
+    let Some((last, full)) = body.split_last() else {
+        return Err("the block has no body".into());
+    };
+    if body.iter().any(|line| line.contains(':')) {
+        return Err("PEM headers are not accepted".into());
+    }
+    if let Some(line) = body.iter().find(|line| !line.bytes().all(is_base64_char)) {
+        return Err(format!("the body line {line:?} holds characters other than base64"));
+    }
+    if let Some(line) = full.iter().find(|line| line.len() != LINE_WIDTH) {
+        return Err(format!("a body line has {} characters; every line but the last has {LINE_WIDTH}", line.len()));
+    }
+    if last.is_empty() || last.len() > LINE_WIDTH {
+        return Err(format!("the last body line has {} characters, expected 1 to {LINE_WIDTH}", last.len()));
+    }
+    Ok(())
+}
+
+fn is_base64_char(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || matches!(b, b'+' | b'/' | b'=')
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    #[test]
+    fn canonical_blocks_round_trip() {
+        for len in [1, 47, 48, 49, 96, 1000] {
+            let der: Vec<u8> = (0..len).map(|i| i as u8).collect();
+            assert_eq!(decode(encode(&der).as_bytes()).unwrap(), der, "{len} bytes");
+        }
+    }
+
+    #[test]
+    fn surrounding_whitespace_is_accepted_only_where_go_reads_the_block() {
+        let block = encode(b"request");
+        for ok in [block.clone(), format!("\n{block}"), format!(" \t\n{block}\n \n"), block.trim_end().into()] {
+            assert!(decode(ok.as_bytes()).is_ok(), "{ok:?}");
+        }
+        for bad in [format!(" {block}"), format!("x\n{block}"), format!("{block}x")] {
+            assert!(decode(bad.as_bytes()).is_err(), "{bad:?}");
+        }
+    }
+}

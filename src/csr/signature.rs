@@ -1,0 +1,92 @@
+//! The request's self-signature, verified with ring over the exact bytes of
+//! `certificationRequestInfo`. Only the algorithms kubelets and common tools use are accepted, each
+//! with the parameters Go writes: RSA (2048 bits or more) with SHA-256/384/512, ECDSA P-256/P-384
+//! with SHA-256/384, and Ed25519. SHA-1, RSA-PSS and other curves are refused.
+
+use ring::signature::{self, UnparsedPublicKey, VerificationAlgorithm};
+use x509_cert::der::asn1::BitString;
+use x509_cert::der::oid::ObjectIdentifier;
+use x509_cert::der::{Any, Encode, Tag, Tagged};
+use x509_cert::request::CertReq;
+use x509_cert::spki::AlgorithmIdentifier;
+
+use super::CsrError;
+
+const RSA_ENCRYPTION: ObjectIdentifier = ObjectIdentifier::new_unwrap("1.2.840.113549.1.1.1");
+const SHA256_WITH_RSA: ObjectIdentifier = ObjectIdentifier::new_unwrap("1.2.840.113549.1.1.11");
+const SHA384_WITH_RSA: ObjectIdentifier = ObjectIdentifier::new_unwrap("1.2.840.113549.1.1.12");
+const SHA512_WITH_RSA: ObjectIdentifier = ObjectIdentifier::new_unwrap("1.2.840.113549.1.1.13");
+const EC_PUBLIC_KEY: ObjectIdentifier = ObjectIdentifier::new_unwrap("1.2.840.10045.2.1");
+const P256: ObjectIdentifier = ObjectIdentifier::new_unwrap("1.2.840.10045.3.1.7");
+const P384: ObjectIdentifier = ObjectIdentifier::new_unwrap("1.3.132.0.34");
+const ECDSA_WITH_SHA256: ObjectIdentifier = ObjectIdentifier::new_unwrap("1.2.840.10045.4.3.2");
+const ECDSA_WITH_SHA384: ObjectIdentifier = ObjectIdentifier::new_unwrap("1.2.840.10045.4.3.3");
+const ED25519: ObjectIdentifier = ObjectIdentifier::new_unwrap("1.3.101.112");
+
+/// The public key's type, from its AlgorithmIdentifier.
+#[derive(Clone, Copy)]
+enum KeyType {
+    Rsa,
+    EcdsaP256,
+    EcdsaP384,
+    Ed25519,
+}
+
+/// Verifies the self-signature of a strictly decoded request.
+pub(super) fn verify(request: &CertReq) -> Result<(), CsrError> {
+    let key_type = key_type(&request.info.public_key.algorithm)?;
+    let algorithm = verification_algorithm(key_type, &request.algorithm)?;
+    let key = whole_bytes(&request.info.public_key.subject_public_key, "public key")?;
+    let signature = whole_bytes(&request.signature, "signature")?;
+    let message = request.info.to_der().map_err(|e| CsrError::NotStrictDer(e.to_string()))?;
+    UnparsedPublicKey::new(algorithm, key).verify(&message, signature).map_err(|_| CsrError::BadSignature)
+}
+
+fn key_type(algorithm: &AlgorithmIdentifier<Any>) -> Result<KeyType, CsrError> {
+    let params = algorithm.parameters.as_ref();
+    let curve =
+        params.filter(|p| p.tag() == Tag::ObjectIdentifier).and_then(|p| p.decode_as::<ObjectIdentifier>().ok());
+    match (algorithm.oid, params, curve) {
+        (RSA_ENCRYPTION, Some(p), _) if is_null(p) => Ok(KeyType::Rsa),
+        (EC_PUBLIC_KEY, _, Some(P256)) => Ok(KeyType::EcdsaP256),
+        (EC_PUBLIC_KEY, _, Some(P384)) => Ok(KeyType::EcdsaP384),
+        (ED25519, None, _) => Ok(KeyType::Ed25519),
+        (oid, _, _) => Err(CsrError::UnsupportedSignature(format!(
+            "public key algorithm {oid} with these parameters (accepted: RSA, ECDSA P-256/P-384, Ed25519)"
+        ))),
+    }
+}
+
+fn is_null(value: &Any) -> bool {
+    value.tag() == Tag::Null && value.value().is_empty()
+}
+
+fn verification_algorithm(
+    key: KeyType,
+    algorithm: &AlgorithmIdentifier<Any>,
+) -> Result<&'static dyn VerificationAlgorithm, CsrError> {
+    let null_params = algorithm.parameters.as_ref().is_some_and(is_null);
+    let no_params = algorithm.parameters.is_none();
+    let chosen: Option<&'static dyn VerificationAlgorithm> = match (key, algorithm.oid) {
+        (KeyType::Rsa, SHA256_WITH_RSA) if null_params => Some(&signature::RSA_PKCS1_2048_8192_SHA256),
+        (KeyType::Rsa, SHA384_WITH_RSA) if null_params => Some(&signature::RSA_PKCS1_2048_8192_SHA384),
+        (KeyType::Rsa, SHA512_WITH_RSA) if null_params => Some(&signature::RSA_PKCS1_2048_8192_SHA512),
+        (KeyType::EcdsaP256, ECDSA_WITH_SHA256) if no_params => Some(&signature::ECDSA_P256_SHA256_ASN1),
+        (KeyType::EcdsaP256, ECDSA_WITH_SHA384) if no_params => Some(&signature::ECDSA_P256_SHA384_ASN1),
+        (KeyType::EcdsaP384, ECDSA_WITH_SHA256) if no_params => Some(&signature::ECDSA_P384_SHA256_ASN1),
+        (KeyType::EcdsaP384, ECDSA_WITH_SHA384) if no_params => Some(&signature::ECDSA_P384_SHA384_ASN1),
+        (KeyType::Ed25519, ED25519) if no_params => Some(&signature::ED25519),
+        _ => None,
+    };
+    chosen.ok_or_else(|| {
+        CsrError::UnsupportedSignature(format!(
+            "signature algorithm {} with these parameters for this key",
+            algorithm.oid
+        ))
+    })
+}
+
+/// The contents of a BIT STRING that has no unused bits.
+fn whole_bytes<'a>(bits: &'a BitString, what: &str) -> Result<&'a [u8], CsrError> {
+    bits.as_bytes().ok_or_else(|| CsrError::NotStrictDer(format!("the {what} BIT STRING has unused bits")))
+}
