@@ -2,7 +2,8 @@
 
 use std::path::PathBuf;
 
-/// Everything that can go wrong while starting, using or stopping a control plane.
+/// Everything that can go wrong while starting, using or stopping a control plane, or its
+/// signer.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// `scripts/build-tools.sh` failed or printed no directory.
@@ -25,7 +26,7 @@ pub enum Error {
     /// A component did not become ready; carries the tail of its log.
     #[error("{component} did not start: {reason}\n--- last lines of {component} log ---\n{log_tail}")]
     Start {
-        /// `etcd` or `kube-apiserver`.
+        /// `etcd`, `kube-apiserver` or `kube-controller-manager`.
         component: &'static str,
         /// Why it is considered failed (exited, timed out).
         reason: String,

@@ -16,9 +16,10 @@
 //!
 //! What runs: kube-apiserver with authorization `Node,RBAC`, the admission plugin
 //! `ServiceAccount` off, a ServiceAccount token signing key, and an admin client certificate in
-//! `system:masters`. Nothing else: no kube-controller-manager, so no CSR is ever signed (approval
-//! conditions are stored, certificates are not issued), namespaces never finish deleting, and no
-//! `default` ServiceAccount appears by itself.
+//! `system:masters`. kube-controller-manager runs only when asked for
+//! ([`ControlPlane::start_signer`], [`ControlPlane::shared_with_signer`]), and then only its CSR
+//! signing controller, so approved CSRs get certificates of the cluster CA. No other controller
+//! runs: namespaces never finish deleting, and no `default` ServiceAccount appears by itself.
 //!
 //! Children run in their own process groups and are ended when the [`ControlPlane`] is dropped and,
 //! through a watchdog per child, when the test process dies in any way.
@@ -29,6 +30,7 @@ mod control_plane;
 mod error;
 mod etcd;
 mod kube_apiserver;
+mod kube_controller_manager;
 mod kubeconfig;
 mod pki;
 mod ports;
@@ -39,6 +41,7 @@ mod tools;
 
 pub use control_plane::ControlPlane;
 pub use error::Error;
+pub use kube_controller_manager::Signer;
 pub use probe::{is_forbidden, process_running};
 pub use tools::{TOOLS_DIR_ENV, tools_dir};
 
