@@ -2,8 +2,8 @@
 
 use std::path::PathBuf;
 
-/// Everything that can go wrong while starting, using or stopping a control plane, or its
-/// signer.
+/// Everything that can go wrong while starting, using or stopping a control plane, its signer or
+/// the oracle.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// `scripts/build-tools.sh` failed or printed no directory.
@@ -45,6 +45,9 @@ pub enum Error {
     /// Waiting for something in the cluster timed out.
     #[error("timed out waiting for {0}")]
     Timeout(String),
+    /// `csr-oracle` failed to start, to answer, or answered something unreadable.
+    #[error("csr-oracle: {0}")]
+    Oracle(String),
     /// The operation needs processes this [`crate::ControlPlane`] does not own (it is attached).
     #[error("{0} needs a control plane started by this process, not an attached one")]
     NotOwned(&'static str),

@@ -21,6 +21,9 @@
 //! signing controller, so approved CSRs get certificates of the cluster CA. No other controller
 //! runs: namespaces never finish deleting, and no `default` ServiceAccount appears by itself.
 //!
+//! [`Oracle`] runs the Go tool `csr-oracle`, which reads a CSR's request bytes exactly as
+//! kube-apiserver and the signer do.
+//!
 //! Children run in their own process groups and are ended when the [`ControlPlane`] is dropped and,
 //! through a watchdog per child, when the test process dies in any way.
 
@@ -32,6 +35,7 @@ mod etcd;
 mod kube_apiserver;
 mod kube_controller_manager;
 mod kubeconfig;
+mod oracle;
 mod pki;
 mod ports;
 mod probe;
@@ -42,6 +46,7 @@ mod tools;
 pub use control_plane::ControlPlane;
 pub use error::Error;
 pub use kube_controller_manager::Signer;
+pub use oracle::{GoView, Oracle};
 pub use probe::{is_forbidden, process_running};
 pub use tools::{TOOLS_DIR_ENV, tools_dir};
 
