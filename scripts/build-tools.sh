@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
-# Builds etcd, kube-apiserver and helm from their published Go modules (tools/*/go.mod) into a cache
-# keyed by version, and reuses what is already there.
+# Builds etcd, kube-apiserver, kube-controller-manager and helm from their published Go modules
+# (tools/*/go.mod), and the csr-oracle test tool (tools/csr-oracle), into a cache keyed by version,
+# and reuses what is already there.
 #
 # Usage: scripts/build-tools.sh [--print-dir]
 #   (no argument)  build what is missing, then print the tools directory on stdout
 #   --print-dir    print the tools directory without building
 #
-# The tools directory holds `etcd`, `kube-apiserver` and `helm` (symlinks to versioned binaries under
-# ${XDG_CACHE_HOME:-~/.cache}/node-csr-approver/bin). Progress goes to stderr.
+# The tools directory holds `etcd`, `kube-apiserver`, `kube-controller-manager`, `helm` and
+# `csr-oracle` (symlinks to versioned binaries under ${XDG_CACHE_HOME:-~/.cache}/node-csr-approver/bin;
+# csr-oracle's name also carries a hash of its sources and the Go version, so editing it rebuilds
+# it). Progress goes to stderr.
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -37,16 +40,15 @@ require_version() {
   [[ "${got}" == "$3" ]] || die "tools/$1/go.mod has $2 ${got}, tools/versions.env says $3"
 }
 
-# Checks that tools/kube-apiserver/go.mod replaces every k8s.io staging module by itself at the
-# release's v0 tag.
+# Checks that tools/$1/go.mod replaces every k8s.io staging module by itself at the release's v0 tag.
 require_staging_versions() {
   local want="v0.${KUBERNETES_VERSION#v1.}" count=0 old arrow new version
   while read -r old arrow new version; do
     [[ "${new}" == "${old}" && "${version}" == "${want}" ]] \
-      || die "tools/kube-apiserver/go.mod: replace ${old} ${arrow} ${new} ${version}, want ${old} ${want}"
+      || die "tools/$1/go.mod: replace ${old} ${arrow} ${new} ${version}, want ${old} ${want}"
     count=$((count + 1))
-  done < <(awk '$1 ~ /^k8s\.io\// && $2 == "=>"' "${tools}/kube-apiserver/go.mod")
-  ((count > 0)) || die "tools/kube-apiserver/go.mod replaces no staging module"
+  done < <(awk '$1 ~ /^k8s\.io\// && $2 == "=>"' "${tools}/$1/go.mod")
+  ((count > 0)) || die "tools/$1/go.mod replaces no staging module"
 }
 
 # Builds package $3 of tools/$2 into ${bin}/$1 unless it exists; remaining arguments go to `go build`.
@@ -65,7 +67,9 @@ build() {
 }
 
 require_version kube-apiserver k8s.io/kubernetes "${KUBERNETES_VERSION}"
-require_staging_versions
+require_staging_versions kube-apiserver
+require_version csr-oracle k8s.io/kubernetes "${KUBERNETES_VERSION}"
+require_staging_versions csr-oracle
 require_version etcd go.etcd.io/etcd/server/v3 "${ETCD_VERSION}"
 require_version helm helm.sh/helm/v4 "${HELM_VERSION}"
 
@@ -89,12 +93,21 @@ done
 
 build "kube-apiserver-${KUBERNETES_VERSION}" kube-apiserver k8s.io/kubernetes/cmd/kube-apiserver \
   -tags selinux,notest -ldflags "-s -w ${kube_ldflags[*]}"
+build "kube-controller-manager-${KUBERNETES_VERSION}" kube-apiserver \
+  k8s.io/kubernetes/cmd/kube-controller-manager -tags selinux,notest -ldflags "-s -w ${kube_ldflags[*]}"
 build "etcd-${ETCD_VERSION}" etcd go.etcd.io/etcd/server/v3 -ldflags "-s -w"
 build "helm-${HELM_VERSION}" helm helm.sh/helm/v4/cmd/helm \
   -ldflags "-s -w -X helm.sh/helm/v4/internal/version.version=${HELM_VERSION}"
 
+# The oracle's behaviour is its source and Go's standard library, so both are in its name.
+oracle_hash="$(cat <(go env GOVERSION) "${tools}/csr-oracle/"{go.mod,go.sum,main.go} | sha256sum)"
+oracle="csr-oracle-${KUBERNETES_VERSION}-${oracle_hash:0:12}"
+build "${oracle}" csr-oracle . -ldflags "-s -w"
+
 ln -sfn "../bin/kube-apiserver-${KUBERNETES_VERSION}" "${set_dir}/kube-apiserver"
+ln -sfn "../bin/kube-controller-manager-${KUBERNETES_VERSION}" "${set_dir}/kube-controller-manager"
 ln -sfn "../bin/etcd-${ETCD_VERSION}" "${set_dir}/etcd"
 ln -sfn "../bin/helm-${HELM_VERSION}" "${set_dir}/helm"
+ln -sfn "../bin/${oracle}" "${set_dir}/csr-oracle"
 
 printf '%s\n' "${set_dir}"

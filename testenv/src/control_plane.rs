@@ -1,4 +1,5 @@
-//! [`ControlPlane`]: etcd + kube-apiserver, and clients for the identities tests need.
+//! [`ControlPlane`]: etcd + kube-apiserver, kube-controller-manager's CSR signer on request, and
+//! clients for the identities tests need.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -15,6 +16,8 @@ use tokio::sync::Mutex;
 
 use crate::etcd::{self, Etcd};
 use crate::kube_apiserver::Launch;
+use crate::kube_controller_manager::{self, Signer};
+use crate::pki::PkiFiles;
 use crate::ports::free_port;
 use crate::process::Supervised;
 use crate::tools::Tools;
@@ -44,6 +47,8 @@ struct Owned {
     apiserver: Mutex<Option<Supervised>>,
     launch: Launch,
     etcd: Etcd,
+    pki: PkiFiles,
+    kube_controller_manager: PathBuf,
     dir: TempDir,
 }
 
@@ -80,7 +85,14 @@ impl ControlPlane {
             kubeconfig,
             kubeconfig_path,
             server_url,
-            owned: Some(Owned { apiserver: Mutex::new(Some(apiserver)), launch, etcd, dir }),
+            owned: Some(Owned {
+                apiserver: Mutex::new(Some(apiserver)),
+                launch,
+                etcd,
+                pki,
+                kube_controller_manager: tools.kube_controller_manager,
+                dir,
+            }),
         })
     }
 
@@ -107,10 +119,38 @@ impl ControlPlane {
         &self.kubeconfig_path
     }
 
-    /// The temporary directory holding certificates, logs (`etcd.log`, `kube-apiserver.log`) and
-    /// etcd's data; `None` when attached.
+    /// The temporary directory holding certificates, logs (`etcd.log`, `kube-apiserver.log`,
+    /// `kube-controller-manager.log`) and etcd's data; `None` when attached.
     pub fn state_dir(&self) -> Option<&Path> {
         self.owned.as_ref().map(|owned| owned.dir.path())
+    }
+
+    /// The cluster CA certificate (PEM): it issued the apiserver's serving certificate and the admin
+    /// client certificate, and a [`Signer`] signs approved CSRs with it.
+    pub fn ca_cert_pem(&self) -> Result<String, Error> {
+        kubeconfig::ca_pem(&self.kubeconfig)
+    }
+
+    /// Starts kube-controller-manager running only the CSR signing controller against this
+    /// control plane, as the admin, signing approved `kubernetes.io/*` CSRs with the cluster CA
+    /// (certificates valid for at most a year), and waits until its `/healthz` answers. Dropping
+    /// the [`Signer`] ends it. Two signers on one control plane race for every CSR (harmless but
+    /// wasteful): on the shared control plane use [`ControlPlane::shared_with_signer`]. On failure
+    /// the error, including the tail of its log, is also printed to stderr.
+    pub async fn start_signer(&self) -> Result<Signer, Error> {
+        let owned = self.owned.as_ref().ok_or(Error::NotOwned("start_signer"))?;
+        let started = kube_controller_manager::start(
+            &owned.kube_controller_manager,
+            owned.dir.path(),
+            &self.kubeconfig,
+            &self.kubeconfig_path,
+            &owned.pki,
+        )
+        .await;
+        if let Err(error) = &started {
+            eprintln!("testenv: {error}");
+        }
+        started
     }
 
     /// Process ids of etcd and kube-apiserver (empty when attached), for leak checks.

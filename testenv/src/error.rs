@@ -2,7 +2,8 @@
 
 use std::path::PathBuf;
 
-/// Everything that can go wrong while starting, using or stopping a control plane.
+/// Everything that can go wrong while starting, using or stopping a control plane, its signer or
+/// the oracle.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// `scripts/build-tools.sh` failed or printed no directory.
@@ -25,7 +26,7 @@ pub enum Error {
     /// A component did not become ready; carries the tail of its log.
     #[error("{component} did not start: {reason}\n--- last lines of {component} log ---\n{log_tail}")]
     Start {
-        /// `etcd` or `kube-apiserver`.
+        /// `etcd`, `kube-apiserver` or `kube-controller-manager`.
         component: &'static str,
         /// Why it is considered failed (exited, timed out).
         reason: String,
@@ -44,6 +45,9 @@ pub enum Error {
     /// Waiting for something in the cluster timed out.
     #[error("timed out waiting for {0}")]
     Timeout(String),
+    /// `csr-oracle` failed to start, to answer, or answered something unreadable.
+    #[error("csr-oracle: {0}")]
+    Oracle(String),
     /// The operation needs processes this [`crate::ControlPlane`] does not own (it is attached).
     #[error("{0} needs a control plane started by this process, not an attached one")]
     NotOwned(&'static str),

@@ -2,6 +2,8 @@
 
 use std::path::Path;
 
+use base64::Engine;
+use base64::prelude::BASE64_STANDARD;
 use kube::config::{
     AuthInfo, Cluster, Context, KubeConfigOptions, Kubeconfig, NamedAuthInfo, NamedCluster, NamedContext,
 };
@@ -39,6 +41,23 @@ pub(crate) fn for_token(base: &Kubeconfig, token: &str) -> Result<Kubeconfig, Er
 /// The URL of the cluster `kubeconfig` points at.
 pub(crate) fn server(kubeconfig: &Kubeconfig) -> Result<String, Error> {
     server_cluster(kubeconfig)?.server.clone().ok_or_else(|| Error::Kubeconfig("the cluster has no server".to_owned()))
+}
+
+/// The PEM of the CA `kubeconfig`'s cluster is verified with (a file or inline data).
+pub(crate) fn ca_pem(kubeconfig: &Kubeconfig) -> Result<String, Error> {
+    let cluster = server_cluster(kubeconfig)?;
+    if let Some(data) = &cluster.certificate_authority_data {
+        let pem = BASE64_STANDARD
+            .decode(data)
+            .map_err(|error| Error::Kubeconfig(format!("certificate-authority-data: {error}")))?;
+        return String::from_utf8(pem)
+            .map_err(|error| Error::Kubeconfig(format!("certificate-authority-data: {error}")));
+    }
+    let path = cluster
+        .certificate_authority
+        .as_deref()
+        .ok_or_else(|| Error::Kubeconfig("the cluster names no certificate authority".to_owned()))?;
+    std::fs::read_to_string(path).map_err(Error::io(format!("reading {path}")))
 }
 
 /// Reads a kubeconfig file.

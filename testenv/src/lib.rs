@@ -16,9 +16,13 @@
 //!
 //! What runs: kube-apiserver with authorization `Node,RBAC`, the admission plugin
 //! `ServiceAccount` off, a ServiceAccount token signing key, and an admin client certificate in
-//! `system:masters`. Nothing else: no kube-controller-manager, so no CSR is ever signed (approval
-//! conditions are stored, certificates are not issued), namespaces never finish deleting, and no
-//! `default` ServiceAccount appears by itself.
+//! `system:masters`. kube-controller-manager runs only when asked for
+//! ([`ControlPlane::start_signer`], [`ControlPlane::shared_with_signer`]), and then only its CSR
+//! signing controller, so approved CSRs get certificates of the cluster CA. No other controller
+//! runs: namespaces never finish deleting, and no `default` ServiceAccount appears by itself.
+//!
+//! [`Oracle`] runs the Go tool `csr-oracle`, which reads a CSR's request bytes exactly as
+//! kube-apiserver and the signer do.
 //!
 //! Children run in their own process groups and are ended when the [`ControlPlane`] is dropped and,
 //! through a watchdog per child, when the test process dies in any way.
@@ -29,7 +33,9 @@ mod control_plane;
 mod error;
 mod etcd;
 mod kube_apiserver;
+mod kube_controller_manager;
 mod kubeconfig;
+mod oracle;
 mod pki;
 mod ports;
 mod probe;
@@ -39,6 +45,8 @@ mod tools;
 
 pub use control_plane::ControlPlane;
 pub use error::Error;
+pub use kube_controller_manager::Signer;
+pub use oracle::{GoView, Oracle};
 pub use probe::{is_forbidden, process_running};
 pub use tools::{TOOLS_DIR_ENV, tools_dir};
 

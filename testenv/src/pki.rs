@@ -11,8 +11,10 @@ use crate::Error;
 /// Paths of the PEM files written by [`write`].
 #[derive(Debug, Clone)]
 pub(crate) struct PkiFiles {
-    /// CA that signs the serving certificate and the client certificates.
+    /// CA that signs the serving certificate and the client certificates, and with which
+    /// kube-controller-manager signs approved CSRs.
     pub(crate) ca_cert: PathBuf,
+    pub(crate) ca_key: PathBuf,
     /// kube-apiserver serving certificate for 127.0.0.1 and localhost.
     pub(crate) serving_cert: PathBuf,
     pub(crate) serving_key: PathBuf,
@@ -27,7 +29,7 @@ pub(crate) struct PkiFiles {
 /// Common name of the admin client certificate.
 pub(crate) const ADMIN_USER: &str = "testenv-admin";
 
-/// Generates a CA, a serving certificate, an admin client certificate and a ServiceAccount signing
+/// Generates a CA (certificate and key), a serving certificate, an admin client certificate and a ServiceAccount signing
 /// key, and writes them into `dir`.
 pub(crate) fn write(dir: &Path) -> Result<PkiFiles, Error> {
     let ca_key = KeyPair::generate()?;
@@ -37,6 +39,7 @@ pub(crate) fn write(dir: &Path) -> Result<PkiFiles, Error> {
     ca_params.key_usages =
         vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign, KeyUsagePurpose::DigitalSignature];
     let ca_cert = ca_params.self_signed(&ca_key)?;
+    let ca_key_pem = ca_key.serialize_pem();
     let ca = Issuer::new(ca_params, ca_key);
 
     let serving_key = KeyPair::generate()?;
@@ -56,6 +59,7 @@ pub(crate) fn write(dir: &Path) -> Result<PkiFiles, Error> {
 
     let files = PkiFiles {
         ca_cert: dir.join("ca.crt"),
+        ca_key: dir.join("ca.key"),
         serving_cert: dir.join("serving.crt"),
         serving_key: dir.join("serving.key"),
         admin_cert: dir.join("admin.crt"),
@@ -65,6 +69,7 @@ pub(crate) fn write(dir: &Path) -> Result<PkiFiles, Error> {
     };
     for (path, pem) in [
         (&files.ca_cert, ca_cert.pem()),
+        (&files.ca_key, ca_key_pem),
         (&files.serving_cert, serving_cert.pem()),
         (&files.serving_key, serving_key.serialize_pem()),
         (&files.admin_cert, admin_cert.pem()),

@@ -1,12 +1,15 @@
-//! One control plane per test process.
+//! One control plane, and at most one signer on it, per test process.
 
 use std::path::PathBuf;
 
 use tokio::sync::OnceCell;
 
-use crate::{ATTACH_ENV, ControlPlane, Error};
+use crate::{ATTACH_ENV, ControlPlane, Error, Signer};
 
 static SHARED: OnceCell<ControlPlane> = OnceCell::const_new();
+
+/// The signer of the shared control plane; `None` when attached (its owner runs the signer).
+static SHARED_SIGNER: OnceCell<Option<Signer>> = OnceCell::const_new();
 
 impl ControlPlane {
     /// The control plane shared by every test of this process, started on first use; or, when
@@ -23,5 +26,23 @@ impl ControlPlane {
                 }
             })
             .await
+    }
+
+    /// The shared control plane ([`ControlPlane::shared`]) with kube-controller-manager's CSR
+    /// signer running on it ([`ControlPlane::start_signer`]), started once per process on first
+    /// use, so approved CSRs get their certificates. When attached, the signer is the one the
+    /// control plane's owner runs (`local-cluster` runs one).
+    pub async fn shared_with_signer() -> Result<&'static ControlPlane, Error> {
+        let control_plane = ControlPlane::shared().await?;
+        SHARED_SIGNER
+            .get_or_try_init(|| async {
+                match control_plane.start_signer().await {
+                    Ok(signer) => Ok(Some(signer)),
+                    Err(Error::NotOwned(_)) => Ok(None),
+                    Err(error) => Err(error),
+                }
+            })
+            .await?;
+        Ok(control_plane)
     }
 }

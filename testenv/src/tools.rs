@@ -1,12 +1,13 @@
-//! Finds the etcd and kube-apiserver binaries.
+//! Finds the tool binaries: etcd, kube-apiserver, kube-controller-manager and csr-oracle.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use crate::Error;
 
-/// Environment variable naming a directory that holds `etcd`, `kube-apiserver` and `helm`; when it
-/// is set, `scripts/build-tools.sh` is not run.
+/// Environment variable naming a directory that holds `etcd`, `kube-apiserver`,
+/// `kube-controller-manager`, `helm` and `csr-oracle`; when it is set, `scripts/build-tools.sh` is
+/// not run.
 pub const TOOLS_DIR_ENV: &str = "NODE_CSR_APPROVER_TOOLS_DIR";
 
 /// The directory holding the tool binaries: `$NODE_CSR_APPROVER_TOOLS_DIR`, or else the directory
@@ -38,16 +39,23 @@ pub fn tools_dir() -> Result<PathBuf, Error> {
 pub(crate) struct Tools {
     pub(crate) etcd: PathBuf,
     pub(crate) kube_apiserver: PathBuf,
+    pub(crate) kube_controller_manager: PathBuf,
 }
 
 impl Tools {
     /// Locates (building if needed) the binaries and checks that they exist.
     pub(crate) fn locate() -> Result<Tools, Error> {
         let dir = tools_dir()?;
-        let existing = |name: &str| {
-            let path = dir.join(name);
-            if path.is_file() { Ok(path) } else { Err(Error::MissingTool(path)) }
-        };
-        Ok(Tools { etcd: existing("etcd")?, kube_apiserver: existing("kube-apiserver")? })
+        Ok(Tools {
+            etcd: existing(&dir, "etcd")?,
+            kube_apiserver: existing(&dir, "kube-apiserver")?,
+            kube_controller_manager: existing(&dir, "kube-controller-manager")?,
+        })
     }
+}
+
+/// The path of tool `name` in the tools directory `dir`, if that file exists.
+pub(crate) fn existing(dir: &Path, name: &str) -> Result<PathBuf, Error> {
+    let path = dir.join(name);
+    if path.is_file() { Ok(path) } else { Err(Error::MissingTool(path)) }
 }

@@ -1,4 +1,5 @@
-//! When the process owning a control plane is killed, its etcd and kube-apiserver go too.
+//! When the process owning a control plane is killed, its etcd, kube-apiserver and
+//! kube-controller-manager go too.
 
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
@@ -31,13 +32,13 @@ fn sigkilled_owner_leaves_no_processes_or_files() -> TestResult {
     let mut state_dir = None;
     while state_dir.is_none() {
         let line = received.recv_timeout(Duration::from_secs(600))?;
-        if let Some(list) = line.strip_prefix("processes (etcd, kube-apiserver): ") {
+        if let Some(list) = line.strip_prefix("processes (etcd, kube-apiserver, kube-controller-manager): ") {
             pids = list.split_whitespace().map(str::parse).collect::<Result<Vec<u32>, _>>()?;
         }
         state_dir = line.strip_prefix("state and logs: ").map(PathBuf::from);
     }
     let state_dir = state_dir.ok_or("no state directory printed")?;
-    assert_eq!(pids.len(), 2, "{pids:?}");
+    assert_eq!(pids.len(), 3, "{pids:?}");
     assert!(pids.iter().all(|pid| process_running(*pid)));
     assert!(state_dir.is_dir());
 

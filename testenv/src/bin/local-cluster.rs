@@ -1,5 +1,6 @@
-//! Starts a local control plane (etcd + kube-apiserver) to try node-csr-approver without a cluster,
-//! writes its admin kubeconfig to a stable path and runs until interrupted.
+//! Starts a local control plane (etcd + kube-apiserver, and kube-controller-manager's CSR signer) to
+//! try node-csr-approver without a cluster, writes its admin kubeconfig to a stable path and runs
+//! until interrupted.
 //!
 //! Usage: `cargo run -p testenv --bin local-cluster [-- --kubeconfig-out PATH]`
 
@@ -8,7 +9,7 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use testenv::{ATTACH_ENV, ControlPlane, Error};
+use testenv::{ATTACH_ENV, ControlPlane, Error, Signer};
 use tokio::signal::unix::{SignalKind, signal};
 
 /// Where the kubeconfig goes unless `--kubeconfig-out` says otherwise.
@@ -42,7 +43,9 @@ fn kubeconfig_out(mut args: impl Iterator<Item = String>) -> Result<PathBuf, Str
             "--kubeconfig-out" => {
                 out = args.next().map(PathBuf::from).ok_or("--kubeconfig-out needs a path")?;
             }
-            "-h" | "--help" => return Err("local-cluster: a local etcd + kube-apiserver".into()),
+            "-h" | "--help" => {
+                return Err("local-cluster: a local etcd + kube-apiserver + CSR signer".into());
+            }
             other => return Err(format!("unknown argument {other}")),
         }
     }
@@ -52,27 +55,31 @@ fn kubeconfig_out(mut args: impl Iterator<Item = String>) -> Result<PathBuf, Str
 async fn run(out: &Path) -> Result<(), Error> {
     let mut terminate = signal(SignalKind::terminate()).map_err(Error::io("watching SIGTERM"))?;
     let control_plane = ControlPlane::start().await?;
+    let signer = control_plane.start_signer().await?;
     if let Some(parent) = out.parent() {
         std::fs::create_dir_all(parent).map_err(Error::io(format!("creating {}", parent.display())))?;
     }
     std::fs::copy(control_plane.kubeconfig_path(), out).map_err(Error::io(format!("writing {}", out.display())))?;
     let out = std::path::absolute(out).map_err(Error::io("resolving the kubeconfig path"))?;
-    print_usage(&control_plane, &out).await;
+    print_usage(&control_plane, &signer, &out).await;
     tokio::select! {
         interrupted = tokio::signal::ctrl_c() => interrupted.map_err(Error::io("watching Ctrl-C"))?,
         _ = terminate.recv() => {}
     }
     println!("stopping");
+    drop(signer);
     drop(control_plane);
     std::fs::remove_file(&out).map_err(Error::io(format!("removing {}", out.display())))
 }
 
-async fn print_usage(control_plane: &ControlPlane, kubeconfig: &Path) {
+async fn print_usage(control_plane: &ControlPlane, signer: &Signer, kubeconfig: &Path) {
     let kubeconfig = kubeconfig.display();
-    let ids = control_plane.process_ids().await;
+    let mut ids = control_plane.process_ids().await;
+    ids.push(signer.process_id());
     let ids: Vec<String> = ids.iter().map(u32::to_string).collect();
     println!("kube-apiserver ready at {}", control_plane.server_url());
-    println!("processes (etcd, kube-apiserver): {}", ids.join(" "));
+    println!("CSR signer (kube-controller-manager) ready at {}", signer.url());
+    println!("processes (etcd, kube-apiserver, kube-controller-manager): {}", ids.join(" "));
     if let Some(dir) = control_plane.state_dir() {
         println!("state and logs: {}", dir.display());
     }

@@ -1,0 +1,106 @@
+//! kube-controller-manager running only the CSR signing controller: the cluster's real signer.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use kube::config::Kubeconfig;
+use tokio::time::{Instant, sleep};
+
+use crate::pki::PkiFiles;
+use crate::ports::free_port;
+use crate::process::Supervised;
+use crate::{Error, kubeconfig};
+
+/// How long kube-controller-manager may take to answer `/healthz`.
+const START_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// The v1.36 name of the controller that signs approved CSRs of the `kubernetes.io/*` signers
+/// (`csrsigning` is its alias).
+const SIGNING_CONTROLLER: &str = "certificatesigningrequest-signing-controller";
+
+/// Validity of the certificates it issues unless a CSR asks for less (kube-controller-manager's
+/// default, as on a real cluster).
+const SIGNING_DURATION: &str = "8760h";
+
+/// kube-controller-manager running the CSR signing controller against a control plane, signing
+/// with the cluster CA. Ended when dropped.
+#[derive(Debug)]
+pub struct Signer {
+    process: Supervised,
+    url: String,
+    log: PathBuf,
+}
+
+impl Signer {
+    /// Process id of kube-controller-manager.
+    pub fn process_id(&self) -> u32 {
+        self.process.id()
+    }
+
+    /// Its secure port, `https://127.0.0.1:<port>`, serving `/healthz` with a certificate of the
+    /// cluster CA.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// Its log file.
+    pub fn log_path(&self) -> &Path {
+        &self.log
+    }
+}
+
+/// Starts kube-controller-manager with only the CSR signing controller, as the admin of
+/// `admin_path` (whose contents are `admin`), signing with the CA of `pki`, its log under `dir`;
+/// waits until its `/healthz` answers `ok`. It serves with the apiserver's serving certificate
+/// (valid for 127.0.0.1). No delegated authentication is configured: `/healthz` is always allowed,
+/// and nothing else of its port is used.
+pub(crate) async fn start(
+    binary: &Path,
+    dir: &Path,
+    admin: &Kubeconfig,
+    admin_path: &Path,
+    pki: &PkiFiles,
+) -> Result<Signer, Error> {
+    let port = free_port()?;
+    let args = vec![
+        format!("--kubeconfig={}", admin_path.display()),
+        format!("--controllers={SIGNING_CONTROLLER}"),
+        "--leader-elect=false".to_owned(),
+        "--bind-address=127.0.0.1".to_owned(),
+        format!("--secure-port={port}"),
+        format!("--tls-cert-file={}", pki.serving_cert.display()),
+        format!("--tls-private-key-file={}", pki.serving_key.display()),
+        format!("--cluster-signing-cert-file={}", pki.ca_cert.display()),
+        format!("--cluster-signing-key-file={}", pki.ca_key.display()),
+        format!("--cluster-signing-duration={SIGNING_DURATION}"),
+        "--profiling=false".to_owned(),
+    ];
+    let log = dir.join("kube-controller-manager.log");
+    let mut process = Supervised::spawn("kube-controller-manager", binary, &args, &log, None)?;
+    let url = format!("https://127.0.0.1:{port}");
+    wait_healthy(&mut process, admin, &url).await?;
+    Ok(Signer { process, url, log })
+}
+
+/// Waits until `url/healthz` answers, over TLS verified with the cluster CA.
+async fn wait_healthy(process: &mut Supervised, admin: &Kubeconfig, url: &str) -> Result<(), Error> {
+    let cluster_url: http::Uri =
+        url.parse().map_err(|error| Error::Unexpected(format!("kube-controller-manager URL {url}: {error}")))?;
+    let client = kubeconfig::client(admin, |config| config.cluster_url = cluster_url).await?;
+    let deadline = Instant::now() + START_TIMEOUT;
+    loop {
+        if let Some(status) = process.exited() {
+            return Err(process.start_error(format!("exited with {status}")));
+        }
+        let request = http::Request::get("/healthz").body(Vec::new()).map_err(kube::Error::HttpError)?;
+        let last = match client.request_text(request).await {
+            Ok(body) if body == "ok" => return Ok(()),
+            Ok(body) => format!("/healthz answered {body:?}"),
+            Err(error) => error.to_string(),
+        };
+        if Instant::now() > deadline {
+            return Err(process.start_error(format!("not healthy after {START_TIMEOUT:?}; last answer: {last}")));
+        }
+        sleep(Duration::from_millis(200)).await;
+    }
+}
