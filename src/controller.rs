@@ -44,6 +44,10 @@ const EVENT_CONCURRENCY: usize = 4;
 const EVENT_QUEUE: usize = 10_000;
 /// How long shutdown waits for queued events to be published.
 const EVENT_DRAIN: Duration = Duration::from_secs(5);
+/// The apiserver's limit on an Event note (1 KiB), also applied to condition messages.
+const MAX_MESSAGE_BYTES: usize = 1024;
+/// The longest object name (a DNS subdomain).
+const MAX_NAME_LEN: usize = 253;
 
 /// A reconcile step that could not finish; the CSR is tried again later.
 #[derive(Debug, thiserror::Error)]
@@ -291,7 +295,7 @@ impl<R, C> Context<R, C> {
                 _ => "Warning",
             },
             reason: decision.reason.as_str(),
-            note: truncate(&format!("{prefix}{}", decision.message), 1000),
+            note: truncate(&format!("{prefix}{}", decision.message), MAX_MESSAGE_BYTES),
             action: match decision.kind {
                 DecisionKind::Approve => "Approve",
                 DecisionKind::Deny => "Deny",
@@ -357,7 +361,7 @@ pub fn with_condition(csr: &CertificateSigningRequest, decision: &Decision) -> C
         type_: if decision.kind == DecisionKind::Approve { "Approved" } else { "Denied" }.to_owned(),
         status: "True".to_owned(),
         reason: Some(decision.reason.as_str().to_owned()),
-        message: Some(truncate(&decision.message, 1000)),
+        message: Some(truncate(&decision.message, MAX_MESSAGE_BYTES)),
         last_update_time: Some(now.clone()),
         last_transition_time: Some(now),
     };
@@ -375,11 +379,29 @@ pub fn with_condition(csr: &CertificateSigningRequest, decision: &Decision) -> C
     }
 }
 
+/// `text` in at most `max` bytes: cut on a character boundary and marked with `…` when longer.
 fn truncate(text: &str, max: usize) -> String {
-    match text.char_indices().nth(max) {
-        Some((index, _)) => format!("{}…", &text[..index]),
-        None => text.to_owned(),
+    if text.len() <= max {
+        return text.to_owned();
     }
+    format!("{}…", prefix_within(text, max.saturating_sub('…'.len_utf8())))
+}
+
+/// The longest prefix of `text` of at most `max` bytes that ends on a character boundary.
+fn prefix_within(text: &str, max: usize) -> &str {
+    let mut end = max.min(text.len());
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
+}
+
+/// A valid Event name for an object named `regarding`: the name (cut so the whole stays within
+/// the 253 characters of a DNS subdomain, and ending in a letter or digit) and a unique suffix.
+fn event_name(regarding: &str, unique: u128) -> String {
+    let suffix = format!(".{unique:x}");
+    let prefix = prefix_within(regarding, MAX_NAME_LEN.saturating_sub(suffix.len()));
+    format!("{}{suffix}", prefix.trim_end_matches(|c: char| !c.is_ascii_alphanumeric()))
 }
 
 /// Drops what decisions never read from a watched CSR before it is cached: managedFields always,
@@ -480,7 +502,8 @@ impl EventPublisher {
 /// The events.k8s.io/v1 Event kube's `Recorder` would create for `event`.
 fn k8s_event(event: PendingEvent, reporter: &Reporter) -> K8sEvent {
     let now = Timestamp::now();
-    let name = format!("{}.{:x}", event.regarding.name.as_deref().unwrap_or(&reporter.controller), now.as_nanosecond());
+    let regarding = event.regarding.name.as_deref().unwrap_or(&reporter.controller);
+    let name = event_name(regarding, now.as_nanosecond().unsigned_abs());
     K8sEvent {
         action: Some(event.action.to_owned()),
         reason: Some(event.reason.to_owned()),
@@ -496,5 +519,31 @@ fn k8s_event(event: PendingEvent, reporter: &Reporter) -> K8sEvent {
         reporting_instance: Some(reporter.instance.clone().unwrap_or_else(|| reporter.controller.clone())),
         type_: Some(event.type_.to_owned()),
         ..K8sEvent::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{MAX_MESSAGE_BYTES, MAX_NAME_LEN, event_name, truncate};
+
+    #[test]
+    fn messages_are_cut_to_1024_bytes_on_a_character_boundary() {
+        let short = "ä".repeat(512);
+        assert_eq!(truncate(&short, MAX_MESSAGE_BYTES), short);
+        let long = "ä".repeat(600);
+        let cut = truncate(&long, MAX_MESSAGE_BYTES);
+        assert!(cut.len() <= MAX_MESSAGE_BYTES && cut.len() > MAX_MESSAGE_BYTES - 4, "{}", cut.len());
+        assert!(cut.ends_with('…'));
+    }
+
+    #[test]
+    fn event_names_stay_valid_for_the_longest_object_names() {
+        assert_eq!(event_name("csr-a", 255), "csr-a.ff");
+        let longest = format!("{}-b", "a".repeat(MAX_NAME_LEN - 2));
+        let name = event_name(&longest, u128::from(u64::MAX));
+        assert_eq!(name.len(), MAX_NAME_LEN);
+        assert!(name.starts_with("aaaa") && name.ends_with(".ffffffffffffffff"), "{name}");
+        let dotted = format!("{}.{}", "a".repeat(235), "b".repeat(17));
+        assert!(!event_name(&dotted, u128::from(u64::MAX)).contains(".."));
     }
 }

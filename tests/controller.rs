@@ -190,3 +190,29 @@ async fn check_fetches_named_csrs_from_the_cluster() {
     assert_eq!(missing.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&missing.stderr).contains("no-such-csr"));
 }
+
+#[tokio::test]
+async fn a_denial_of_the_longest_name_with_a_long_non_ascii_message_still_gets_its_event() {
+    let _serial = SERIAL.lock().await;
+    let cp = control_plane().await;
+    let admin = cp.admin_client().await.unwrap();
+    let mut approver = Approver::start(cp.kubeconfig_path(), &["--bypass-dns-resolution"], &[]);
+    approver.wait_ready().await;
+    let node = unique("n");
+    let head = unique("long-name");
+    let name = format!("{head}-{}", "x".repeat(253 - head.len() - 1));
+    let wide_cn = format!("system:node:{node}{}", "\u{e4}".repeat(600));
+    let request = Request::node(&node)
+        .subject(&[(rcgen::DnType::CommonName, wide_cn.as_str()), (rcgen::DnType::OrganizationName, "system:nodes")])
+        .dns(&format!("{node}.nodes.example.com"));
+    create_serving_csr(cp, &name, &node, &request).await;
+
+    let denied = wait_decided(&admin, &name, DECIDE).await;
+    assert_eq!(denied[0].reason.as_deref(), Some("SubjectMismatch"), "{denied:?}");
+    let message = denied[0].message.clone().unwrap_or_default();
+    assert!(message.len() <= 1024 && message.ends_with('\u{2026}'), "{} bytes", message.len());
+    let event = wait_event(&admin, &name, "SubjectMismatch", DECIDE).await;
+    let event = event.unwrap_or_else(|| panic!("no deny event\n{}", approver.logs()));
+    assert!(event.note.unwrap_or_default().len() <= 1024);
+    assert!(event.metadata.name.unwrap_or_default().len() <= 253);
+}
