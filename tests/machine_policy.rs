@@ -50,6 +50,14 @@ fn client(node: &str, seconds: i64) -> Submission {
     }
 }
 
+/// The request of `first`, its END line cut to `-----END ` and followed by the request of `second`:
+/// Go's reader skips the mismatched END and reads (and the signer signs) the second request.
+fn end_then_begin(first: &str, second: &str) -> String {
+    let first = Request::node(first).pem();
+    let head = first.trim_end_matches("-----END CERTIFICATE REQUEST-----\n");
+    format!("{head}-----END {}", Request::node(second).pem())
+}
+
 /// Node `n1` exists.
 fn node_n1_exists(evidence: &mut Evidence) {
     evidence.node = Some(Lookup::Found(NodeInfo { name: "n1".into(), addresses: Vec::new() }));
@@ -156,6 +164,13 @@ fn cases() -> Vec<Case> {
             .sub(|s| s.request = Request::node("n1").dns("n1").pem().into_bytes()),
         case("serving usages on a client csr", client("n1", 60), quiet(), (Hold, Reason::UsagesNotAllowed))
             .sub(|s| s.usages = vec!["digital signature".into(), "server auth".into()]),
+        case(
+            "a second request after the END line is held",
+            client("n1", 60),
+            quiet(),
+            (Hold, Reason::MalformedRequest),
+        )
+        .sub(|s| s.request = end_then_begin("n1", "n2").into_bytes()),
         case("garbage request is held, never denied", client("n1", 60), quiet(), (Hold, Reason::MalformedRequest))
             .sub(|s| s.request = b"garbage".to_vec()),
         case("node already exists", client("n1", 60), quiet(), (Hold, Reason::NodeAlreadyExists)).evidence(|e| {

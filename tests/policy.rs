@@ -192,6 +192,8 @@ fn cases() -> Vec<Case> {
             .sub(|s| s.usages.push("client auth".into())),
         case("missing digital signature", good_csr(), (Deny, Reason::UsagesNotAllowed))
             .sub(|s| s.usages = vec!["server auth".into()]),
+        case("missing server auth, only allowed usages", good_csr(), (Deny, Reason::UsagesNotAllowed))
+            .sub(|s| s.usages = vec!["digital signature".into(), "key encipherment".into()]),
         // SANs.
         case(
             "email san",

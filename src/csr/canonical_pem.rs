@@ -140,6 +140,59 @@ mod tests {
         }
     }
 
+    /// The message of the error `pem` is refused with.
+    fn refusal(pem: &str) -> String {
+        match decode(pem.as_bytes()) {
+            Err(error) => error.to_string(),
+            Ok(der) => panic!("accepted {pem:?} as {der:?}"),
+        }
+    }
+
+    #[test]
+    fn the_size_limit_counts_every_byte() {
+        let block = encode(&[7; 600]);
+        let exactly = format!("{block}{}", "\n".repeat(MAX_REQUEST_BYTES - block.len()));
+        assert_eq!(decode(exactly.as_bytes()).unwrap(), [7; 600]);
+        let over = format!("{exactly}\n");
+        assert_eq!(decode(over.as_bytes()), Err(CsrError::TooLarge(MAX_REQUEST_BYTES + 1)));
+    }
+
+    #[test]
+    fn each_rule_is_named_in_the_refusal() {
+        let block = encode(&[1; 100]);
+        let lines: Vec<&str> = block.lines().collect();
+        let (begin, end, body) = (lines[0], lines[lines.len() - 1], &lines[1..lines.len() - 1]);
+        let cases: Vec<(String, &str)> = vec![
+            ("no pem here".into(), "no -----BEGIN line"),
+            (format!("{block}{block}"), "-----BEGIN occurs 2 and -----END 2 times"),
+            (block.replacen("-----END CERTIFICATE REQUEST-----", "", 1), "-----BEGIN occurs 1 and -----END 0 times"),
+            (block.replace('\n', "\r\n"), "CR LF"),
+            (block.replace("BEGIN CERTIFICATE REQUEST", "BEGIN CERTIFICATE"), r#"the BEGIN label is "CERTIFICATE""#),
+            (block.replace("END CERTIFICATE REQUEST", "END CERTIFICATE"), r#"the END label is "CERTIFICATE""#),
+            (
+                block.replace("-----BEGIN CERTIFICATE REQUEST-----", "-----BEGIN CERTIFICATE REQUEST----- x"),
+                "the BEGIN line",
+            ),
+            (block.replacen("-----\n", "-----\nProc-Type: 4,ENCRYPTED\n", 1), "PEM headers are not accepted"),
+            (block.replacen(body[0], &format!("{}!", &body[0][..63]), 1), "characters other than base64"),
+            (format!("{begin}\n{}\n{end}\n", body.concat()), "the last body line has 136 characters"),
+            (
+                format!("{begin}\n{}\n{}\n{}\n{end}\n", &body[0][..32], &body[0][32..], body[1..].join("\n")),
+                "a body line has 32 characters",
+            ),
+            (format!("{begin}\n{end}\n"), "the block has no body"),
+            (encode(&[1; 96]).replacen("\n-----END", "\n\n-----END", 1), "the last body line has 0 characters"),
+            (block.replacen(&body[2][..4], "AQ=A", 1), "not canonical base64"),
+            (format!(" {block}"), "does not end with a line feed"),
+            (format!("x\n{block}"), "before -----BEGIN"),
+            (format!("{block}x"), "after the -----END line"),
+        ];
+        for (pem, named) in cases {
+            let refusal = refusal(&pem);
+            assert!(refusal.contains(named), "{pem:?}: {refusal:?} does not say {named:?}");
+        }
+    }
+
     #[test]
     fn surrounding_whitespace_is_accepted_only_where_go_reads_the_block() {
         let block = encode(b"request");
