@@ -3,10 +3,9 @@
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
-use rcgen::SigningKey;
 
 use crate::der_tree::{self, Body, LengthForm, Node};
-use crate::mutate::pem;
+use crate::mutate::{self, pem};
 use crate::seeds::{Seed, Seeds};
 
 /// What the approver must do with a corpus entry.
@@ -160,12 +159,8 @@ fn edit(seed: &Seed, path: &[usize], resign: bool, change: impl FnOnce(&mut Node
     if let Some(node) = der_tree::at_mut(&mut nodes, path) {
         change(node);
     }
-    if resign
-        && let Some(children) = nodes.first_mut().and_then(Node::children_mut)
-        && let Some(info) = children.first()
-        && let Ok(signature) = seed.key.sign(&der_tree::encode(std::slice::from_ref(info)))
-    {
-        children[2] = Node::primitive(0x03, [vec![0], signature].concat());
+    if resign {
+        mutate::resign(&mut nodes, &seed.key);
     }
     der_tree::encode(&nodes)
 }

@@ -53,20 +53,20 @@ const IPS: [&[u8]; 6] = [
 pub fn mutate(seed: &Seed, rng: &mut Rng) -> Input {
     let mut mutations = Vec::new();
     let mut der = seed.der.clone();
-    if rng.percent(80) {
-        if let Some(mut nodes) = der_tree::parse(&der) {
-            let mut signed_part_changed = false;
-            for _ in 0..=rng.below(3) {
-                let (name, in_signed_part) = mutate_structure(&mut nodes, rng);
-                mutations.push(name);
-                signed_part_changed |= in_signed_part;
-            }
-            if signed_part_changed && rng.percent(90) {
-                resign(&mut nodes, &seed.key);
-                mutations.push("re-signed");
-            }
-            der = der_tree::encode(&nodes);
+    if rng.percent(80)
+        && let Some(mut nodes) = der_tree::parse(&der)
+    {
+        let mut signed_part_changed = false;
+        for _ in 0..=rng.below(3) {
+            let (name, in_signed_part) = mutate_structure(&mut nodes, rng);
+            mutations.push(name);
+            signed_part_changed |= in_signed_part;
         }
+        if signed_part_changed && rng.percent(90) {
+            resign(&mut nodes, &seed.key);
+            mutations.push("re-signed");
+        }
+        der = der_tree::encode(&nodes);
     }
     let mut request = pem(&der).into_bytes();
     if mutations.is_empty() || rng.percent(30) {
@@ -210,7 +210,7 @@ fn sibling_mutation(nodes: &mut [Node], path: &[usize], rng: &mut Rng) -> &'stat
 }
 
 /// Signs the (mutated) certificationRequestInfo again with the seed's key.
-fn resign(nodes: &mut [Node], key: &rcgen::KeyPair) {
+pub(crate) fn resign(nodes: &mut [Node], key: &rcgen::KeyPair) {
     let Some(children) = nodes.first_mut().and_then(Node::children_mut) else { return };
     let (Some(info), Some(_)) = (children.first(), children.get(2)) else { return };
     let Ok(signature) = key.sign(&der_tree::encode(std::slice::from_ref(info))) else { return };

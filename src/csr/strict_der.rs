@@ -337,7 +337,7 @@ mod reading {
     #[test]
     fn the_attributes_have_one_reading() {
         let one = seq(&[san(&[dns("n1")])]);
-        let two = extension_request(&[one.clone()]);
+        let two = extension_request(std::slice::from_ref(&one));
         ambiguous(read(&request(&node_subject(), &[two.clone(), two])), "more than one extensionRequest");
         let other = extension_request(&[seq(&[san(&[dns("n2")])])]);
         let values =
