@@ -151,8 +151,11 @@ fn push_length(length: usize, padded: bool, out: &mut Vec<u8>) {
         out.push(length as u8);
         return;
     }
-    let octets: Vec<u8> = length.to_be_bytes().into_iter().skip_while(|b| *b == 0).collect();
-    let octets = if padded { [vec![0], octets].concat() } else { octets };
+    let mut octets: Vec<u8> = length.to_be_bytes().into_iter().skip_while(|b| *b == 0).collect();
+    // One octet more than needed: the long form for a short length, a leading zero otherwise.
+    if octets.is_empty() || (padded && length >= 0x80) {
+        octets.insert(0, 0);
+    }
     out.push(0x80 | octets.len() as u8);
     out.extend_from_slice(&octets);
 }
@@ -192,6 +195,6 @@ mod tests {
         assert_eq!(encode(&nodes)[..3], [0x30, 0x81, 0x06]);
         nodes[0].length = LengthForm::Indefinite;
         assert_eq!(encode(&nodes)[..2], [0x30, 0x80]);
-        assert_eq!(encode(&nodes)[10..], [0, 0]);
+        assert_eq!(encode(&nodes)[8..], [0, 0]);
     }
 }
