@@ -10,7 +10,8 @@
 //!
 //! Its [`Mode`] can make it answer SERVFAIL or REFUSED to everything, or stop answering at all
 //! while still holding its port ([`DnsServer::pause`] / [`DnsServer::resume`]);
-//! [`Records::fault`] does the same for one name and query type only.
+//! [`Records::fault`] does the same for one name and query type only. [`DnsServer::set_delay`]
+//! holds every answer back for a while, so lookups stay in flight.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), testdns::Error> {
@@ -306,6 +307,8 @@ impl Mode {
 struct Shared {
     records: RwLock<Records>,
     mode: AtomicU8,
+    /// How long each answer is held back, in milliseconds.
+    delay_millis: AtomicU64,
     total_queries: AtomicU64,
     queries_by_name: Mutex<HashMap<LowerName, u64>>,
 }
@@ -359,6 +362,10 @@ impl RequestHandler for Handler {
         if let Some(query) = request.queries.queries().first() {
             let mut counts = shared.queries_by_name.lock().unwrap_or_else(PoisonError::into_inner);
             *counts.entry(query.name().clone()).or_insert(0) += 1;
+        }
+        let delay = shared.delay_millis.load(Ordering::SeqCst);
+        if delay > 0 {
+            tokio::time::sleep(Duration::from_millis(delay)).await;
         }
 
         let builder = MessageResponseBuilder::from_message_request(request);
@@ -543,6 +550,13 @@ impl DnsServer {
         self.set_mode(Mode::Answer);
     }
 
+    /// Holds every answer back for `delay` from now on (each query waits on its own, so lookups
+    /// overlap); `Duration::ZERO` answers at once again. The mode is read after the delay.
+    pub fn set_delay(&self, delay: Duration) {
+        let millis = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX);
+        self.shared.delay_millis.store(millis, Ordering::SeqCst);
+    }
+
     /// Number of queries received (answered or not) since the start.
     pub fn total_queries(&self) -> u64 {
         self.shared.total_queries.load(Ordering::Relaxed)
@@ -588,6 +602,7 @@ fn new_shared(records: Records) -> Arc<Shared> {
     Arc::new(Shared {
         records: RwLock::new(records),
         mode: AtomicU8::new(Mode::Answer as u8),
+        delay_millis: AtomicU64::new(0),
         total_queries: AtomicU64::new(0),
         queries_by_name: Mutex::new(HashMap::new()),
     })

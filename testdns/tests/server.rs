@@ -13,12 +13,16 @@ use testdns::{DnsServer, Error, Mode, QueryType, Records};
 
 /// Sends one query and returns the response, or `None` if none came within 300 ms.
 fn ask(addr: SocketAddr, name: &str, record_type: RecordType, tcp: bool) -> Option<Message> {
+    ask_within(addr, name, record_type, tcp, Duration::from_millis(300))
+}
+
+/// Sends one query and returns the response, or `None` if none came within `timeout`.
+fn ask_within(addr: SocketAddr, name: &str, record_type: RecordType, tcp: bool, timeout: Duration) -> Option<Message> {
     let mut query = Message::query();
     query.metadata.id = 4242;
     query.metadata.recursion_desired = true;
     query.add_query(Query::query(Name::from_str(name).unwrap(), record_type));
     let bytes = query.to_vec().unwrap();
-    let timeout = Duration::from_millis(300);
     let response = if tcp {
         let mut stream = std::net::TcpStream::connect(addr).unwrap();
         stream.set_read_timeout(Some(timeout)).unwrap();
@@ -147,6 +151,25 @@ async fn modes_servfail_refused_unresponsive_and_back() {
     server.resume();
     let response = ask_async(server.addr(), "n1.example.com.", RecordType::A, false).await.unwrap();
     assert_eq!(addresses(&response).len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delayed_answers_come_late_over_udp_and_tcp() {
+    let server = DnsServer::start(sample()).await.unwrap();
+    server.set_delay(Duration::from_secs(1));
+    assert!(ask_async(server.addr(), "n1.example.com.", RecordType::A, false).await.is_none(), "held back");
+    let addr = server.addr();
+    let patient = |tcp| {
+        tokio::task::spawn_blocking(move || {
+            ask_within(addr, "n1.example.com.", RecordType::A, tcp, Duration::from_secs(30))
+        })
+    };
+    let (udp, tcp) = (patient(false), patient(true));
+    for response in [udp.await.unwrap(), tcp.await.unwrap()] {
+        assert_eq!(addresses(&response.expect("answered after the delay")).len(), 1);
+    }
+    server.set_delay(Duration::ZERO);
+    assert!(ask_async(server.addr(), "n1.example.com.", RecordType::A, false).await.is_some(), "prompt again");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
