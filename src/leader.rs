@@ -5,6 +5,9 @@
 //! the Lease it last saw names it as holder with a `renewTime` younger than the renew deadline. A
 //! holder that cannot renew (apiserver unreachable, process stalled) therefore stops writing before
 //! its Lease can expire and another replica can take over.
+//!
+//! A replica the apiserver will not let touch its Lease (401 or 403) cannot take part in the
+//! election: the election task then ends with [`LeaderError`], and the caller stops.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -27,8 +30,18 @@ pub enum LeaderError {
     #[error("leader election: {0}")]
     Lease(#[from] LeaseManagerError),
     /// The election task ended while the controller was running.
-    #[error("leader election task ended unexpectedly: {0}")]
+    #[error("leader election task ended: {0}")]
     Ended(String),
+}
+
+/// True for errors that retrying cannot fix: this replica may not read or update the Lease, or
+/// the Lease manager's state is inconsistent.
+fn is_fatal(error: &LeaseManagerError) -> bool {
+    match error {
+        LeaseManagerError::KubeError(kube::Error::Api(status)) => matches!(status.code, 401 | 403),
+        LeaseManagerError::InconsistentState(_) => true,
+        _ => false,
+    }
 }
 
 /// Whether this replica may write. Cheap to clone.
@@ -77,7 +90,8 @@ impl Leadership {
 #[derive(Debug)]
 pub struct Election {
     stop: Option<tokio::sync::oneshot::Sender<()>>,
-    task: JoinHandle<Result<(), LeaseManagerError>>,
+    /// `None` once [`Election::failed`] has seen it end.
+    task: Option<JoinHandle<Result<(), LeaseManagerError>>>,
     observer: JoinHandle<()>,
 }
 
@@ -104,7 +118,7 @@ pub async fn start(client: Client, cfg: &LeaderConfig) -> Result<(Leadership, El
     let task = tokio::spawn(contend(lease, manager, fence.clone(), stopped, cfg.retry_period));
     let observer =
         tokio::spawn(observe(Api::namespaced(client, &cfg.namespace), cfg.lease_name.clone(), fence.clone()));
-    Ok((Leadership { fence: Some(fence) }, Election { stop: Some(stop), task, observer }))
+    Ok((Leadership { fence: Some(fence) }, Election { stop: Some(stop), task: Some(task), observer }))
 }
 
 /// What a [`LeaseManager`] is built from.
@@ -124,6 +138,7 @@ impl LeaseSpec {
 
 /// Acquires and renews the Lease until stopped, then releases it. A Lease freed by its holder is
 /// contended for at once: a fresh manager reads it instead of sleeping out the old holder's term.
+/// Transient errors are retried every `retry_period`; a fatal one ([`is_fatal`]) ends the task.
 async fn contend(
     lease: LeaseSpec,
     mut manager: LeaseManager,
@@ -140,6 +155,11 @@ async fn contend(
                     fence.holding.store(holding, Ordering::Release);
                     fence.changes.send_replace(holding);
                     tracing::info!(leader = holding, identity = %fence.identity, "leadership changed");
+                }
+                Err(error) if is_fatal(&error) => {
+                    fence.holding.store(false, Ordering::Release);
+                    fence.changes.send_replace(false);
+                    return Err(error);
                 }
                 Err(error) => {
                     tracing::warn!(%error, "renewing or acquiring the Lease; retrying");
@@ -186,9 +206,12 @@ async fn observe(api: Api<Lease>, name: String, fence: Arc<Fence>) {
 }
 
 impl Election {
-    /// Resolves with an error if the election task ends while the controller runs.
+    /// Resolves with an error if the election task ends while the controller runs; never
+    /// resolves again afterwards.
     pub async fn failed(&mut self) -> LeaderError {
-        let outcome = (&mut self.task).await;
+        let Some(task) = self.task.as_mut() else { return std::future::pending().await };
+        let outcome = task.await;
+        self.task = None;
         LeaderError::Ended(match outcome {
             Ok(Ok(())) => "the election stopped".into(),
             Ok(Err(error)) => error.to_string(),
@@ -197,14 +220,18 @@ impl Election {
     }
 
     /// Stops contending and releases the Lease if held, so another replica takes over at once.
+    /// After [`Election::failed`] resolved there is nothing left to release.
     pub async fn release(mut self) -> Result<(), LeaderError> {
         self.observer.abort();
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }
-        match self.task.await {
-            Ok(result) => result.map_err(LeaderError::Lease),
-            Err(join) => Err(LeaderError::Ended(join.to_string())),
+        match self.task.take() {
+            None => Ok(()),
+            Some(task) => match task.await {
+                Ok(result) => result.map_err(LeaderError::Lease),
+                Err(join) => Err(LeaderError::Ended(join.to_string())),
+            },
         }
     }
 }

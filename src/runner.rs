@@ -1,12 +1,16 @@
 //! The `run` command: connects to the cluster, starts leader election, the admin endpoints and the
-//! controller, and shuts all of it down gracefully on SIGTERM or SIGINT.
+//! controller, and shuts all of it down gracefully on SIGTERM or SIGINT: the controller stops
+//! taking work and finishes what is in flight (bounded by `--drain-timeout`) while the Lease is
+//! still held, then the Lease is released, queued events are published and the endpoints close.
 
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use futures::StreamExt;
 use kube::runtime::events::Reporter;
 use kube::{Api, Client};
-use tokio::sync::watch;
+use tokio::signal::unix::{Signal, SignalKind, signal};
+use tokio::sync::{oneshot, watch};
 
 use crate::admin::{self, Readiness};
 use crate::cluster::KubeCluster;
@@ -32,6 +36,10 @@ pub enum RunError {
     /// Leader election failed.
     #[error(transparent)]
     Leader(#[from] leader::LeaderError),
+    /// In-flight work did not finish within `--drain-timeout` after a shutdown signal; it was
+    /// cancelled (nothing half-written: a CSR left undecided is decided by the next leader).
+    #[error("in-flight work did not finish within --drain-timeout {}", humantime::format_duration(*.0))]
+    DrainTimeout(Duration),
 }
 
 /// Builds a client from `--kubeconfig`, else in-cluster config, else the default kubeconfig.
@@ -49,14 +57,16 @@ pub async fn client(kubeconfig: Option<&std::path::Path>) -> Result<Client, RunE
     Client::try_from(config).map_err(|e| RunError::Kubeconfig(e.to_string()))
 }
 
-/// Runs the controller until SIGTERM/SIGINT; returns once in-flight writes finished and the Lease
-/// was released.
+/// Runs the controller until SIGTERM/SIGINT; returns once in-flight work finished (within
+/// `--drain-timeout`) and the Lease was released.
 pub async fn run(
     policy: PolicyConfig,
     dns: DnsConfig,
     cfg: RunConfig,
     machine: Option<MachineSource>,
 ) -> Result<(), RunError> {
+    // Registered first, so a signal during startup is seen once the controller runs.
+    let signals = ShutdownSignals::register();
     let client = client(cfg.kubeconfig.as_deref()).await?;
     let machines = match &machine {
         Some(source) => Some(machine_cache(&client, source).await?),
@@ -64,22 +74,8 @@ pub async fn run(
     };
     let metrics = Metrics::new();
     let readiness = Readiness::new();
-    let (stop_tx, stop_rx) = watch::channel(false);
-    let stopped = move || {
-        let mut stop = stop_rx.clone();
-        async move {
-            let _ = stop.wait_for(|stopped| *stopped).await;
-        }
-    };
-
-    let health = admin::bind(&cfg.health_address).await?;
-    let mut servers = vec![tokio::spawn(admin::serve_health(health, readiness.clone(), stopped()))];
-    if let Some(address) = &cfg.metrics_address {
-        let listener = admin::bind(address).await?;
-        servers.push(tokio::spawn(admin::serve_metrics(listener, metrics.clone(), stopped())));
-    }
-
-    let (leadership, election) = match &cfg.leader {
+    let servers = AdminServers::start(&cfg, readiness.clone(), metrics.clone()).await?;
+    let (leadership, mut election) = match &cfg.leader {
         Some(leader) => {
             let (leadership, election) = leader::start(client.clone(), leader).await?;
             (leadership, Some(election))
@@ -104,14 +100,24 @@ pub async fn run(
         dry_run: cfg.dry_run,
         memory: Mutex::new(Default::default()),
     });
-    let synced = readiness.clone();
     if let (Some(cache), Some(rules)) = (&machines, &ctx.policy.machine) {
         tokio::spawn(report_pending_brake(cache.clone(), rules.max_pending_delta, ctx.metrics.clone()));
     }
-    let controller = controller::run(ctx, cfg.concurrency, machines, leader_gained, stopped(), move || {
+    let (stop_controller, controller_stopped) = oneshot::channel::<()>();
+    let on_synced = move || {
         tracing::info!("CSR watch synced: ready");
-        synced.set_ready();
-    });
+        readiness.set_ready();
+    };
+    let controller = controller::run(
+        ctx,
+        cfg.concurrency,
+        machines,
+        leader_gained,
+        async move {
+            let _ = controller_stopped.await;
+        },
+        on_synced,
+    );
     tracing::info!(
         concurrency = cfg.concurrency,
         dry_run = cfg.dry_run,
@@ -119,30 +125,95 @@ pub async fn run(
         "started"
     );
 
-    let mut election = election;
-    let outcome = tokio::select! {
-        _ = controller => Ok(()),
-        signal = shutdown_signal() => {
-            tracing::info!(signal, "shutting down: finishing in-flight work");
-            Ok(())
-        }
-        error = election_failed(&mut election) => Err(RunError::Leader(error)),
-    };
-    let _ = stop_tx.send(true);
+    let outcome = supervise(controller, stop_controller, signals, &mut election, cfg.drain_timeout).await;
     if let Some(election) = election {
-        if let Err(error) = election.release().await {
-            tracing::warn!(%error, "releasing the Lease");
-        } else {
-            tracing::info!("Lease released");
-        }
+        release(election).await;
     }
     // The controller (and with it every handle on the event queue) is gone and the Lease is free:
     // publish what is still queued.
     event_publisher.drain().await;
-    for server in servers {
-        let _ = server.await;
-    }
+    servers.stop().await;
     outcome
+}
+
+/// Runs `controller` until a shutdown signal or a failed election. On a signal the controller is
+/// told to stop taking work and awaited for at most `drain_timeout`, so in-flight evaluations
+/// and writes finish; a failed election drops it at once.
+async fn supervise(
+    controller: impl Future<Output = ()>,
+    stop: oneshot::Sender<()>,
+    mut signals: ShutdownSignals,
+    election: &mut Option<leader::Election>,
+    drain_timeout: Duration,
+) -> Result<(), RunError> {
+    let mut controller = std::pin::pin!(controller);
+    tokio::select! {
+        () = &mut controller => Ok(()),
+        signal = signals.recv() => {
+            tracing::info!(signal, drain_timeout = %humantime::format_duration(drain_timeout), "shutting down: finishing in-flight work");
+            let _ = stop.send(());
+            match tokio::time::timeout(drain_timeout, controller).await {
+                Ok(()) => {
+                    tracing::info!("in-flight work finished");
+                    Ok(())
+                }
+                Err(_) => Err(RunError::DrainTimeout(drain_timeout)),
+            }
+        }
+        error = election_failed(election) => Err(RunError::Leader(error)),
+    }
+}
+
+/// Releases the Lease (if held) so a standby takes over at once.
+async fn release(election: leader::Election) {
+    match election.release().await {
+        Ok(()) => tracing::info!("Lease released"),
+        Err(error) => tracing::warn!(%error, "releasing the Lease"),
+    }
+}
+
+/// The health and metrics servers, stopped last so probes and scrapes work during the drain.
+struct AdminServers {
+    stop: watch::Sender<bool>,
+    tasks: Vec<tokio::task::JoinHandle<Result<(), admin::AdminError>>>,
+}
+
+impl AdminServers {
+    /// Binds and serves `/healthz`, `/readyz` and (unless disabled) `/metrics`, logging the
+    /// address each listens on (so `:0` can be used and the port read from the log).
+    async fn start(cfg: &RunConfig, readiness: Readiness, metrics: Metrics) -> Result<AdminServers, RunError> {
+        let (stop, stopped) = watch::channel(false);
+        let stopped = move || {
+            let mut stopped = stopped.clone();
+            async move {
+                let _ = stopped.wait_for(|stopped| *stopped).await;
+            }
+        };
+        let health = listen(&cfg.health_address, "health").await?;
+        let mut tasks = vec![tokio::spawn(admin::serve_health(health, readiness, stopped()))];
+        if let Some(address) = &cfg.metrics_address {
+            let listener = listen(address, "metrics").await?;
+            tasks.push(tokio::spawn(admin::serve_metrics(listener, metrics, stopped())));
+        }
+        Ok(AdminServers { stop, tasks })
+    }
+
+    /// Stops the servers once their requests in flight are answered.
+    async fn stop(self) {
+        let _ = self.stop.send(true);
+        for task in self.tasks {
+            let _ = task.await;
+        }
+    }
+}
+
+/// Binds a Go-style address and logs the address actually bound.
+async fn listen(address: &str, endpoints: &'static str) -> Result<tokio::net::TcpListener, RunError> {
+    let listener = admin::bind(address).await?;
+    if let Ok(bound) = listener.local_addr() {
+        tracing::info!(endpoints, address = %bound, "listening");
+    }
+    Ok(listener)
 }
 
 /// Starts machine mode's caches, reading Machines from `--machine-kubeconfig` when given.
@@ -190,14 +261,27 @@ async fn election_failed(election: &mut Option<leader::Election>) -> leader::Lea
     }
 }
 
-/// Resolves on SIGTERM or SIGINT with the signal's name.
-async fn shutdown_signal() -> &'static str {
-    use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
-        return std::future::pending().await;
-    };
-    tokio::select! {
-        _ = term.recv() => "SIGTERM",
-        _ = int.recv() => "SIGINT",
+/// SIGTERM and SIGINT, caught from the moment they are registered.
+struct ShutdownSignals(Option<(Signal, Signal)>);
+
+impl ShutdownSignals {
+    /// Installs the handlers; if that fails the signals keep their default action.
+    fn register() -> ShutdownSignals {
+        match (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) {
+            (Ok(term), Ok(int)) => ShutdownSignals(Some((term, int))),
+            (Err(error), _) | (_, Err(error)) => {
+                tracing::warn!(%error, "cannot handle SIGTERM and SIGINT: they will end the process at once");
+                ShutdownSignals(None)
+            }
+        }
+    }
+
+    /// Resolves on the next SIGTERM or SIGINT with the signal's name.
+    async fn recv(&mut self) -> &'static str {
+        let Some((term, int)) = &mut self.0 else { return std::future::pending().await };
+        tokio::select! {
+            _ = term.recv() => "SIGTERM",
+            _ = int.recv() => "SIGINT",
+        }
     }
 }

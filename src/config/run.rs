@@ -41,6 +41,9 @@ pub struct RunArgs {
     /// Interval between renewals and acquisition attempts [default: 2s]
     #[arg(long, global = true, env = "RETRY_PERIOD")]
     pub retry_period: Option<String>,
+    /// On SIGTERM/SIGINT, how long in-flight work may take to finish [default: 20s]
+    #[arg(long, global = true, env = "DRAIN_TIMEOUT")]
+    pub drain_timeout: Option<String>,
     /// Address of /healthz and /readyz [default: :8081]
     #[arg(long, global = true, env = "HEALTH_PROBE_BIND_ADDRESS")]
     pub health_probe_bind_address: Option<String>,
@@ -92,6 +95,8 @@ pub struct RunConfig {
     pub dry_run: bool,
     /// Leader election, when enabled.
     pub leader: Option<LeaderConfig>,
+    /// How long shutdown waits for in-flight work.
+    pub drain_timeout: Duration,
     /// Address of the health endpoints, Go-style (`:8081`).
     pub health_address: String,
     /// Address of the metrics endpoint, Go-style; `None` disables it.
@@ -110,6 +115,7 @@ const LEADER_ELECTION_NAMESPACE: Source = Source { flag: "--leader-election-name
 const LEASE_DURATION: Source = Source { flag: "--lease-duration", env: "LEASE_DURATION" };
 const RENEW_DEADLINE: Source = Source { flag: "--renew-deadline", env: "RENEW_DEADLINE" };
 const RETRY_PERIOD: Source = Source { flag: "--retry-period", env: "RETRY_PERIOD" };
+const DRAIN_TIMEOUT: Source = Source { flag: "--drain-timeout", env: "DRAIN_TIMEOUT" };
 const HEALTH_PROBE_BIND_ADDRESS: Source =
     Source { flag: "--health-probe-bind-address", env: "HEALTH_PROBE_BIND_ADDRESS" };
 const METRICS_BIND_ADDRESS: Source = Source { flag: "--metrics-bind-address", env: "METRICS_BIND_ADDRESS" };
@@ -126,6 +132,12 @@ impl RunArgs {
             concurrency: u16::try_from(concurrency).unwrap_or(u16::MAX),
             dry_run: parse_flag(&DRY_RUN, &self.dry_run)?,
             leader,
+            drain_timeout: parse_duration(
+                &DRAIN_TIMEOUT,
+                self.drain_timeout.as_deref(),
+                (Duration::ZERO, Duration::from_secs(3600)),
+                Duration::from_secs(20),
+            )?,
             health_address: bind_address(
                 &HEALTH_PROBE_BIND_ADDRESS,
                 self.health_probe_bind_address.as_deref(),
