@@ -113,7 +113,7 @@ pub async fn run<R, C>(
         watcher::Config::default().fields(&format!("spec.signerName={KUBELET_SERVING_SIGNER}"))
     };
     // The cache keeps only what decisions need: no managedFields, and no PKCS#10 request once a
-    // CSR is decided (DESIGN §8). Every watch event carries the whole object, so nothing is lost.
+    // CSR is decided. Every watch event carries the whole object, so nothing is lost.
     let (store, writer) = reflector::store();
     let csrs = reflector::reflector(writer, watcher(ctx.api.clone(), config).modify(trim));
     let controller = Controller::for_stream(csrs.applied_objects(), store);
@@ -239,13 +239,14 @@ fn waits_on_cluster(reason: Reason) -> bool {
     matches!(reason, Reason::MachineNotFound | Reason::NodeNotFound | Reason::TooManyPending)
 }
 
+/// One log line per decision: `message` says what was done (`note`), `detail` why.
 fn log_decision(name: &str, node: &str, decision: &Decision, note: &str) {
     tracing::info!(
         csr = %name,
         node = %node,
         decision = decision.kind.as_str(),
         reason = %decision.reason,
-        message = %decision.message,
+        detail = %decision.message,
         "{note}"
     );
 }
@@ -276,6 +277,8 @@ impl<R, C> Context<R, C> {
                 Ok(Action::requeue(CONFLICT_REQUEUE))
             }
             Err(kube::Error::Api(status)) if status.code == 404 => {
+                self.metrics.record_write(WriteResult::NotFound);
+                tracing::debug!(csr = %name, "gone before the decision was written: forgotten");
                 self.forget(&name);
                 Ok(Action::await_change())
             }

@@ -34,19 +34,23 @@ pub enum WriteResult {
     Success,
     /// The resourceVersion precondition failed: another writer got there first.
     Conflict,
+    /// The CSR was gone (deleted before the decision was written).
+    NotFound,
     /// Any other failure.
     Error,
 }
 
 impl WriteResult {
     /// Every result, in label order.
-    pub const ALL: [WriteResult; 3] = [WriteResult::Success, WriteResult::Conflict, WriteResult::Error];
+    pub const ALL: [WriteResult; 4] =
+        [WriteResult::Success, WriteResult::Conflict, WriteResult::NotFound, WriteResult::Error];
 
-    /// The `result` label value: `success`, `conflict` or `error`.
+    /// The `result` label value: `success`, `conflict`, `not_found` or `error`.
     pub fn as_str(self) -> &'static str {
         match self {
             WriteResult::Success => "success",
             WriteResult::Conflict => "conflict",
+            WriteResult::NotFound => "not_found",
             WriteResult::Error => "error",
         }
     }
@@ -147,7 +151,7 @@ impl Metrics {
         }
         registry.register(
             "writes",
-            "Writes to the approval subresource, by result (success, conflict, error)",
+            "Writes to the approval subresource, by result (success, conflict, not_found, error)",
             writes.clone(),
         );
 
