@@ -399,14 +399,6 @@ fn prefix_within(text: &str, max: usize) -> &str {
     &text[..end]
 }
 
-/// A valid Event name for an object named `regarding`: the name (cut so the whole stays within
-/// the 253 characters of a DNS subdomain, and ending in a letter or digit) and a unique suffix.
-fn event_name(regarding: &str, unique: u128) -> String {
-    let suffix = format!(".{unique:x}");
-    let prefix = prefix_within(regarding, MAX_NAME_LEN.saturating_sub(suffix.len()));
-    format!("{}{suffix}", prefix.trim_end_matches(|c: char| !c.is_ascii_alphanumeric()))
-}
-
 /// Drops what decisions never read from a watched CSR before it is cached: managedFields always,
 /// and, once an Approved or Denied condition is present (triage stops there), everything but the
 /// signer, the username and the conditions' types.
@@ -525,9 +517,61 @@ fn k8s_event(event: PendingEvent, reporter: &Reporter) -> K8sEvent {
     }
 }
 
+/// A valid Event name (a DNS subdomain) for an event about the object `regarding`:
+/// `<regarding>.<unique>`, `unique` in hexadecimal. CSR names need only be path segments: a name
+/// that does not make a valid Event name that way (too long, upper case, other characters) is cut
+/// and made valid, and followed by a hash of the whole name, so distinct names still get distinct
+/// events.
+fn event_name(regarding: &str, unique: u128) -> String {
+    let unique = format!("{unique:x}");
+    let plain = format!("{regarding}.{unique}");
+    if is_dns_subdomain(&plain) {
+        return plain;
+    }
+    let hash = format!("{:016x}", fnv1a(regarding.as_bytes()));
+    let head = dns_subdomain_prefix(regarding, MAX_NAME_LEN - unique.len() - hash.len() - 2);
+    [head.as_str(), &hash, &unique].into_iter().filter(|part| !part.is_empty()).collect::<Vec<_>>().join(".")
+}
+
+/// At most `room` bytes of `name` shaped as a DNS subdomain (possibly empty): lowercased, every
+/// character but letters, digits, `.` and `-` replaced by `-`, each label stripped of leading and
+/// trailing `-`, empty labels dropped.
+fn dns_subdomain_prefix(name: &str, room: usize) -> String {
+    let mapped: String = name
+        .chars()
+        .map(|c| c.to_ascii_lowercase())
+        .map(|c| if c.is_ascii_lowercase() || c.is_ascii_digit() || c == '.' { c } else { '-' })
+        .take(room)
+        .collect();
+    mapped
+        .split('.')
+        .map(|label| label.trim_matches('-'))
+        .filter(|label| !label.is_empty())
+        .collect::<Vec<_>>()
+        .join(".")
+}
+
+/// Whether `name` is a DNS subdomain as the apiserver checks object names: at most 253
+/// characters, dot-separated labels of lowercase letters, digits and `-` that start and end with
+/// a letter or digit.
+fn is_dns_subdomain(name: &str) -> bool {
+    let edge = |c: Option<char>| c.is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit());
+    name.len() <= MAX_NAME_LEN
+        && name.split('.').all(|label| {
+            edge(label.chars().next())
+                && edge(label.chars().last())
+                && label.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        })
+}
+
+/// The 64-bit FNV-1a hash: stable across builds, so every replica names alike.
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, byte| (hash ^ u64::from(*byte)).wrapping_mul(0x0100_0000_01b3))
+}
+
 #[cfg(test)]
 mod tests {
-    use super::{MAX_MESSAGE_BYTES, MAX_NAME_LEN, event_name, truncate};
+    use super::{MAX_MESSAGE_BYTES, MAX_NAME_LEN, event_name, is_dns_subdomain, truncate};
 
     #[test]
     fn messages_are_cut_to_1024_bytes_on_a_character_boundary() {
@@ -548,5 +592,33 @@ mod tests {
         assert!(name.starts_with("aaaa") && name.ends_with(".ffffffffffffffff"), "{name}");
         let dotted = format!("{}.{}", "a".repeat(235), "b".repeat(17));
         assert!(!event_name(&dotted, u128::from(u64::MAX)).contains(".."));
+    }
+
+    #[test]
+    fn dns_subdomains_as_the_apiserver_checks_them() {
+        for valid in ["a", "a-b.c", "0.1", &"a".repeat(253)] {
+            assert!(is_dns_subdomain(valid), "{valid:?}");
+        }
+        for invalid in ["", "A", "a_b", "-a", "a-", "a..b", ".a", "a.", "ü", &"a".repeat(254)] {
+            assert!(!is_dns_subdomain(invalid), "{invalid:?}");
+        }
+    }
+
+    #[test]
+    fn event_names_are_valid_and_distinct_for_any_csr_name() {
+        let now = u128::from(u64::MAX);
+        let long_a = format!("{}-a", "x".repeat(251));
+        let long_b = format!("{}-b", "x".repeat(251));
+        let long_dotted = format!("{}.{}", "y".repeat(230), "z".repeat(22));
+        let odd = ["Foo_Bar", "foo-bar", "-a.", "a..b", "ünï", "a b:c", "..", "_", &"Ü".repeat(300)];
+        let names = [&long_a, &long_b, &long_dotted, "csr-abc"].into_iter().chain(odd);
+        let events: Vec<String> = names.clone().map(|name| event_name(name, now)).collect();
+        for (name, event) in names.zip(&events) {
+            assert!(is_dns_subdomain(event), "{name:?}: {event:?} ({} bytes)", event.len());
+        }
+        let distinct: std::collections::HashSet<&String> = events.iter().collect();
+        assert_eq!(distinct.len(), events.len(), "{events:#?}");
+        assert!(event_name("Foo_Bar", now).starts_with("foo-bar."));
+        assert_ne!(event_name(&long_a, now), event_name(&long_a, now - 1));
     }
 }
