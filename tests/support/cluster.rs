@@ -6,12 +6,13 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::ByteString;
+use k8s_openapi::api::authorization::v1::{ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec};
 use k8s_openapi::api::certificates::v1::{
     CertificateSigningRequest, CertificateSigningRequestCondition, CertificateSigningRequestSpec,
 };
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::api::{ListParams, PostParams};
+use kube::api::{DeleteParams, ListParams, PostParams};
 use kube::{Api, Client};
 use testenv::ControlPlane;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -25,7 +26,8 @@ pub const PREFIXES: &str = "10.0.0.0/16";
 /// Serializes the tests of one binary: every controller decides every CSR of the shared cluster.
 pub static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-/// A free TCP port on 127.0.0.1.
+/// A free TCP port on 127.0.0.1 (bind, then release: another process may take it before it is
+/// used). [`Approver`] does not use it: the binary binds `:0` and logs its ports.
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
@@ -33,19 +35,25 @@ pub fn free_port() -> u16 {
 /// The real `node-csr-approver` binary running as a controller.
 pub struct Approver {
     child: Child,
-    pub health_port: u16,
-    pub metrics_port: u16,
+    ports: Option<Ports>,
     log: PathBuf,
     _dir: tempfile::TempDir,
 }
 
+/// The ports the binary reported listening on.
+#[derive(Debug, Clone, Copy)]
+struct Ports {
+    health: u16,
+    metrics: Option<u16>,
+}
+
 impl Approver {
-    /// Starts the binary with `--kubeconfig kubeconfig`, the test regex and prefixes, loopback
-    /// admin ports and `extra` arguments; its environment holds only PATH and `env`.
+    /// Starts the binary with `--kubeconfig kubeconfig`, the test regex and prefixes, admin
+    /// endpoints on ports of the kernel's choosing (read back from the log) and `extra`
+    /// arguments; its environment holds only PATH and `env`.
     pub fn start(kubeconfig: &Path, extra: &[&str], env: &[(&str, &str)]) -> Approver {
         let dir = tempfile::tempdir().unwrap();
         let log = dir.path().join("approver.log");
-        let (health_port, metrics_port) = (free_port(), free_port());
         let child = Command::new(env!("CARGO_BIN_EXE_node-csr-approver"))
             .env_clear()
             .env("PATH", std::env::var_os("PATH").unwrap_or_default())
@@ -54,15 +62,15 @@ impl Approver {
             .arg(kubeconfig)
             .args(["--provider-regex", REGEX, "--provider-ip-prefixes", PREFIXES])
             .args(["--log-format", "json", "--log-level", "info,node_csr_approver=debug"])
-            .arg(format!("--health-probe-bind-address=127.0.0.1:{health_port}"))
-            .arg(format!("--metrics-bind-address=127.0.0.1:{metrics_port}"))
+            .arg("--health-probe-bind-address=127.0.0.1:0")
+            .arg("--metrics-bind-address=127.0.0.1:0")
             .args(extra)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).unwrap())
             .spawn()
             .unwrap();
-        Approver { child, health_port, metrics_port, log, _dir: dir }
+        Approver { child, ports: None, log, _dir: dir }
     }
 
     /// Waits until `/readyz` answers 200.
@@ -72,7 +80,9 @@ impl Approver {
             if let Some(status) = self.child.try_wait().unwrap() {
                 panic!("approver exited with {status} before ready:\n{}", self.logs());
             }
-            if http_get(self.health_port, "/readyz").await.is_some_and(|(code, _)| code == 200) {
+            if let Some(ports) = self.listening()
+                && http_get(ports.health, "/readyz").await.is_some_and(|(code, _)| code == 200)
+            {
                 return;
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
@@ -80,27 +90,52 @@ impl Approver {
         panic!("approver not ready within 30s:\n{}", self.logs());
     }
 
+    /// The ports, once the binary logged that it listens on them.
+    fn listening(&mut self) -> Option<Ports> {
+        if self.ports.is_none() {
+            let lines = log_lines(&self.logs());
+            let port = |endpoints: &str| {
+                lines.iter().find(|l| l["message"] == "listening" && l["endpoints"] == endpoints).map(|l| {
+                    let address: std::net::SocketAddr = l["address"].as_str().unwrap().parse().unwrap();
+                    address.port()
+                })
+            };
+            let metrics = port("metrics");
+            self.ports = port("health").map(|health| Ports { health, metrics });
+        }
+        self.ports
+    }
+
     /// The process id.
     pub fn pid(&self) -> u32 {
         self.child.id()
     }
 
-    /// Sends a signal by name (`TERM`, `KILL`) with the system `kill` command.
-    pub fn signal(&self, name: &str) {
+    /// Sends a signal by name (`TERM`, `KILL`, `STOP`, `CONT`) with the system `kill` command;
+    /// returns the moment just before it was sent, for bounds measured from the signal.
+    pub fn signal(&self, name: &str) -> Instant {
+        let sent = Instant::now();
         let status = Command::new("kill").arg(format!("-{name}")).arg(self.pid().to_string()).status().unwrap();
         assert!(status.success(), "kill -{name} failed");
+        sent
     }
 
     /// Waits for the process to exit, at most `limit`.
     pub async fn wait_exit(&mut self, limit: Duration) -> Option<ExitStatus> {
-        let deadline = Instant::now() + limit;
-        while Instant::now() < deadline {
+        self.exit_by(Instant::now() + limit).await
+    }
+
+    /// Waits for the process to exit until `deadline`.
+    pub async fn exit_by(&mut self, deadline: Instant) -> Option<ExitStatus> {
+        loop {
             if let Some(status) = self.child.try_wait().unwrap() {
                 return Some(status);
             }
+            if Instant::now() >= deadline {
+                return None;
+            }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        None
     }
 
     /// Everything the process logged so far.
@@ -108,16 +143,196 @@ impl Approver {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
-    /// `/metrics` text.
+    /// The JSON log lines so far.
+    pub fn log_lines(&self) -> Vec<serde_json::Value> {
+        log_lines(&self.logs())
+    }
+
+    /// The decision log lines about CSR `name` whose message is `note` (`written`, `retrying`,
+    /// `held for a human`, `dry run: not written`).
+    pub fn decisions(&self, name: &str, note: &str) -> Vec<serde_json::Value> {
+        self.log_lines().into_iter().filter(|l| l["csr"] == name && l["message"] == note).collect()
+    }
+
+    /// Whether some log line about CSR `name` has the message `message`.
+    pub fn logged(&self, name: &str, message: &str) -> bool {
+        self.log_lines().iter().any(|l| l["csr"] == name && l["message"] == message)
+    }
+
+    /// `/metrics` text (empty before [`Approver::wait_ready`] or once the process is gone).
     pub async fn metrics(&self) -> String {
-        http_get(self.metrics_port, "/metrics").await.map(|(_, body)| body).unwrap_or_default()
+        let Some(port) = self.ports.and_then(|ports| ports.metrics) else { return String::new() };
+        http_get(port, "/metrics").await.map(|(_, body)| body).unwrap_or_default()
+    }
+
+    /// The value of one series of `/metrics`, e.g. `node_csr_approver_leader`; `None` when the
+    /// series is absent or nothing answers.
+    pub async fn metric(&self, series: &str) -> Option<f64> {
+        metric(&self.metrics().await, series)
+    }
+
+    /// Approval-subresource writes this process attempted, whatever their result.
+    pub async fn write_attempts(&self) -> Option<f64> {
+        write_attempts(&self.metrics().await)
     }
 }
 
 impl Drop for Approver {
     fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            // Resume a stopped process, so it dies of SIGKILL at once.
+            let _ = Command::new("kill").arg("-CONT").arg(self.pid().to_string()).stderr(Stdio::null()).status();
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+/// The value of `series` in a `/metrics` text.
+pub fn metric(text: &str, series: &str) -> Option<f64> {
+    text.lines().find_map(|line| line.strip_prefix(series)?.strip_prefix(' ')?.trim().parse().ok())
+}
+
+/// The sum of `node_csr_approver_writes_total` over every result; `None` without metrics.
+pub fn write_attempts(text: &str) -> Option<f64> {
+    let results = ["success", "conflict", "not_found", "error"];
+    results.iter().map(|r| metric(text, &format!("node_csr_approver_writes_total{{result=\"{r}\"}}"))).sum()
+}
+
+/// Parses JSON log lines; a line that is not a JSON object fails the test.
+pub fn log_lines(text: &str) -> Vec<serde_json::Value> {
+    text.lines()
+        .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("not a JSON log line ({e}): {line}")))
+        .collect()
+}
+
+/// The keys of a JSON object in the order written, duplicates kept (`serde_json::Value` keeps
+/// only the last of duplicate keys).
+pub fn json_keys(line: &str) -> Vec<String> {
+    struct Keys(Vec<String>);
+    impl<'de> serde::Deserialize<'de> for Keys {
+        fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Keys, D::Error> {
+            struct Visit;
+            impl<'de> serde::de::Visitor<'de> for Visit {
+                type Value = Keys;
+                fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                    f.write_str("a JSON object")
+                }
+                fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Keys, A::Error> {
+                    let mut keys = Vec::new();
+                    while let Some(key) = map.next_key::<String>()? {
+                        map.next_value::<serde::de::IgnoredAny>()?;
+                        keys.push(key);
+                    }
+                    Ok(Keys(keys))
+                }
+            }
+            deserializer.deserialize_map(Visit)
+        }
+    }
+    serde_json::from_str::<Keys>(line).unwrap().0
+}
+
+/// Unique CSR names for one test, deleted from the cluster when this is dropped (also when the
+/// test fails), so no test leaves a pending CSR for another test's controller to decide.
+pub struct Csrs {
+    kubeconfig: PathBuf,
+    names: std::sync::Mutex<Vec<String>>,
+}
+
+impl Csrs {
+    /// Names for the cluster of the admin kubeconfig `kubeconfig`.
+    pub fn new(kubeconfig: &Path) -> Csrs {
+        Csrs { kubeconfig: kubeconfig.to_owned(), names: std::sync::Mutex::default() }
+    }
+
+    /// A new unique name starting with `prefix`, deleted on drop.
+    pub fn name(&self, prefix: &str) -> String {
+        let name = unique(prefix);
+        self.adopt(&name);
+        name
+    }
+
+    /// Deletes `name` on drop too.
+    pub fn adopt(&self, name: &str) {
+        self.names.lock().unwrap().push(name.to_owned());
+    }
+
+    /// `count` new names starting with `prefix`.
+    pub fn names(&self, prefix: &str, count: usize) -> Vec<String> {
+        (0..count).map(|_| self.name(prefix)).collect()
+    }
+}
+
+impl Drop for Csrs {
+    fn drop(&mut self) {
+        let names = std::mem::take(&mut *self.names.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
+        let kubeconfig = self.kubeconfig.clone();
+        // The test's runtime may be gone or blocked: delete from a runtime of our own.
+        let deleted = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            runtime.block_on(delete_csrs(&kubeconfig, &names))
+        })
+        .join();
+        if let Ok(Err(error)) = deleted {
+            eprintln!("cleaning up CSRs: {error}");
+        }
+    }
+}
+
+/// Deletes the CSRs `names`; those already gone are fine.
+async fn delete_csrs(kubeconfig: &Path, names: &[String]) -> Result<(), kube::Error> {
+    let file = kube::config::Kubeconfig::read_from(kubeconfig).map_err(kube::Error::InferKubeconfig)?;
+    let config = kube::Config::from_custom_kubeconfig(file, &kube::config::KubeConfigOptions::default())
+        .await
+        .map_err(kube::Error::InferKubeconfig)?;
+    let api = Api::<CertificateSigningRequest>::all(Client::try_from(config)?);
+    for name in names {
+        match api.delete(name, &DeleteParams::default()).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(status)) if status.code == 404 => {}
+            Err(error) => return Err(error),
+        }
+    }
+    Ok(())
+}
+
+/// Waits until `client`'s identity is allowed (`want` true) or denied (`want` false) `verb` on
+/// the resource, as the apiserver's authorizer answers a SelfSubjectAccessReview: RBAC changes
+/// reach the authorizer through an informer, a moment after they are stored.
+pub async fn wait_access(client: &Client, attributes: ResourceAttributes, want: bool) {
+    let review = SelfSubjectAccessReview {
+        spec: SelfSubjectAccessReviewSpec { resource_attributes: Some(attributes), ..Default::default() },
+        ..Default::default()
+    };
+    let api = Api::<SelfSubjectAccessReview>::all(client.clone());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let answer = api.create(&PostParams::default(), &review).await.unwrap();
+        let allowed = answer.status.is_some_and(|s| s.allowed);
+        if allowed == want {
+            return;
+        }
+        assert!(Instant::now() < deadline, "access still {allowed} after 30s: {:?}", review.spec);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Resource attributes for [`wait_access`].
+pub fn access(
+    verb: &str,
+    group: &str,
+    resource: &str,
+    namespace: Option<&str>,
+    name: Option<&str>,
+) -> ResourceAttributes {
+    ResourceAttributes {
+        verb: Some(verb.to_owned()),
+        group: Some(group.to_owned()),
+        resource: Some(resource.to_owned()),
+        namespace: namespace.map(str::to_owned),
+        name: name.map(str::to_owned),
+        ..Default::default()
     }
 }
 
