@@ -5,18 +5,22 @@
 
 mod support;
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
+use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
+use kube::Api;
+use kube::api::{DeleteParams, Patch, PatchParams};
+use rcgen::DnType;
 use support::Request;
 use support::cluster::{
-    Approver, SERIAL, conditions, control_plane, create_csr, create_serving_csr, events_for, unique, wait_decided,
-    wait_event,
+    Approver, Csrs, SERIAL, conditions, control_plane, create_csr, create_serving_csr, events_for, json_keys, unique,
+    wait_decided, wait_event,
 };
 use testdns::{DnsServer, Records};
 
 const DECIDE: Duration = Duration::from_secs(20);
-/// How long "stays pending" is watched for.
-const QUIET: Duration = Duration::from_secs(4);
+/// How long the slow DNS server holds every answer back, so an evaluation is in flight.
+const SLOW_DNS: Duration = Duration::from_secs(2);
 
 /// A DNS server holding `<node>.nodes.example.com -> 10.0.0.<n>` for each node.
 fn dns_for(nodes: &[(&str, u8)]) -> DnsServer {
@@ -40,7 +44,9 @@ async fn approves_and_denies_end_to_end_with_conditions_and_events() {
     let mut approver = Approver::start(cp.kubeconfig_path(), &[&format!("--dns-server={}", dns.addr())], &[]);
     approver.wait_ready().await;
 
-    let (good, forged, outside, other_signer) = (unique("good"), unique("forged"), unique("outside"), unique("client"));
+    let csrs = Csrs::new(cp.kubeconfig_path());
+    let (good, forged, outside, other_signer) =
+        (csrs.name("good"), csrs.name("forged"), csrs.name("outside"), csrs.name("client"));
     create_serving_csr(cp, &good, &node, &legit(&node, 21)).await;
     create_serving_csr(cp, &forged, &node, &Request::node(&node).dns("auth.evil.io")).await;
     create_serving_csr(cp, &outside, &node, &legit(&node, 21).ip("192.168.0.9")).await;
@@ -76,6 +82,18 @@ async fn approves_and_denies_end_to_end_with_conditions_and_events() {
         metrics.contains(r#"node_csr_approver_decisions_total{decision="approve",reason="AutoApproved"}"#),
         "{metrics}"
     );
+
+    // One JSON line per decision, each key once: the CSR, node, decision, reason and why.
+    let logs = approver.logs();
+    let line = logs.lines().find(|l| l.contains(&format!(r#""csr":"{good}""#)) && l.contains("written")).unwrap();
+    let keys = json_keys(line);
+    for key in ["message", "csr", "node", "decision", "reason", "detail"] {
+        assert_eq!(keys.iter().filter(|k| *k == key).count(), 1, "{key} in {line}");
+    }
+    let line: serde_json::Value = serde_json::from_str(line).unwrap();
+    assert_eq!((line["message"].as_str(), line["node"].as_str()), (Some("written"), Some(node.as_str())));
+    assert_eq!((line["decision"].as_str(), line["reason"].as_str()), (Some("approve"), Some("AutoApproved")));
+    assert_eq!(line["detail"], approved[0].message.as_deref().unwrap());
 }
 
 #[tokio::test]
@@ -83,22 +101,26 @@ async fn skip_deny_and_dry_run_write_nothing() {
     let _serial = SERIAL.lock().await;
     let cp = control_plane().await;
     let admin = cp.admin_client().await.unwrap();
+    let csrs = Csrs::new(cp.kubeconfig_path());
     let node = unique("n");
     let dns = dns_for(&[(&node, 22)]);
-    for (flag, forged_event) in [("--skip-deny-step", "HostnameMismatch"), ("--dry-run", "HostnameMismatch")] {
+    for (flag, note) in [("--skip-deny-step", "held for a human"), ("--dry-run", "dry run: not written")] {
         let mut approver = Approver::start(cp.kubeconfig_path(), &[flag, &format!("--dns-server={}", dns.addr())], &[]);
         approver.wait_ready().await;
-        let (good, forged) = (unique("good"), unique("forged"));
+        let (good, forged) = (csrs.name("good"), csrs.name("forged"));
         create_serving_csr(cp, &forged, &node, &Request::node(&node).dns("auth.evil.io")).await;
         if flag == "--dry-run" {
             create_serving_csr(cp, &good, &node, &legit(&node, 22)).await;
             assert!(wait_event(&admin, &good, "AutoApproved", DECIDE).await.is_some(), "{flag}: would-approve event");
+            // The event is queued after the decision: had anything been written, it would be by now.
             assert!(conditions(&admin, &good).await.is_empty(), "{flag}: no approval written");
+            assert_eq!(approver.decisions(&good, note).len(), 1, "{flag}:\n{}", approver.logs());
         }
-        let event = wait_event(&admin, &forged, forged_event, DECIDE).await;
+        let event = wait_event(&admin, &forged, "HostnameMismatch", DECIDE).await;
         assert!(event.is_some(), "{flag}: would-deny event\n{}", approver.logs());
-        tokio::time::sleep(QUIET).await;
         assert!(conditions(&admin, &forged).await.is_empty(), "{flag}: no condition written");
+        assert_eq!(approver.decisions(&forged, note).len(), 1, "{flag}:\n{}", approver.logs());
+        assert!(approver.decisions(&forged, "written").is_empty(), "{flag}:\n{}", approver.logs());
     }
 }
 
@@ -109,7 +131,8 @@ async fn csrs_created_while_the_controller_is_down_are_decided_after_it_starts()
     let admin = cp.admin_client().await.unwrap();
     let node = unique("n");
     let dns = dns_for(&[(&node, 23)]);
-    let names: Vec<String> = (0..5).map(|_| unique("early")).collect();
+    let csrs = Csrs::new(cp.kubeconfig_path());
+    let names = csrs.names("early", 5);
     for name in &names {
         create_serving_csr(cp, name, &node, &legit(&node, 23)).await;
     }
@@ -122,10 +145,11 @@ async fn csrs_created_while_the_controller_is_down_are_decided_after_it_starts()
 }
 
 #[tokio::test]
-async fn dns_outage_leaves_csrs_pending_then_approves_them() {
+async fn dns_outage_leaves_csrs_pending_with_one_event_then_approves_them() {
     let _serial = SERIAL.lock().await;
     let cp = control_plane().await;
     let admin = cp.admin_client().await.unwrap();
+    let csrs = Csrs::new(cp.kubeconfig_path());
     let node = unique("n");
     let dns = dns_for(&[(&node, 24)]);
     dns.pause();
@@ -135,13 +159,22 @@ async fn dns_outage_leaves_csrs_pending_then_approves_them() {
         &[],
     );
     approver.wait_ready().await;
-    let name = unique("outage");
+    let name = csrs.name("outage");
     create_serving_csr(cp, &name, &node, &legit(&node, 24)).await;
     assert!(wait_event(&admin, &name, "DNSUnavailable", DECIDE).await.is_some(), "{}", approver.logs());
-    tokio::time::sleep(QUIET).await;
+    // Three evaluations (2 s, then 4 s of backoff apart), each a retry, never a denial.
+    let retries = r#"node_csr_approver_decisions_total{decision="retry",reason="DNSUnavailable"}"#;
+    let deadline = Instant::now() + Duration::from_secs(2 + 4) + DECIDE;
+    while approver.metric(retries).await.unwrap_or(0.0) < 3.0 {
+        assert!(Instant::now() < deadline, "{}", approver.logs());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     assert!(conditions(&admin, &name).await.is_empty(), "never denied while DNS is down");
+    let events: Vec<_> = events_for(&admin, &name).await;
+    assert_eq!(events.len(), 1, "one event per reason and CSR across retries: {events:#?}");
     dns.resume();
-    let decided = wait_decided(&admin, &name, Duration::from_secs(70)).await;
+    // The next retry comes after 8 s of backoff.
+    let decided = wait_decided(&admin, &name, Duration::from_secs(8) + DECIDE).await;
     assert_eq!(decided.first().map(|c| c.type_.as_str()), Some("Approved"), "{decided:?}");
 }
 
@@ -151,8 +184,8 @@ async fn sigterm_exits_zero_within_seconds() {
     let cp = control_plane().await;
     let mut approver = Approver::start(cp.kubeconfig_path(), &["--bypass-dns-resolution"], &[]);
     approver.wait_ready().await;
-    approver.signal("TERM");
-    let status = approver.wait_exit(Duration::from_secs(10)).await;
+    let signalled = approver.signal("TERM");
+    let status = approver.exit_by(signalled + DECIDE).await;
     assert_eq!(status.and_then(|s| s.code()), Some(0), "{}", approver.logs());
 }
 
@@ -161,7 +194,8 @@ async fn check_fetches_named_csrs_from_the_cluster() {
     let _serial = SERIAL.lock().await;
     let cp = control_plane().await;
     let node = unique("n");
-    let (good, forged) = (unique("check-good"), unique("check-forged"));
+    let csrs = Csrs::new(cp.kubeconfig_path());
+    let (good, forged) = (csrs.name("check-good"), csrs.name("check-forged"));
     create_serving_csr(cp, &good, &node, &legit(&node, 25)).await;
     create_serving_csr(cp, &forged, &node, &Request::node(&node).dns("auth.evil.io")).await;
     let output = std::process::Command::new(env!("CARGO_BIN_EXE_node-csr-approver"))
@@ -191,28 +225,129 @@ async fn check_fetches_named_csrs_from_the_cluster() {
     assert!(String::from_utf8_lossy(&missing.stderr).contains("no-such-csr"));
 }
 
+/// A DNS server for `node` that answers after [`SLOW_DNS`], and an approver asking it.
+async fn slow_approver(node: &str, n: u8) -> (DnsServer, Approver) {
+    let dns = dns_for(&[(node, n)]);
+    dns.set_delay(SLOW_DNS);
+    let cp = control_plane().await;
+    let mut approver =
+        Approver::start(cp.kubeconfig_path(), &[&format!("--dns-server={}", dns.addr()), "--dns-timeout=30s"], &[]);
+    approver.wait_ready().await;
+    (dns, approver)
+}
+
+/// Waits until `dns` was asked about `node` (its CSR's evaluation is in flight).
+async fn wait_asked(dns: &DnsServer, node: &str) {
+    let deadline = Instant::now() + DECIDE;
+    while dns.queries_for(&format!("{node}.nodes.example.com")) == 0 {
+        assert!(Instant::now() < deadline, "the DNS server was not asked about {node}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Waits until the series reaches `want`; returns its last value.
+async fn wait_metric(approver: &Approver, series: &str, want: f64) -> Option<f64> {
+    let deadline = Instant::now() + DECIDE;
+    loop {
+        let value = approver.metric(series).await;
+        if value.is_some_and(|v| v >= want) || Instant::now() >= deadline {
+            return value;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+const CONFLICTS: &str = r#"node_csr_approver_writes_total{result="conflict"}"#;
+const NOT_FOUND: &str = r#"node_csr_approver_writes_total{result="not_found"}"#;
+const ERRORS: &str = r#"node_csr_approver_writes_total{result="error"}"#;
+
 #[tokio::test]
-async fn a_denial_of_the_longest_name_with_a_long_non_ascii_message_still_gets_its_event() {
+async fn a_write_from_a_stale_view_conflicts_and_the_csr_is_decided_again_once() {
     let _serial = SERIAL.lock().await;
     let cp = control_plane().await;
     let admin = cp.admin_client().await.unwrap();
+    let csrs = Csrs::new(cp.kubeconfig_path());
+    let node = unique("n");
+    let (dns, approver) = slow_approver(&node, 26).await;
+    let name = csrs.name("stale");
+    create_serving_csr(cp, &name, &node, &legit(&node, 26)).await;
+    wait_asked(&dns, &node).await;
+    // Changed while it is evaluated: the write carries the resourceVersion it started from.
+    let label = serde_json::json!({"metadata": {"labels": {"touched": "yes"}}});
+    let api = Api::<CertificateSigningRequest>::all(admin.clone());
+    api.patch(&name, &PatchParams::default(), &Patch::Merge(&label)).await.unwrap();
+    let decided = wait_decided(&admin, &name, SLOW_DNS + DECIDE).await;
+    assert_eq!(decided.first().map(|c| c.type_.as_str()), Some("Approved"), "{}", approver.logs());
+    assert_eq!(wait_metric(&approver, CONFLICTS, 1.0).await, Some(1.0), "{}", approver.metrics().await);
+    assert!(approver.logged(&name, "conflict: re-reading and deciding again"), "{}", approver.logs());
+    assert_eq!(approver.decisions(&name, "written").len(), 1, "{}", approver.logs());
+    assert_eq!(approver.metric(ERRORS).await, Some(0.0));
+}
+
+#[tokio::test]
+async fn a_csr_deleted_while_it_is_evaluated_is_forgotten() {
+    let _serial = SERIAL.lock().await;
+    let cp = control_plane().await;
+    let admin = cp.admin_client().await.unwrap();
+    let csrs = Csrs::new(cp.kubeconfig_path());
+    let node = unique("n");
+    let (dns, approver) = slow_approver(&node, 27).await;
+    let name = csrs.name("deleted");
+    create_serving_csr(cp, &name, &node, &legit(&node, 27)).await;
+    wait_asked(&dns, &node).await;
+    let api = Api::<CertificateSigningRequest>::all(admin.clone());
+    api.delete(&name, &DeleteParams::default()).await.unwrap();
+    assert_eq!(wait_metric(&approver, NOT_FOUND, 1.0).await, Some(1.0), "{}", approver.logs());
+    assert!(approver.logged(&name, "gone before the decision was written: forgotten"), "{}", approver.logs());
+    assert_eq!(approver.metric(ERRORS).await, Some(0.0), "{}", approver.logs());
+    assert!(!approver.logs().contains("reconcile failed"), "{}", approver.logs());
+    assert!(approver.decisions(&name, "written").is_empty());
+}
+
+#[tokio::test]
+async fn events_about_csrs_with_long_or_odd_names_are_accepted() {
+    let _serial = SERIAL.lock().await;
+    let cp = control_plane().await;
+    let admin = cp.admin_client().await.unwrap();
+    let csrs = Csrs::new(cp.kubeconfig_path());
+    let node = unique("n");
     let mut approver = Approver::start(cp.kubeconfig_path(), &["--bypass-dns-resolution"], &[]);
     approver.wait_ready().await;
-    let node = unique("n");
-    let head = unique("long-name");
-    let name = format!("{head}-{}", "x".repeat(253 - head.len() - 1));
-    let wide_cn = format!("system:node:{node}{}", "\u{e4}".repeat(600));
-    let request = Request::node(&node)
-        .subject(&[(rcgen::DnType::CommonName, wide_cn.as_str()), (rcgen::DnType::OrganizationName, "system:nodes")])
-        .dns(&format!("{node}.nodes.example.com"));
-    create_serving_csr(cp, &name, &node, &request).await;
+    // CSR names are path segments: any length, any case, most characters.
+    let long = unique("long");
+    let long = format!("{long}-{}", "x".repeat(253 - long.len() - 1));
+    let odd = format!("{}_Ünï:Node", unique("Odd"));
+    let overlong = format!("{}-{}", unique("overlong"), "y".repeat(300));
+    for name in [&long, &odd, &overlong] {
+        csrs.adopt(name);
+        create_serving_csr(cp, name, &node, &Request::node(&node).dns("auth.evil.io")).await;
+        let decided = wait_decided(&admin, name, DECIDE).await;
+        assert_eq!(decided.first().and_then(|c| c.reason.as_deref()), Some("HostnameMismatch"), "{name}");
+        let event = wait_event(&admin, name, "HostnameMismatch", DECIDE).await;
+        assert!(event.is_some(), "no denial event for {name:?}:\n{}", approver.logs());
+    }
+}
 
-    let denied = wait_decided(&admin, &name, DECIDE).await;
-    assert_eq!(denied[0].reason.as_deref(), Some("SubjectMismatch"), "{denied:?}");
-    let message = denied[0].message.clone().unwrap_or_default();
-    assert!(message.len() <= 1024 && message.ends_with('\u{2026}'), "{} bytes", message.len());
-    let event = wait_event(&admin, &name, "SubjectMismatch", DECIDE).await;
-    let event = event.unwrap_or_else(|| panic!("no deny event\n{}", approver.logs()));
-    assert!(event.note.unwrap_or_default().len() <= 1024);
-    assert!(event.metadata.name.unwrap_or_default().len() <= 253);
+#[tokio::test]
+async fn a_deny_event_with_a_long_non_ascii_subject_is_accepted() {
+    let _serial = SERIAL.lock().await;
+    let cp = control_plane().await;
+    let admin = cp.admin_client().await.unwrap();
+    let csrs = Csrs::new(cp.kubeconfig_path());
+    let node = unique("n");
+    let mut approver = Approver::start(cp.kubeconfig_path(), &["--bypass-dns-resolution"], &[]);
+    approver.wait_ready().await;
+    let name = csrs.name("non-ascii");
+    let cn = format!("system:node:{}", "é".repeat(600));
+    let request = legit(&node, 28).subject(&[(DnType::CommonName, &cn), (DnType::OrganizationName, "system:nodes")]);
+    create_serving_csr(cp, &name, &node, &request).await;
+    let decided = wait_decided(&admin, &name, DECIDE).await;
+    let (reason, message) = (decided[0].reason.clone().unwrap(), decided[0].message.clone().unwrap());
+    assert_eq!((decided[0].type_.as_str(), reason.as_str()), ("Denied", "SubjectMismatch"));
+    // The message ran over 1024 bytes of mostly two-byte characters, so it was cut.
+    assert!(message.contains("ééé") && message.ends_with('…') && message.len() <= 1024, "{} bytes", message.len());
+    let event = wait_event(&admin, &name, &reason, DECIDE).await;
+    let note = event.and_then(|e| e.note).unwrap_or_else(|| panic!("no denial event:\n{}", approver.logs()));
+    assert!(note.len() <= 1024 && note.ends_with('…'), "{} bytes", note.len());
+    assert_eq!(note, message, "the same text cut the same way");
 }
