@@ -5,7 +5,7 @@
 
 mod support;
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use k8s_openapi::api::core::v1::{Namespace, Node};
@@ -15,7 +15,7 @@ use kube::api::{ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patc
 use kube::{Api, Client};
 use serde_json::json;
 use support::Request;
-use support::cluster::{Approver, conditions, create_csr, create_serving_csr, wait_decided, wait_event};
+use support::cluster::{Approver, SERIAL, conditions, create_csr, create_serving_csr, wait_decided, wait_event};
 use testenv::ControlPlane;
 
 const BOOTSTRAPPER: &str = "system:serviceaccount:openshift-machine-config-operator:node-bootstrapper";
@@ -102,6 +102,7 @@ fn machine_mode(extra: &[&'static str]) -> Vec<&'static str> {
 
 #[tokio::test]
 async fn machine_mode_end_to_end() {
+    let _serial = SERIAL.lock().await;
     let cp = ControlPlane::start().await.unwrap();
     let admin = install(&cp).await;
     let mut approver = Approver::start(cp.kubeconfig_path(), &machine_mode(&[]), &[]);
@@ -164,7 +165,11 @@ async fn machine_mode_end_to_end() {
         &Request::node("n1").pem(),
     )
     .await;
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    let deadline = Instant::now() + DECIDE;
+    while !approver.logged("client-renewal", "ignored") {
+        assert!(Instant::now() < deadline, "client-renewal never evaluated:\n{}", approver.logs());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     assert!(conditions(&admin, "client-renewal").await.is_empty());
     drop(approver);
 
@@ -195,4 +200,56 @@ async fn machine_mode_end_to_end() {
     }
     let decided = wait_decided(&admin, "boot-n3", Duration::from_secs(60)).await;
     assert_eq!(decided.first().map(|c| c.type_.as_str()), Some("Approved"), "{decided:?}\n{}", approver.logs());
+}
+
+/// Waits until the approver counted `count` retries with `reason`.
+async fn wait_retries(approver: &Approver, reason: &str, count: f64) {
+    let series = format!(r#"node_csr_approver_decisions_total{{decision="retry",reason="{reason}"}}"#);
+    // 2 + 4 + 8 s of backoff before the fourth evaluation.
+    let deadline = Instant::now() + Duration::from_secs(14) + DECIDE;
+    while approver.metric(&series).await.unwrap_or(0.0) < count {
+        assert!(Instant::now() < deadline, "{reason}: fewer than {count} retries:\n{}", approver.logs());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Creates Node `name` with `addresses` in its status.
+async fn node_with(admin: &Client, name: &str, addresses: &[(&str, &str)]) {
+    let node = Node {
+        metadata: kube::api::ObjectMeta { name: Some(name.into()), ..Default::default() },
+        ..Default::default()
+    };
+    Api::<Node>::all(admin.clone()).create(&PostParams::default(), &node).await.unwrap();
+    let addresses: Vec<_> = addresses.iter().map(|(t, a)| json!({"type": t, "address": a})).collect();
+    let status = json!({"status": {"addresses": addresses}});
+    Api::<Node>::all(admin.clone()).patch_status(name, &PatchParams::default(), &Patch::Merge(&status)).await.unwrap();
+}
+
+#[tokio::test]
+async fn a_machine_or_node_that_appears_re_triggers_a_csr_in_a_long_backoff() {
+    let _serial = SERIAL.lock().await;
+    let cp = ControlPlane::start().await.unwrap();
+    let admin = install(&cp).await;
+    let mut approver = Approver::start(cp.kubeconfig_path(), &machine_mode(&["--verify-node-addresses"]), &[]);
+    approver.wait_ready().await;
+
+    // Serving CSRs: n7's waits for its Machine, n8's for its Node.
+    let n7 = [("InternalIP", "10.0.0.47"), ("Hostname", "n7.nodes.example.com")];
+    let n8 = [("InternalIP", "10.0.0.48"), ("Hostname", "n8.nodes.example.com")];
+    node_with(&admin, "n7", &n7).await;
+    machine(&admin, "machine.openshift.io", "m8", &n8, Some("n8")).await;
+    create_serving_csr(&cp, "serve-n7", "n7", &Request::node("n7").dns("n7.nodes.example.com").ip("10.0.0.47")).await;
+    create_serving_csr(&cp, "serve-n8", "n8", &Request::node("n8").dns("n8.nodes.example.com").ip("10.0.0.48")).await;
+    // After the fourth evaluation the next one is 16 s away.
+    wait_retries(&approver, "MachineNotFound", 4.0).await;
+    wait_retries(&approver, "NodeNotFound", 4.0).await;
+
+    let appeared = Instant::now();
+    machine(&admin, "cluster.x-k8s.io", "m7", &n7, Some("n7")).await;
+    node_with(&admin, "n8", &n8).await;
+    for name in ["serve-n7", "serve-n8"] {
+        let limit = (appeared + Duration::from_secs(8)).saturating_duration_since(Instant::now());
+        let decided = wait_decided(&admin, name, limit).await;
+        assert_eq!(decided.first().map(|c| c.type_.as_str()), Some("Approved"), "{name}:\n{}", approver.logs());
+    }
 }
