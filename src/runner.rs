@@ -3,6 +3,7 @@
 //! taking work and finishes what is in flight (bounded by `--drain-timeout`) while the Lease is
 //! still held, then the Lease is released, queued events are published and the endpoints close.
 
+use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -75,13 +76,7 @@ pub async fn run(
     let metrics = Metrics::new();
     let readiness = Readiness::new();
     let servers = AdminServers::start(&cfg, readiness.clone(), metrics.clone()).await?;
-    let (leadership, mut election) = match &cfg.leader {
-        Some(leader) => {
-            let (leadership, election) = leader::start(client.clone(), leader).await?;
-            (leadership, Some(election))
-        }
-        None => (Leadership::always(), None),
-    };
+    let (leadership, mut election) = elect(&client, &cfg).await?;
     metrics.set_leader(leadership.is_leader());
     let leader_gained = leader_gained(&leadership, metrics.clone());
 
@@ -150,17 +145,35 @@ async fn supervise(
     tokio::select! {
         () = &mut controller => Ok(()),
         signal = signals.recv() => {
-            tracing::info!(signal, drain_timeout = %humantime::format_duration(drain_timeout), "shutting down: finishing in-flight work");
             let _ = stop.send(());
-            match tokio::time::timeout(drain_timeout, controller).await {
-                Ok(()) => {
-                    tracing::info!("in-flight work finished");
-                    Ok(())
-                }
-                Err(_) => Err(RunError::DrainTimeout(drain_timeout)),
-            }
+            drain(controller, signal, drain_timeout).await
         }
         error = election_failed(election) => Err(RunError::Leader(error)),
+    }
+}
+
+/// Awaits the stopping controller, at most `limit`.
+async fn drain(controller: Pin<&mut impl Future<Output = ()>>, signal: &str, limit: Duration) -> Result<(), RunError> {
+    let timeout = humantime::format_duration(limit);
+    tracing::info!(signal, drain_timeout = %timeout, "shutting down: finishing in-flight work");
+    match tokio::time::timeout(limit, controller).await {
+        Ok(()) => {
+            tracing::info!("in-flight work finished");
+            Ok(())
+        }
+        Err(_) => Err(RunError::DrainTimeout(limit)),
+    }
+}
+
+/// Starts contending for the Lease with `--leader-election`; without it this replica always
+/// writes.
+async fn elect(client: &Client, cfg: &RunConfig) -> Result<(Leadership, Option<leader::Election>), RunError> {
+    match &cfg.leader {
+        Some(leader) => {
+            let (leadership, election) = leader::start(client.clone(), leader).await?;
+            Ok((leadership, Some(election)))
+        }
+        None => Ok((Leadership::always(), None)),
     }
 }
 

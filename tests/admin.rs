@@ -144,6 +144,7 @@ async fn metrics_endpoint_serves_openmetrics() {
     );
     assert!(body.contains("\nnode_csr_approver_writes_total{result=\"success\"} 1\n"), "{body}");
     assert!(body.contains("\nnode_csr_approver_writes_total{result=\"conflict\"} 0\n"), "{body}");
+    assert!(body.contains("\nnode_csr_approver_writes_total{result=\"not_found\"} 0\n"), "{body}");
     assert!(body.contains("\nnode_csr_approver_evaluation_duration_seconds_count 1\n"), "{body}");
     assert!(body.contains("\nnode_csr_approver_evaluation_duration_seconds_bucket{le=\"0.005\"} 1\n"), "{body}");
     assert!(body.contains("\nnode_csr_approver_evaluation_duration_seconds_bucket{le=\"0.001\"} 0\n"), "{body}");
