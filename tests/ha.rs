@@ -121,10 +121,11 @@ async fn wait_evaluated(approver: &Approver, names: &[String], messages: &[&str]
     }
 }
 
-/// Waits until `dns` was asked about every node of `nodes` (so their evaluations are in flight).
+/// Waits until `dns` was asked (A and AAAA) about every node of `nodes`, so their evaluations are
+/// in flight with every lookup sent.
 async fn wait_asked(dns: &DnsServer, nodes: &[String]) {
     let deadline = Instant::now() + DECIDE;
-    while nodes.iter().any(|node| dns.queries_for(&dns_name(node)) == 0) {
+    while nodes.iter().any(|node| dns.queries_for(&dns_name(node)) < 2) {
         assert!(Instant::now() < deadline, "the DNS server was not asked about every node");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
