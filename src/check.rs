@@ -10,12 +10,15 @@ use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use k8s_openapi::api::core::v1::Node;
 use serde::Serialize;
 
-use crate::cluster::{ClusterView, MachineInfo, NodeInfo, StaticCluster};
-use crate::config::PolicyConfig;
-use crate::dns::Resolver;
-use crate::machines::is_recent;
+use crate::cluster::{KubeCluster, StaticCluster};
+use crate::config::Settings;
+use crate::connect::{ConnectError, connect};
+use crate::dns::{DnsError, HickoryResolver};
+use crate::machines::machine_from_json;
 use crate::manifest::{Input, InputError, read_objects};
-use crate::policy::{Evaluation, Outcome, Submission, evaluate};
+use crate::policy::{
+    ClusterView, Evaluation, NodeInfo, Outcome, PolicyConfig, Resolver, Submission, counts_as_pending, evaluate,
+};
 
 /// Arguments of `check`.
 #[derive(Debug, Clone, Args)]
@@ -81,7 +84,7 @@ impl CheckArgs {
             for object in read_objects(&input)? {
                 if object.kind == "Node" {
                     nodes.push(NodeInfo::from(&object.parse::<Node>(&input)?));
-                } else if let Some(machine) = MachineInfo::from_value(&object.value) {
+                } else if let Some(machine) = machine_from_json(&object.value) {
                     machines.push(machine);
                 } else {
                     return Err(InputError::Document {
@@ -93,9 +96,51 @@ impl CheckArgs {
             }
         }
         let now = self.now.unwrap_or_else(Timestamp::now);
-        let pending = csrs.iter().filter(|csr| csr.decided.is_none() && is_recent(csr.created, now)).count();
+        let pending = csrs
+            .iter()
+            .filter(|csr| counts_as_pending(&csr.signer_name, csr.decided.is_some(), csr.created, now))
+            .count();
         Ok(Inputs { csrs, cluster: StaticCluster::new(nodes, machines, pending) })
     }
+}
+
+/// Why `check` could not report.
+#[derive(Debug, thiserror::Error)]
+pub enum CheckError {
+    /// The resolver could not be built from `--dns-server`.
+    #[error("DNS resolver (--dns-server, env DNS_SERVERS): {0}")]
+    Dns(#[from] DnsError),
+    /// `--file` or `--objects` could not be read.
+    #[error(transparent)]
+    Input(#[from] InputError),
+    /// No usable cluster configuration.
+    #[error(transparent)]
+    Connect(#[from] ConnectError),
+    /// The named CSRs could not be fetched.
+    #[error("fetching CSRs: {0}")]
+    Fetch(#[from] kube::Error),
+    /// The report could not be written.
+    #[error("writing the report: {0}")]
+    Write(#[from] std::io::Error),
+}
+
+/// Runs `check`: evaluates the CSRs named or read from `--file` against the cluster or
+/// `--objects`, and writes the reports to `out`.
+pub async fn command(args: &CheckArgs, settings: &Settings, out: &mut impl Write) -> Result<(), CheckError> {
+    let resolver = HickoryResolver::new(settings.dns.servers.as_deref(), settings.dns.timeout)?;
+    let now = args.now.unwrap_or_else(Timestamp::now);
+    let policy = &settings.policy;
+    if args.names.is_empty() {
+        let inputs = args.read_inputs()?;
+        return Ok(run(&inputs.csrs, policy, &resolver, &inputs.cluster, now, args.output, out).await?);
+    }
+    let connection = connect(settings.run.kubeconfig.as_deref(), settings.machines.as_ref()).await?;
+    let csrs = fetch(connection.client.clone(), &args.names).await?;
+    if let Some(cache) = &connection.machines {
+        cache.synced().await;
+    }
+    let cluster = KubeCluster::new(connection.client, connection.machines);
+    Ok(run(&csrs, policy, &resolver, &cluster, now, args.output, out).await?)
 }
 
 /// Fetches the named CSRs from the cluster, in the order given.

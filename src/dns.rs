@@ -1,6 +1,5 @@
-//! DNS evidence: the [`Resolver`] trait the policy depends on and its hickory-resolver implementation.
+//! DNS evidence: the policy's [`Resolver`] port implemented with hickory-resolver.
 
-use std::future::Future;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
@@ -12,46 +11,7 @@ use hickory_resolver::net::{DnsError as HickoryDnsError, NetError, NoRecords};
 use hickory_resolver::proto::op::ResponseCode;
 use hickory_resolver::proto::rr::{Name, RData, RecordType};
 
-/// Why a lookup could not give a definitive answer; always transient, never grounds for a denial.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum DnsFailure {
-    /// No answer within the per-lookup timeout.
-    Timeout,
-    /// The server answered SERVFAIL.
-    ServFail,
-    /// The server refused the query.
-    Refused,
-    /// Any other failure (network error, malformed answer, other response code).
-    Other(String),
-}
-
-impl std::fmt::Display for DnsFailure {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            DnsFailure::Timeout => f.write_str("timeout"),
-            DnsFailure::ServFail => f.write_str("SERVFAIL"),
-            DnsFailure::Refused => f.write_str("REFUSED"),
-            DnsFailure::Other(detail) => f.write_str(detail),
-        }
-    }
-}
-
-/// The outcome of resolving one DNS name (A and AAAA together).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Resolution {
-    /// The name has these addresses (non-empty, A and AAAA combined).
-    Addresses(Vec<IpAddr>),
-    /// NXDOMAIN, or neither A nor AAAA records exist.
-    NotFound,
-    /// No definitive answer; try again later.
-    Unavailable(DnsFailure),
-}
-
-/// Resolves DNS names to addresses as absolute names.
-pub trait Resolver: Send + Sync {
-    /// Looks up A and AAAA records for `name`, treated as an absolute name.
-    fn resolve(&self, name: &str) -> impl Future<Output = Resolution> + Send;
-}
+use crate::policy::{DnsFailure, Resolution, Resolver};
 
 /// The system resolver configuration read by [`HickoryResolver::new`] when no servers are given.
 pub const SYSTEM_RESOLV_CONF: &str = "/etc/resolv.conf";

@@ -9,6 +9,7 @@ pub mod check;
 pub mod cli;
 pub mod cluster;
 pub mod config;
+pub mod connect;
 pub mod controller;
 pub mod csr;
 pub mod dns;

@@ -15,12 +15,9 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
 use tokio::sync::watch;
 
-use crate::cluster::{ClusterError, Load, MachineInfo};
 use crate::config::{MachineApi, MachineSource};
-use crate::policy::{KUBELET_CLIENT_SIGNER, KUBELET_SERVING_SIGNER, is_decided};
+use crate::policy::{ClusterError, Load, MachineInfo, NodeAddress, counts_as_pending, is_decided};
 
-/// Pending CSRs older than this do not count towards the brake.
-const PENDING_WINDOW: Duration = Duration::from_secs(3600);
 /// How often readiness of the caches is re-checked.
 const SYNC_POLL: Duration = Duration::from_millis(100);
 
@@ -93,7 +90,7 @@ impl MachineCache {
                 let metadata = &machine.metadata;
                 let id = format!("{}/{}", metadata.namespace.as_deref().unwrap_or_default(), machine.name_any());
                 let created = metadata.creation_timestamp.as_ref().map(|t| t.0);
-                Arc::new(MachineInfo::from_status(id, created, machine.data.get("status")))
+                Arc::new(machine_info(id, created, machine.data.get("status")))
             })
             .collect()
     }
@@ -105,18 +102,14 @@ impl MachineCache {
         let pending = csrs
             .state()
             .iter()
-            .filter(|csr| [KUBELET_SERVING_SIGNER, KUBELET_CLIENT_SIGNER].contains(&csr.spec.signer_name.as_str()))
-            .filter(|csr| !is_decided(csr) && is_recent(csr.metadata.creation_timestamp.as_ref().map(|t| t.0), now))
+            .filter(|csr| {
+                let created = csr.metadata.creation_timestamp.as_ref().map(|t| t.0);
+                counts_as_pending(&csr.spec.signer_name, is_decided(csr), created, now)
+            })
             .count();
         let machines = self.machines.iter().map(|store| store.state().len()).sum();
         Ok(Load { pending, machines, nodes: self.nodes.state().len() })
     }
-}
-
-/// True when the CSR was created within the brake's window before `now`.
-pub fn is_recent(created: Option<Timestamp>, now: Timestamp) -> bool {
-    created
-        .is_some_and(|created| now.duration_since(created).try_into().is_ok_and(|age: Duration| age < PENDING_WINDOW))
 }
 
 async fn serves_machines(client: &Client, api: MachineApi) -> bool {
@@ -152,4 +145,34 @@ where
 {
     // A store wakes only one waiter; ask again on a short period.
     while tokio::time::timeout(SYNC_POLL, store.wait_until_ready()).await.is_err() {}
+}
+
+/// A Machine from its identity, creation time and `status` object.
+pub fn machine_info(id: String, created: Option<Timestamp>, status: Option<&serde_json::Value>) -> MachineInfo {
+    let text = |v: Option<&serde_json::Value>| v.and_then(|v| v.as_str()).map(str::to_owned);
+    let addresses = status
+        .and_then(|s| s.get("addresses"))
+        .and_then(|a| a.as_array())
+        .into_iter()
+        .flatten()
+        .filter_map(|a| Some(NodeAddress { kind: text(a.get("type"))?, address: text(a.get("address"))? }))
+        .collect();
+    let node_ref = text(status.and_then(|s| s.get("nodeRef")).and_then(|r| r.get("name")));
+    MachineInfo { id, created, node_ref, addresses }
+}
+
+/// Reads a Machine of either API from its JSON form (as `check --objects` gives it); `None` when
+/// it is not a Machine of a supported API.
+pub fn machine_from_json(value: &serde_json::Value) -> Option<MachineInfo> {
+    let api_version = value.get("apiVersion")?.as_str()?;
+    let group = api_version.split('/').next()?;
+    if value.get("kind")?.as_str()? != "Machine" || !MachineApi::ALL.iter().any(|api| api.group() == group) {
+        return None;
+    }
+    let metadata = value.get("metadata")?;
+    let text = |v: Option<&serde_json::Value>| v.and_then(|v| v.as_str()).map(str::to_owned);
+    let name = text(metadata.get("name"))?;
+    let namespace = text(metadata.get("namespace")).unwrap_or_default();
+    let created = text(metadata.get("creationTimestamp")).and_then(|t| t.parse().ok());
+    Some(machine_info(format!("{namespace}/{name}"), created, value.get("status")))
 }

@@ -17,8 +17,8 @@ use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::{Registry, Unit};
 
-use crate::dns::{DnsFailure, Resolution, Resolver};
 use crate::policy::{DecisionKind, Reason};
+use crate::policy::{DnsFailure, Resolution, Resolver};
 
 /// Prefix of every approver metric.
 pub const PREFIX: &str = "node_csr_approver";

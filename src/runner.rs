@@ -4,7 +4,7 @@
 //! still held, then the Lease is released, queued events are published and the endpoints close.
 
 use std::pin::Pin;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -15,19 +15,21 @@ use tokio::sync::{oneshot, watch};
 
 use crate::admin::{self, Readiness};
 use crate::cluster::KubeCluster;
-use crate::config::{DnsConfig, MachineSource, PolicyConfig, RunConfig};
-use crate::controller::{self, Context, Events};
+use crate::config::{RunConfig, Settings};
+use crate::connect::{ConnectError, Connection, connect};
+use crate::controller::{self, Context, Events, Memory};
 use crate::dns::HickoryResolver;
 use crate::leader::{self, Leadership};
 use crate::machines::MachineCache;
 use crate::metrics::{MeteredResolver, Metrics};
+use crate::policy::brake_limit;
 
 /// The controller could not start or stopped abnormally.
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
     /// No usable cluster configuration.
-    #[error("cluster configuration: {0}")]
-    Kubeconfig(String),
+    #[error(transparent)]
+    Connect(#[from] ConnectError),
     /// The DNS resolver could not be built.
     #[error("DNS resolver: {0}")]
     Dns(#[from] crate::dns::DnsError),
@@ -43,36 +45,13 @@ pub enum RunError {
     DrainTimeout(Duration),
 }
 
-/// Builds a client from `--kubeconfig`, else in-cluster config, else the default kubeconfig.
-pub async fn client(kubeconfig: Option<&std::path::Path>) -> Result<Client, RunError> {
-    let config = match kubeconfig {
-        Some(path) => {
-            let file = kube::config::Kubeconfig::read_from(path)
-                .map_err(|e| RunError::Kubeconfig(format!("{}: {e}", path.display())))?;
-            kube::Config::from_custom_kubeconfig(file, &kube::config::KubeConfigOptions::default())
-                .await
-                .map_err(|e| RunError::Kubeconfig(format!("{}: {e}", path.display())))?
-        }
-        None => kube::Config::infer().await.map_err(|e| RunError::Kubeconfig(e.to_string()))?,
-    };
-    Client::try_from(config).map_err(|e| RunError::Kubeconfig(e.to_string()))
-}
-
 /// Runs the controller until SIGTERM/SIGINT; returns once in-flight work finished (within
 /// `--drain-timeout`) and the Lease was released.
-pub async fn run(
-    policy: PolicyConfig,
-    dns: DnsConfig,
-    cfg: RunConfig,
-    machine: Option<MachineSource>,
-) -> Result<(), RunError> {
+pub async fn run(settings: Settings) -> Result<(), RunError> {
+    let Settings { policy, dns, run: cfg, machines, .. } = settings;
     // Registered first, so a signal during startup is seen once the controller runs.
     let signals = ShutdownSignals::register();
-    let client = client(cfg.kubeconfig.as_deref()).await?;
-    let machines = match &machine {
-        Some(source) => Some(machine_cache(&client, source).await?),
-        None => None,
-    };
+    let Connection { client, machines } = connect(cfg.kubeconfig.as_deref(), machines.as_ref()).await?;
     let metrics = Metrics::new();
     let readiness = Readiness::new();
     let servers = AdminServers::start(&cfg, readiness.clone(), metrics.clone()).await?;
@@ -93,7 +72,7 @@ pub async fn run(
         events,
         metrics,
         dry_run: cfg.dry_run,
-        memory: Mutex::new(Default::default()),
+        memory: Memory::default(),
     });
     if let (Some(cache), Some(rules)) = (&machines, &ctx.policy.machine) {
         tokio::spawn(report_pending_brake(cache.clone(), rules.max_pending_delta, ctx.metrics.clone()));
@@ -229,20 +208,11 @@ async fn listen(address: &str, endpoints: &'static str) -> Result<tokio::net::Tc
     Ok(listener)
 }
 
-/// Starts machine mode's caches, reading Machines from `--machine-kubeconfig` when given.
-pub async fn machine_cache(client: &Client, source: &MachineSource) -> Result<MachineCache, RunError> {
-    let machine_client = match &source.kubeconfig {
-        Some(path) => self::client(Some(path)).await?,
-        None => client.clone(),
-    };
-    Ok(MachineCache::start(client.clone(), machine_client, source).await)
-}
-
 /// Keeps the pending-brake gauges current.
 async fn report_pending_brake(cache: MachineCache, delta: u32, metrics: Metrics) {
     loop {
         if let Ok(load) = cache.load() {
-            metrics.set_pending_brake(load.pending, load.machines.max(load.nodes).saturating_add(delta as usize));
+            metrics.set_pending_brake(load.pending, brake_limit(&load, delta));
         }
         tokio::time::sleep(std::time::Duration::from_secs(1)).await;
     }

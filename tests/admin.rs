@@ -6,9 +6,10 @@ use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
 use node_csr_approver::admin::{self, AdminError, OPENMETRICS_CONTENT_TYPE, Readiness};
-use node_csr_approver::dns::{DnsFailure, HickoryResolver, Resolution, Resolver};
+use node_csr_approver::dns::HickoryResolver;
 use node_csr_approver::metrics::{MeteredResolver, Metrics, WriteResult};
 use node_csr_approver::policy::{DecisionKind, Reason};
+use node_csr_approver::policy::{DnsFailure, Resolution, Resolver};
 use testdns::{DnsServer, Records};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;

@@ -6,7 +6,8 @@ use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use node_csr_approver::dns::{DnsFailure, HickoryResolver, Resolution, Resolver};
+use node_csr_approver::dns::HickoryResolver;
+use node_csr_approver::policy::{DnsFailure, Resolution, Resolver};
 use testdns::{DnsServer, Mode, QueryType, Records};
 
 const TIMEOUT: Duration = Duration::from_millis(500);

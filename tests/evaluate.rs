@@ -7,10 +7,11 @@ mod support;
 
 use std::time::Duration;
 
-use node_csr_approver::cluster::{NodeAddress, NodeInfo, StaticCluster};
-use node_csr_approver::config::PolicyConfig;
+use node_csr_approver::cluster::StaticCluster;
 use node_csr_approver::dns::HickoryResolver;
-use node_csr_approver::policy::{DecisionKind, Evaluation, Reason, Submission, evaluate};
+use node_csr_approver::policy::{
+    DecisionKind, Evaluation, NodeAddress, NodeInfo, PolicyConfig, Reason, Submission, evaluate,
+};
 use support::{Request, config, minutes_after_creation, serving};
 use testdns::{DnsServer, Records};
 

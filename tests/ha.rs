@@ -145,7 +145,12 @@ async fn assert_approved(admin: &Client, names: &[String], deadline: Instant, lo
     }
 }
 
+/// A standby's reconcile: it does not evaluate.
+const NOT_EVALUATED: &str = "not the leader: not evaluated";
+/// An evaluation that ended after this replica stopped leading: it does not write.
 const NOT_LEADER: &str = "not the leader: waiting";
+/// Evaluations a replica made, from its `/metrics`.
+const EVALUATIONS: &str = "node_csr_approver_evaluation_duration_seconds_count";
 const WRITTEN: &str = "written";
 const CONFLICT: &str = "conflict: re-reading and deciding again";
 
@@ -165,8 +170,9 @@ async fn only_the_holder_writes_before_and_after_a_killed_holder_is_replaced() {
     assert_approved(&admin, &first, Instant::now() + DECIDE, || approvers[leader].logs()).await;
     assert_eq!(settled_writes(&approvers[leader], 6.0).await, [6.0, 0.0, 0.0, 0.0], "the holder wrote each once");
     for (i, standby) in approvers.iter().enumerate().filter(|(i, _)| *i != leader) {
-        wait_evaluated(standby, &first, &[NOT_LEADER], DECIDE).await;
+        wait_evaluated(standby, &first, &[NOT_EVALUATED], DECIDE).await;
         assert_eq!(standby.write_attempts().await, Some(0.0), "standby replica-{i}:\n{}", standby.logs());
+        assert_eq!(standby.metric(EVALUATIONS).await, Some(0.0), "standby replica-{i} evaluated:\n{}", standby.logs());
     }
 
     let killed = approvers[leader].signal("KILL");
@@ -178,8 +184,9 @@ async fn only_the_holder_writes_before_and_after_a_killed_holder_is_replaced() {
     let new_leader = wait_holder(&admin, &lease, Some(leader), takeover).await.expect("a new holder");
     assert_eq!(settled_writes(&approvers[new_leader], 4.0).await, [4.0, 0.0, 0.0, 0.0], "the new holder");
     for (i, standby) in approvers.iter().enumerate().filter(|(i, _)| *i != leader && *i != new_leader) {
-        wait_evaluated(standby, &second, &[NOT_LEADER], DECIDE).await;
+        wait_evaluated(standby, &second, &[NOT_EVALUATED], DECIDE).await;
         assert_eq!(standby.write_attempts().await, Some(0.0), "standby replica-{i}:\n{}", standby.logs());
+        assert_eq!(standby.metric(EVALUATIONS).await, Some(0.0), "standby replica-{i} evaluated:\n{}", standby.logs());
     }
 }
 
@@ -219,7 +226,7 @@ async fn a_stalled_leader_stops_writing_before_a_standby_takes_over() {
     assert_approved(&admin, &after, resumed + DECIDE, logs).await;
     // The old leader's evaluations end: at the gate, or (were it not fenced) in a write.
     wait_evaluated(old, &stalled, &[NOT_LEADER, WRITTEN, CONFLICT], DECIDE).await;
-    wait_evaluated(old, &after, &[NOT_LEADER, "ignored", WRITTEN, CONFLICT], DECIDE).await;
+    wait_evaluated(old, &after, &[NOT_EVALUATED, NOT_LEADER, "ignored", WRITTEN, CONFLICT], DECIDE).await;
     let text = old.metrics().await;
     assert_eq!(support::cluster::write_attempts(&text), Some(2.0), "the old leader wrote after the stall:\n{text}");
     for name in &stalled {

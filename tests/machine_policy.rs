@@ -8,9 +8,10 @@ mod support;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use node_csr_approver::cluster::{Load, MachineInfo, NodeAddress, NodeInfo};
-use node_csr_approver::config::{Bootstrapper, MachinePolicy, PolicyConfig};
-use node_csr_approver::policy::{DecisionKind, Evidence, Lookup, Reason, Submission};
+use node_csr_approver::policy::{
+    Bootstrapper, DecisionKind, Evidence, Load, Lookup, MachineInfo, MachinePolicy, NodeAddress, NodeInfo,
+    PolicyConfig, Reason, Submission,
+};
 use rcgen::DnType;
 use support::table::{Case, assert_all};
 use support::{Key, Request, config, extra_organization, serving};

@@ -8,10 +8,10 @@ mod support;
 use std::collections::BTreeSet;
 use std::net::IpAddr;
 
-use node_csr_approver::cluster::{NodeAddress, NodeInfo};
-use node_csr_approver::config::{HostnameMatch, PolicyConfig};
-use node_csr_approver::dns::{DnsFailure, Resolution};
-use node_csr_approver::policy::{DecisionKind, Evidence, Lookup, Outcome, Reason, Submission, decide};
+use node_csr_approver::policy::{
+    DecisionKind, DnsFailure, Evidence, HostnameMatch, Lookup, NodeAddress, NodeInfo, Outcome, PolicyConfig, Reason,
+    Resolution, Submission, decide,
+};
 use rcgen::DnType;
 use support::table::{Case, assert_all};
 use support::{

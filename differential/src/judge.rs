@@ -11,9 +11,9 @@
 use std::net::IpAddr;
 use std::time::Duration;
 
-use node_csr_approver::config::{HostnameMatch, PolicyConfig};
 use node_csr_approver::csr::CsrFacts;
 use node_csr_approver::policy::{DecisionKind, Evidence, Submission, decide};
+use node_csr_approver::policy::{HostnameMatch, PolicyConfig};
 use testenv::{GoView, Oracle};
 
 use crate::mutate::Input;

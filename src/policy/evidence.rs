@@ -4,8 +4,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use crate::cluster::{ClusterView, Load, MachineInfo, NodeInfo};
-use crate::dns::{Resolution, Resolver};
+use super::ports::{ClusterView, Load, MachineInfo, NodeInfo, Resolution, Resolver};
 
 /// What a cluster lookup found.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -12,13 +12,7 @@ pub(crate) fn problem(name: &str) -> Option<String> {
     if name.len() > MAX_LEN {
         return Some(format!("the node name has {} characters, at most {MAX_LEN} are allowed", name.len()));
     }
-    let label_ok = |label: &str| {
-        !label.is_empty()
-            && label.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-            && !label.starts_with('-')
-            && !label.ends_with('-')
-    };
-    if name.split('.').all(label_ok) {
+    if is_dns_subdomain(name) {
         None
     } else {
         Some(format!(
@@ -26,6 +20,19 @@ pub(crate) fn problem(name: &str) -> Option<String> {
              each dot-separated part starting and ending with a letter or digit)"
         ))
     }
+}
+
+/// Whether `name` is a lowercase RFC 1123 subdomain, as the apiserver checks object names: at most
+/// 253 characters, dot-separated labels of lowercase letters, digits and `-` that start and end
+/// with a letter or digit.
+pub fn is_dns_subdomain(name: &str) -> bool {
+    let label_ok = |label: &str| {
+        !label.is_empty()
+            && label.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+            && !label.starts_with('-')
+            && !label.ends_with('-')
+    };
+    name.len() <= MAX_LEN && name.split('.').all(label_ok)
 }
 
 #[cfg(test)]

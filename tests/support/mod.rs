@@ -10,8 +10,8 @@ pub mod table;
 use std::net::IpAddr;
 use std::time::Duration;
 
-use node_csr_approver::config::{HostnameMatch, PolicyConfig};
 use node_csr_approver::policy::Submission;
+use node_csr_approver::policy::{HostnameMatch, PolicyConfig};
 use rcgen::{CertificateParams, DistinguishedName, DnType, KeyPair, SanType};
 
 /// The committed RSA-2048 test key (rcgen with ring signs with RSA but cannot generate RSA keys).

@@ -1,17 +1,19 @@
-//! Machine mode's node-client bootstrap checks (DESIGN §5) for
+//! Machine mode's node-client bootstrap checks for
 //! `kubernetes.io/kube-apiserver-client-kubelet` CSRs. A failing rule holds the CSR for a human;
 //! client CSRs are never denied.
 
 use jiff::SignedDuration;
 use std::collections::BTreeSet;
 
-use crate::config::MachinePolicy;
 use crate::csr::CsrFacts;
 
 use super::evidence::{Evidence, Lookup, Needs};
+use super::kubelet_serving::{NODE_USER_PREFIX, NODES_GROUP};
+use super::machine_checks;
+use super::ports::{MachineInfo, NodeInfo};
 use super::report::{Check, Failure, Report};
-use super::serving::{NODE_USER_PREFIX, NODES_GROUP};
-use super::{Reason, Submission, machine, node_name};
+use super::rules::MachinePolicy;
+use super::{Reason, Submission, node_name};
 
 /// The signer of kubelet client certificates.
 pub const SIGNER: &str = "kubernetes.io/kube-apiserver-client-kubelet";
@@ -96,8 +98,8 @@ impl Staged {
             return report;
         };
         report.record(Check::NodeAbsent, node_absent(&node, &evidence.node));
-        let machine =
-            machine::machines(&evidence.machines).and_then(|machines| machine::machine_named(machines, &node));
+        let machine = machine_checks::machines(&evidence.machines)
+            .and_then(|machines| machine_checks::machine_named(machines, &node));
         report.record(Check::MachineMatch, machine.as_ref().map(|m| format!("Machine {}", m.id)).map_err(Clone::clone));
         match machine {
             Ok(machine) => {
@@ -118,7 +120,7 @@ impl Staged {
                 report.skip(Check::CreationWindow, "no Machine");
             }
         }
-        report.record(Check::PendingBrake, machine::pending_brake(&evidence.load, cfg));
+        report.record(Check::PendingBrake, machine_checks::pending_brake(&evidence.load, cfg));
         report
     }
 }
@@ -175,7 +177,7 @@ fn usages(usages: &[String]) -> Result<String, Failure> {
     }
 }
 
-fn node_absent(node: &str, lookup: &Option<Lookup<crate::cluster::NodeInfo>>) -> Result<String, Failure> {
+fn node_absent(node: &str, lookup: &Option<Lookup<NodeInfo>>) -> Result<String, Failure> {
     match lookup {
         Some(Lookup::Missing) => Ok(format!("no Node {node:?} yet")),
         Some(Lookup::Found(_)) => {
@@ -188,7 +190,7 @@ fn node_absent(node: &str, lookup: &Option<Lookup<crate::cluster::NodeInfo>>) ->
     }
 }
 
-fn creation_window(sub: &Submission, machine: &crate::cluster::MachineInfo) -> Result<String, Failure> {
+fn creation_window(sub: &Submission, machine: &MachineInfo) -> Result<String, Failure> {
     let outside = |why: String| Failure::deny(Reason::CreatedOutsideMachineWindow, why);
     let (Some(created), Some(machine_created)) = (sub.created, machine.created) else {
         return Err(outside(format!("the CSR or Machine {} has no creationTimestamp", machine.id)));

@@ -1,18 +1,17 @@
-//! The `kubernetes.io/kubelet-serving` checks (DESIGN §4, items 2–11), each a small function that
+//! The `kubernetes.io/kubelet-serving` checks, each a small function that
 //! passes with a detail or fails with a [`Failure`].
 
 use std::collections::BTreeSet;
 use std::net::IpAddr;
 use std::time::Duration;
 
-use crate::cluster::NodeInfo;
-use crate::config::{HostnameMatch, PolicyConfig};
 use crate::csr::CsrFacts;
-use crate::dns::Resolution;
 
 use super::evidence::{Evidence, Lookup, Needs};
-use super::machine;
+use super::machine_checks;
+use super::ports::{NodeInfo, Resolution};
 use super::report::{Check, Failure, Report};
+use super::rules::{HostnameMatch, PolicyConfig};
 use super::{Reason, Submission, node_name};
 
 /// The signer of kubelet serving certificates.
@@ -139,11 +138,13 @@ impl Staged {
         match (&cfg.machine, usable) {
             (None, _) => {}
             (Some(machine_cfg), Some((parsed, evidence))) => {
-                let belongs = machine::machines(&evidence.machines)
-                    .and_then(|machines| machine::machine_of_node(machines, &parsed.node))
-                    .and_then(|m| machine::serving_sans_belong(m, &parsed.dns_names, &parsed.facts.ip_addresses));
+                let belongs = machine_checks::machines(&evidence.machines)
+                    .and_then(|machines| machine_checks::machine_of_node(machines, &parsed.node))
+                    .and_then(|m| {
+                        machine_checks::serving_sans_belong(m, &parsed.dns_names, &parsed.facts.ip_addresses)
+                    });
                 report.record(Check::MachineAddresses, belongs);
-                report.record(Check::PendingBrake, machine::pending_brake(&evidence.load, machine_cfg));
+                report.record(Check::PendingBrake, machine_checks::pending_brake(&evidence.load, machine_cfg));
             }
             (Some(_), None) => {
                 report.skip(Check::MachineAddresses, "not looked up: an earlier check failed");

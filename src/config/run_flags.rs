@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use clap::Args;
 
-use super::{ConfigError, Source, parse_duration, parse_flag, parse_number};
+use super::ConfigError;
+use super::flags::{Field, field, is_dns_label};
+use crate::policy::is_dns_subdomain;
 
 /// Where the service account's namespace is mounted in a pod.
 const POD_NAMESPACE_FILE: &str = "/var/run/secrets/kubernetes.io/serviceaccount/namespace";
@@ -107,93 +109,65 @@ pub struct RunConfig {
     pub log_filter: String,
 }
 
-const CONCURRENCY: Source = Source { flag: "--concurrency", env: "CONCURRENCY" };
-const DRY_RUN: Source = Source { flag: "--dry-run", env: "DRY_RUN" };
-const LEADER_ELECTION: Source = Source { flag: "--leader-election", env: "LEADER_ELECTION" };
-const LEADER_ELECTION_ID: Source = Source { flag: "--leader-election-id", env: "LEADER_ELECTION_ID" };
-const LEADER_ELECTION_NAMESPACE: Source = Source { flag: "--leader-election-namespace", env: "POD_NAMESPACE" };
-const LEASE_DURATION: Source = Source { flag: "--lease-duration", env: "LEASE_DURATION" };
-const RENEW_DEADLINE: Source = Source { flag: "--renew-deadline", env: "RENEW_DEADLINE" };
-const RETRY_PERIOD: Source = Source { flag: "--retry-period", env: "RETRY_PERIOD" };
-const DRAIN_TIMEOUT: Source = Source { flag: "--drain-timeout", env: "DRAIN_TIMEOUT" };
-const HEALTH_PROBE_BIND_ADDRESS: Source =
-    Source { flag: "--health-probe-bind-address", env: "HEALTH_PROBE_BIND_ADDRESS" };
-const METRICS_BIND_ADDRESS: Source = Source { flag: "--metrics-bind-address", env: "METRICS_BIND_ADDRESS" };
-const LOG_FORMAT: Source = Source { flag: "--log-format", env: "LOG_FORMAT" };
-const LOG_LEVEL: Source = Source { flag: "--log-level", env: "LOG_LEVEL" };
-
 impl RunArgs {
     /// Validates every value; the first invalid one is returned as a [`ConfigError`].
     pub fn validate(&self) -> Result<RunConfig, ConfigError> {
-        let concurrency = parse_number(&CONCURRENCY, self.concurrency.as_deref(), 1..=1000, 32)?;
-        let leader = if parse_flag(&LEADER_ELECTION, &self.leader_election)? { Some(self.leader()?) } else { None };
+        let concurrency = field!(self.concurrency).number(1..=1000, 32)?;
+        let leader = if field!(self.leader_election).boolean(false)? { Some(self.leader()?) } else { None };
         Ok(RunConfig {
             kubeconfig: self.kubeconfig.clone(),
             concurrency: u16::try_from(concurrency).unwrap_or(u16::MAX),
-            dry_run: parse_flag(&DRY_RUN, &self.dry_run)?,
+            dry_run: field!(self.dry_run).boolean(false)?,
             leader,
-            drain_timeout: parse_duration(
-                &DRAIN_TIMEOUT,
-                self.drain_timeout.as_deref(),
-                (Duration::ZERO, Duration::from_secs(3600)),
-                Duration::from_secs(20),
-            )?,
-            health_address: bind_address(
-                &HEALTH_PROBE_BIND_ADDRESS,
-                self.health_probe_bind_address.as_deref(),
-                ":8081",
-            )?
-            .ok_or_else(|| HEALTH_PROBE_BIND_ADDRESS.error("0", "the health endpoints cannot be disabled"))?,
-            metrics_address: bind_address(&METRICS_BIND_ADDRESS, self.metrics_bind_address.as_deref(), ":8080")?,
+            drain_timeout: field!(self.drain_timeout)
+                .duration((Duration::ZERO, Duration::from_secs(3600)), Duration::from_secs(20))?,
+            health_address: bind_address(field!(self.health_probe_bind_address), ":8081")?.ok_or_else(|| {
+                field!(self.health_probe_bind_address).error("0", "the health endpoints cannot be disabled")
+            })?,
+            metrics_address: bind_address(field!(self.metrics_bind_address), ":8080")?,
             log_format: match self.log_format.as_deref().map(|f| f.trim().to_ascii_lowercase()).as_deref() {
                 None | Some("json") => LogFormat::Json,
                 Some("text") => LogFormat::Text,
                 Some(_) => {
-                    return Err(
-                        LOG_FORMAT.error(self.log_format.as_deref().unwrap_or_default(), "expected json or text")
-                    );
+                    return Err(field!(self.log_format)
+                        .error(self.log_format.as_deref().unwrap_or_default(), "expected json or text"));
                 }
             },
-            log_filter: log_filter(self.log_level.as_deref())?,
+            log_filter: log_filter(field!(self.log_level))?,
         })
     }
 
     fn leader(&self) -> Result<LeaderConfig, ConfigError> {
         let lease_name = self.leader_election_id.clone().unwrap_or_else(|| "node-csr-approver".into());
         if !is_dns_subdomain(&lease_name) {
-            return Err(LEADER_ELECTION_ID.error(&lease_name, "expected a lowercase DNS subdomain name"));
+            return Err(field!(self.leader_election_id).error(&lease_name, "expected a lowercase DNS subdomain name"));
         }
         let namespace = match &self.leader_election_namespace {
             Some(namespace) => namespace.trim().to_owned(),
-            None => std::fs::read_to_string(POD_NAMESPACE_FILE)
-                .map(|ns| ns.trim().to_owned())
-                .map_err(|_| LEADER_ELECTION_NAMESPACE.error("", "required with --leader-election outside a pod"))?,
+            None => std::fs::read_to_string(POD_NAMESPACE_FILE).map(|ns| ns.trim().to_owned()).map_err(|_| {
+                field!(self.leader_election_namespace).error("", "required with --leader-election outside a pod")
+            })?,
         };
         if !is_dns_label(&namespace) {
-            return Err(LEADER_ELECTION_NAMESPACE.error(&namespace, "expected a namespace name"));
+            return Err(field!(self.leader_election_namespace).error(&namespace, "expected a namespace name"));
         }
         let second = Duration::from_secs(1);
         let minute = Duration::from_secs(60);
-        let lease_duration =
-            parse_duration(&LEASE_DURATION, self.lease_duration.as_deref(), (second, minute), Duration::from_secs(15))?;
+        let lease_duration = field!(self.lease_duration).duration((second, minute), Duration::from_secs(15))?;
         if lease_duration.subsec_nanos() != 0 {
-            return Err(LEASE_DURATION.error(self.lease_duration.as_deref().unwrap_or_default(), "whole seconds only"));
+            return Err(field!(self.lease_duration)
+                .error(self.lease_duration.as_deref().unwrap_or_default(), "whole seconds only"));
         }
-        let renew_deadline =
-            parse_duration(&RENEW_DEADLINE, self.renew_deadline.as_deref(), (second, minute), Duration::from_secs(10))?;
-        let retry_period = parse_duration(
-            &RETRY_PERIOD,
-            self.retry_period.as_deref(),
-            (Duration::from_millis(100), minute),
-            Duration::from_secs(2),
-        )?;
+        let renew_deadline = field!(self.renew_deadline).duration((second, minute), Duration::from_secs(10))?;
+        let retry_period =
+            field!(self.retry_period).duration((Duration::from_millis(100), minute), Duration::from_secs(2))?;
         if renew_deadline >= lease_duration {
             let value = humantime::format_duration(renew_deadline).to_string();
-            return Err(RENEW_DEADLINE.error(&value, "must be shorter than --lease-duration"));
+            return Err(field!(self.renew_deadline).error(&value, "must be shorter than --lease-duration"));
         }
         if retry_period >= renew_deadline {
             let value = humantime::format_duration(retry_period).to_string();
-            return Err(RETRY_PERIOD.error(&value, "must be shorter than --renew-deadline"));
+            return Err(field!(self.retry_period).error(&value, "must be shorter than --renew-deadline"));
         }
         Ok(LeaderConfig { lease_name, namespace, identity: identity(), lease_duration, renew_deadline, retry_period })
     }
@@ -210,34 +184,19 @@ fn identity() -> String {
 }
 
 /// A namespace name: one lowercase DNS label.
-pub(super) fn is_dns_label(name: &str) -> bool {
-    name.len() <= 63 && !name.contains('.') && is_dns_subdomain(name)
-}
-
-fn is_dns_subdomain(name: &str) -> bool {
-    !name.is_empty()
-        && name.len() <= 253
-        && name.split('.').all(|label| {
-            !label.is_empty()
-                && label.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-                && !label.starts_with('-')
-                && !label.ends_with('-')
-        })
-}
-
 /// A Go-style bind address (see [`crate::admin::parse_bind_address`]); `0` disables when allowed.
-fn bind_address(source: &Source, value: Option<&str>, default: &str) -> Result<Option<String>, ConfigError> {
-    let text = value.unwrap_or(default).trim();
+fn bind_address(field: Field<'_, Option<String>>, default: &str) -> Result<Option<String>, ConfigError> {
+    let text = field.text().unwrap_or(default).trim();
     if text == "0" {
         return Ok(None);
     }
-    crate::admin::parse_bind_address(text).map(|_| Some(text.to_owned())).map_err(|e| source.error(text, e.to_string()))
+    crate::admin::parse_bind_address(text).map(|_| Some(text.to_owned())).map_err(|e| field.error(text, e.to_string()))
 }
 
-fn log_filter(value: Option<&str>) -> Result<String, ConfigError> {
-    let directive = value.map(str::trim).filter(|v| !v.is_empty()).unwrap_or("info");
+fn log_filter(field: Field<'_, Option<String>>) -> Result<String, ConfigError> {
+    let directive = field.text().map(str::trim).filter(|v| !v.is_empty()).unwrap_or("info");
     tracing_subscriber::EnvFilter::builder()
         .parse(directive)
         .map(|_| directive.to_owned())
-        .map_err(|e| LOG_LEVEL.error(directive, e.to_string()))
+        .map_err(|e| field.error(directive, e.to_string()))
 }

@@ -1,31 +1,35 @@
-//! The decision core: a pure function of the request, the configuration and the gathered evidence.
-//! No kube client and no sockets here; evidence arrives through the [`Resolver`] and
-//! [`ClusterView`] traits.
+//! The decision core: a pure function of the request, the rules and the gathered evidence.
+//! No kube client and no sockets here; evidence arrives through the ports in [`ports`]
+//! ([`Resolver`], [`ClusterView`]), which the I/O modules implement.
 
-mod client;
 mod evidence;
-mod machine;
+mod kubelet_serving;
+mod machine_checks;
+mod node_client;
 mod node_name;
+mod ports;
 mod reason;
 mod report;
-mod serving;
+mod rules;
 mod submission;
 
 use std::time::Duration;
 
 use jiff::Timestamp;
 
-use crate::cluster::ClusterView;
-use crate::config::{MachinePolicy, PolicyConfig};
 use crate::csr::CsrFacts;
-use crate::dns::Resolver;
 
-pub use client::SIGNER as KUBELET_CLIENT_SIGNER;
 pub use evidence::{Evidence, Lookup, Needs, gather};
-pub use machine::{same_dns_name, same_ip};
+pub use kubelet_serving::{NODE_USER_PREFIX, NODES_GROUP, SIGNER as KUBELET_SERVING_SIGNER};
+pub use machine_checks::{brake_limit, counts_as_pending, same_dns_name, same_ip};
+pub use node_client::SIGNER as KUBELET_CLIENT_SIGNER;
+pub use node_name::is_dns_subdomain;
+pub use ports::{
+    ClusterError, ClusterView, DnsFailure, Load, MachineInfo, NodeAddress, NodeInfo, Resolution, Resolver,
+};
 pub use reason::Reason;
 pub use report::{Check, CheckResult, Consequence, Failure, Outcome};
-pub use serving::{NODE_USER_PREFIX, NODES_GROUP, SIGNER as KUBELET_SERVING_SIGNER};
+pub use rules::{Bootstrapper, HostnameMatch, MachinePolicy, PolicyConfig};
 pub use submission::{Submission, is_decided};
 
 use report::Report;
@@ -113,8 +117,8 @@ pub fn decide(sub: &Submission, cfg: &PolicyConfig, evidence: &Evidence, now: Ti
 
 /// The checks of one signer that have run before evidence is gathered.
 enum Staged<'a> {
-    Serving(Box<serving::Staged>),
-    Client(Box<client::Staged>, &'a MachinePolicy),
+    Serving(Box<kubelet_serving::Staged>),
+    Client(Box<node_client::Staged>, &'a MachinePolicy),
 }
 
 impl Staged<'_> {
@@ -138,7 +142,8 @@ impl Staged<'_> {
 fn triage<'a>(sub: &Submission, cfg: &'a PolicyConfig) -> Result<(Report, Staged<'a>), Evaluation> {
     let mut triage = Report::default();
     let client_rules = cfg.machine.as_ref().filter(|m| m.client_approval);
-    let handled = sub.signer_name == serving::SIGNER || (sub.signer_name == client::SIGNER && client_rules.is_some());
+    let handled = sub.signer_name == kubelet_serving::SIGNER
+        || (sub.signer_name == node_client::SIGNER && client_rules.is_some());
     if !handled {
         triage.record(
             Check::Signer,
@@ -152,10 +157,10 @@ fn triage<'a>(sub: &Submission, cfg: &'a PolicyConfig) -> Result<(Report, Staged
         return Err(conclude(triage, cfg, sub));
     }
     triage.record(Check::Pending, Ok("no decision yet".into()));
-    match client_rules.filter(|_| sub.signer_name == client::SIGNER) {
-        None => Ok((triage, Staged::Serving(Box::new(serving::stage(sub, cfg))))),
-        Some(rules) => match client::identity(sub, rules) {
-            Ok(identity) => Ok((triage, Staged::Client(Box::new(client::stage(sub, identity)), rules))),
+    match client_rules.filter(|_| sub.signer_name == node_client::SIGNER) {
+        None => Ok((triage, Staged::Serving(Box::new(kubelet_serving::stage(sub, cfg))))),
+        Some(rules) => match node_client::identity(sub, rules) {
+            Ok(identity) => Ok((triage, Staged::Client(Box::new(node_client::stage(sub, identity)), rules))),
             Err(not_ours) => {
                 triage.record(Check::Bootstrapper, Err(not_ours));
                 Err(conclude(triage, cfg, sub))
@@ -191,7 +196,7 @@ fn age_at(created: Timestamp, now: Timestamp) -> Duration {
 /// Turns a report into a decision: the first failure decides; none means approve. Client CSRs are
 /// never denied: a failing rule holds them for a human.
 fn conclude(report: Report, cfg: &PolicyConfig, sub: &Submission) -> Evaluation {
-    let never_deny = cfg.skip_deny_step || sub.signer_name == client::SIGNER;
+    let never_deny = cfg.skip_deny_step || sub.signer_name == node_client::SIGNER;
     let decision = match report.first_failure() {
         Some(failure) => {
             let kind = match failure.consequence {
@@ -218,6 +223,6 @@ fn approval_message(report: &Report, sub: &Submission) -> String {
         .filter(|row| matches!(row.outcome, Outcome::Pass(_)))
         .map(|row| row.check.as_str())
         .collect();
-    let what = if sub.signer_name == client::SIGNER { "node-client bootstrap" } else { "kubelet serving" };
+    let what = if sub.signer_name == node_client::SIGNER { "node-client bootstrap" } else { "kubelet serving" };
     format!("{what} certificate for {} verified: {}", sub.username, passed.join(", "))
 }

@@ -5,8 +5,9 @@ use std::path::PathBuf;
 
 use clap::Args;
 
-use super::{ConfigError, Source, parse_flag, parse_number};
-use crate::policy::NODE_USER_PREFIX;
+use super::ConfigError;
+use super::flags::{Field, field, is_dns_label};
+use crate::policy::{Bootstrapper, MachinePolicy, NODE_USER_PREFIX};
 
 /// OpenShift's node-bootstrapper ServiceAccount.
 const DEFAULT_BOOTSTRAPPER: &str = "system:serviceaccount:openshift-machine-config-operator:node-bootstrapper";
@@ -73,38 +74,6 @@ impl MachineApi {
     }
 }
 
-/// Who the bootstrap identity is.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Bootstrapper {
-    /// Exactly this username.
-    Exact(String),
-    /// Any username starting with this (e.g. `system:bootstrap:` for kubeadm bootstrap tokens).
-    Prefix(String),
-}
-
-impl Bootstrapper {
-    /// True when `username` is the bootstrap identity.
-    pub fn matches(&self, username: &str) -> bool {
-        match self {
-            Bootstrapper::Exact(exact) => username == exact,
-            Bootstrapper::Prefix(prefix) => username.len() > prefix.len() && username.starts_with(prefix.as_str()),
-        }
-    }
-}
-
-/// The machine-mode rules the policy reads.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct MachinePolicy {
-    /// Approve node-client bootstrap CSRs.
-    pub client_approval: bool,
-    /// The bootstrap identity.
-    pub bootstrapper: Bootstrapper,
-    /// Its exact groups.
-    pub bootstrapper_groups: BTreeSet<String>,
-    /// The pending brake's allowance over max(Machines, Nodes).
-    pub max_pending_delta: u32,
-}
-
 /// Where Machines are read from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MachineSource {
@@ -115,23 +84,6 @@ pub struct MachineSource {
     /// The cluster holding them, if not the CSRs' cluster.
     pub kubeconfig: Option<PathBuf>,
 }
-
-/// Machine mode, when `--machine-api` is set.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct MachineConfig {
-    /// The rules.
-    pub policy: MachinePolicy,
-    /// Where Machines come from.
-    pub source: MachineSource,
-}
-
-const MACHINE_API: Source = Source { flag: "--machine-api", env: "MACHINE_API" };
-const MACHINE_NAMESPACE: Source = Source { flag: "--machine-namespace", env: "MACHINE_NAMESPACE" };
-const NODE_CLIENT_APPROVAL: Source = Source { flag: "--node-client-approval", env: "NODE_CLIENT_APPROVAL" };
-const BOOTSTRAPPER_USERNAME: Source = Source { flag: "--bootstrapper-username", env: "BOOTSTRAPPER_USERNAME" };
-const BOOTSTRAPPER_GROUPS: Source = Source { flag: "--bootstrapper-groups", env: "BOOTSTRAPPER_GROUPS" };
-const MAX_PENDING_DELTA: Source = Source { flag: "--max-pending-delta", env: "MAX_PENDING_DELTA" };
-const MACHINE_APPROVER_CONFIG: Source = Source { flag: "--machine-approver-config", env: "MACHINE_APPROVER_CONFIG" };
 
 /// The part of OpenShift's machine-approver-config this approver reads.
 #[derive(Debug, Default, serde::Deserialize)]
@@ -149,7 +101,7 @@ struct NodeClientCert {
 
 impl MachineArgs {
     /// Validates every value; `None` when machine mode is off.
-    pub fn validate(&self) -> Result<Option<MachineConfig>, ConfigError> {
+    pub fn validate(&self) -> Result<Option<(MachinePolicy, MachineSource)>, ConfigError> {
         if self.machine_apis.is_empty() {
             return Ok(None);
         }
@@ -158,7 +110,7 @@ impl MachineArgs {
         for entry in &self.machine_apis {
             let entry = entry.trim();
             let api = MachineApi::ALL.into_iter().find(|api| api.api_version() == entry).ok_or_else(|| {
-                MACHINE_API
+                field!(self.machine_apis)
                     .error(&all, format!("{entry:?} is not machine.openshift.io/v1beta1 or cluster.x-k8s.io/v1beta1"))
             })?;
             if !apis.contains(&api) {
@@ -167,45 +119,38 @@ impl MachineArgs {
         }
         let namespace = match self.machine_namespace.as_deref().map(str::trim) {
             None | Some("") => None,
-            Some(ns) if super::run::is_dns_label(ns) => Some(ns.to_owned()),
-            Some(ns) => return Err(MACHINE_NAMESPACE.error(ns, "expected a namespace name")),
+            Some(ns) if is_dns_label(ns) => Some(ns.to_owned()),
+            Some(ns) => return Err(field!(self.machine_namespace).error(ns, "expected a namespace name")),
         };
-        let mut client_approval = match &self.node_client_approval {
-            None => true,
-            some => parse_flag(&NODE_CLIENT_APPROVAL, some)?,
-        };
+        let mut client_approval = field!(self.node_client_approval).boolean(true)?;
         if let Some(path) = &self.machine_approver_config {
             let shown = path.display().to_string();
             let text = std::fs::read_to_string(path)
-                .map_err(|e| MACHINE_APPROVER_CONFIG.error(&shown, format!("cannot read: {e}")))?;
+                .map_err(|e| field!(self.machine_approver_config).error(&shown, format!("cannot read: {e}")))?;
             let file: ApproverConfigFile = if text.trim().is_empty() {
                 ApproverConfigFile::default()
             } else {
-                serde_saphyr::from_str(&text).map_err(|e| MACHINE_APPROVER_CONFIG.error(&shown, e.to_string()))?
+                serde_saphyr::from_str(&text)
+                    .map_err(|e| field!(self.machine_approver_config).error(&shown, e.to_string()))?
             };
             client_approval &= !file.node_client_cert.disabled;
         }
-        Ok(Some(MachineConfig {
-            policy: MachinePolicy {
+        Ok(Some((
+            MachinePolicy {
                 client_approval,
-                bootstrapper: bootstrapper(self.bootstrapper_username.as_deref())?,
-                bootstrapper_groups: groups(self.bootstrapper_groups.as_deref())?,
-                max_pending_delta: u32::try_from(parse_number(
-                    &MAX_PENDING_DELTA,
-                    self.max_pending_delta.as_deref(),
-                    0..=10_000,
-                    100,
-                )?)
-                .unwrap_or(100),
+                bootstrapper: bootstrapper(field!(self.bootstrapper_username))?,
+                bootstrapper_groups: groups(field!(self.bootstrapper_groups))?,
+                max_pending_delta: u32::try_from(field!(self.max_pending_delta).number(0..=10_000, 100)?)
+                    .unwrap_or(100),
             },
-            source: MachineSource { apis, namespace, kubeconfig: self.machine_kubeconfig.clone() },
-        }))
+            MachineSource { apis, namespace, kubeconfig: self.machine_kubeconfig.clone() },
+        )))
     }
 }
 
-fn bootstrapper(value: Option<&str>) -> Result<Bootstrapper, ConfigError> {
-    let text = value.map(str::trim).unwrap_or(DEFAULT_BOOTSTRAPPER);
-    let invalid = |problem: &str| BOOTSTRAPPER_USERNAME.error(text, problem);
+fn bootstrapper(field: Field<'_, Option<String>>) -> Result<Bootstrapper, ConfigError> {
+    let text = field.text().map(str::trim).unwrap_or(DEFAULT_BOOTSTRAPPER);
+    let invalid = |problem: &str| field.error(text, problem);
     if text.starts_with(NODE_USER_PREFIX) || text == "*" {
         return Err(invalid("must not match node identities (system:node:<name>)"));
     }
@@ -221,13 +166,13 @@ fn bootstrapper(value: Option<&str>) -> Result<Bootstrapper, ConfigError> {
     }
 }
 
-fn groups(value: Option<&str>) -> Result<BTreeSet<String>, ConfigError> {
-    let text = value.unwrap_or(DEFAULT_BOOTSTRAPPER_GROUPS);
+fn groups(field: Field<'_, Option<String>>) -> Result<BTreeSet<String>, ConfigError> {
+    let text = field.text().unwrap_or(DEFAULT_BOOTSTRAPPER_GROUPS);
     text.split(',')
         .map(|group| {
             let group = group.trim();
             if group.is_empty() {
-                Err(BOOTSTRAPPER_GROUPS.error(text, "empty entry in the comma-separated list"))
+                Err(field.error(text, "empty entry in the comma-separated list"))
             } else {
                 Ok(group.to_owned())
             }
@@ -239,14 +184,19 @@ fn groups(value: Option<&str>) -> Result<BTreeSet<String>, ConfigError> {
 mod tests {
     use super::*;
 
+    fn bootstrapper_of(text: &str) -> Result<Bootstrapper, ConfigError> {
+        let args = MachineArgs { bootstrapper_username: Some(text.to_owned()), ..MachineArgs::default() };
+        bootstrapper(field!(args.bootstrapper_username))
+    }
+
     #[test]
     fn bootstrapper_prefixes_need_a_colon_and_never_match_nodes() {
-        assert_eq!(bootstrapper(Some("system:bootstrap:*")).unwrap(), Bootstrapper::Prefix("system:bootstrap:".into()));
-        assert!(bootstrapper(Some("system:*x")).is_err());
-        assert!(bootstrapper(Some("system:node:*")).is_err());
-        assert!(bootstrapper(Some("system:*")).is_err());
-        assert!(bootstrapper(Some("system:node:x")).is_err());
-        assert!(bootstrapper(Some("sys*")).is_err());
+        assert_eq!(bootstrapper_of("system:bootstrap:*").unwrap(), Bootstrapper::Prefix("system:bootstrap:".into()));
+        assert!(bootstrapper_of("system:*x").is_err());
+        assert!(bootstrapper_of("system:node:*").is_err());
+        assert!(bootstrapper_of("system:*").is_err());
+        assert!(bootstrapper_of("system:node:x").is_err());
+        assert!(bootstrapper_of("sys*").is_err());
         let prefix = Bootstrapper::Prefix("system:bootstrap:".into());
         assert!(prefix.matches("system:bootstrap:abcdef"));
         assert!(!prefix.matches("system:bootstrap:"));

@@ -2,12 +2,16 @@
 
 use std::net::IpAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
-use crate::cluster::{Load, MachineInfo};
-use crate::config::MachinePolicy;
+use jiff::Timestamp;
 
 use super::Reason;
+use super::kubelet_serving::SIGNER as SERVING_SIGNER;
+use super::node_client::SIGNER as CLIENT_SIGNER;
+use super::ports::{Load, MachineInfo};
 use super::report::Failure;
+use super::rules::MachinePolicy;
 
 const DNS_ADDRESS_TYPES: [&str; 3] = ["InternalDNS", "ExternalDNS", "Hostname"];
 const IP_ADDRESS_TYPES: [&str; 2] = ["InternalIP", "ExternalIP"];
@@ -79,6 +83,24 @@ pub(crate) fn serving_sans_belong(
     Ok(format!("every SAN is an address of Machine {}", machine.id))
 }
 
+/// Pending CSRs older than this do not count towards the brake.
+const PENDING_WINDOW: Duration = Duration::from_secs(3600);
+
+/// Whether a CSR counts towards the pending brake at `now`: a node CSR (either kubelet signer),
+/// not yet decided, created within the last hour.
+pub fn counts_as_pending(signer: &str, decided: bool, created: Option<Timestamp>, now: Timestamp) -> bool {
+    [SERVING_SIGNER, CLIENT_SIGNER].contains(&signer)
+        && !decided
+        && created.is_some_and(|created| {
+            now.duration_since(created).try_into().is_ok_and(|age: Duration| age < PENDING_WINDOW)
+        })
+}
+
+/// The most pending node CSRs the brake lets through: max(Machines, Nodes) + `delta`.
+pub fn brake_limit(load: &Load, delta: u32) -> usize {
+    load.machines.max(load.nodes).saturating_add(delta as usize)
+}
+
 /// The safety brake: no machine-mode approval while pending node CSRs exceed
 /// max(Machines, Nodes) + `--max-pending-delta`.
 pub(crate) fn pending_brake(load: &Option<Result<Load, String>>, cfg: &MachinePolicy) -> Result<String, Failure> {
@@ -89,7 +111,7 @@ pub(crate) fn pending_brake(load: &Option<Result<Load, String>>, cfg: &MachinePo
         }
         None => return Err(Failure::retry(Reason::ClusterUnavailable, "pending CSRs were not counted")),
     };
-    let limit = load.machines.max(load.nodes).saturating_add(cfg.max_pending_delta as usize);
+    let limit = brake_limit(load, cfg.max_pending_delta);
     if load.pending > limit {
         Err(Failure::retry(
             Reason::TooManyPending,

@@ -1,0 +1,55 @@
+//! Connecting to the cluster, shared by `run` and `check`: the kube client and, in machine mode,
+//! the watched caches of Machines and Nodes.
+
+use std::path::Path;
+
+use kube::Client;
+
+use crate::config::MachineSource;
+use crate::machines::MachineCache;
+
+/// No usable cluster configuration.
+#[derive(Debug, thiserror::Error)]
+#[error("cluster configuration: {0}")]
+pub struct ConnectError(String);
+
+/// A client, and machine mode's caches when it is on.
+#[derive(Clone)]
+pub struct Connection {
+    /// The client for CSRs, Nodes, Leases and events.
+    pub client: Client,
+    /// Machine mode's caches (Machines and Node metadata), started but not necessarily synced.
+    pub machines: Option<MachineCache>,
+}
+
+/// Builds a client from `kubeconfig`, else in-cluster config, else the default kubeconfig.
+pub async fn client(kubeconfig: Option<&Path>) -> Result<Client, ConnectError> {
+    let config = match kubeconfig {
+        Some(path) => {
+            let file = kube::config::Kubeconfig::read_from(path)
+                .map_err(|e| ConnectError(format!("{}: {e}", path.display())))?;
+            kube::Config::from_custom_kubeconfig(file, &kube::config::KubeConfigOptions::default())
+                .await
+                .map_err(|e| ConnectError(format!("{}: {e}", path.display())))?
+        }
+        None => kube::Config::infer().await.map_err(|e| ConnectError(e.to_string()))?,
+    };
+    Client::try_from(config).map_err(|e| ConnectError(e.to_string()))
+}
+
+/// Connects with `kubeconfig` and, in machine mode, starts the caches, reading Machines through
+/// `--machine-kubeconfig` when given.
+pub async fn connect(kubeconfig: Option<&Path>, machines: Option<&MachineSource>) -> Result<Connection, ConnectError> {
+    let client = client(kubeconfig).await?;
+    let machines = match machines {
+        Some(source) => {
+            let machine_client = match &source.kubeconfig {
+                Some(path) => self::client(Some(path)).await?,
+                None => client.clone(),
+            };
+            Some(MachineCache::start(client.clone(), machine_client, source).await)
+        }
+        None => None,
+    };
+    Ok(Connection { client, machines })
+}

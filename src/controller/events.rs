@@ -1,0 +1,210 @@
+//! Events on CSRs (events.k8s.io/v1, in `default`), published from a background task so that a
+//! decision never waits for its record, with names that are valid for any CSR name.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::api::events::v1::Event as K8sEvent;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use kube::api::PostParams;
+use kube::runtime::events::Reporter;
+use kube::{Api, Client};
+use tokio::sync::mpsc;
+
+use super::approval::{MAX_MESSAGE_BYTES, truncate};
+use crate::policy::{Decision, DecisionKind, is_dns_subdomain};
+
+/// Events published at once by the background publisher: low, so that during a burst the
+/// approval writes (the required calls) get most of the apiserver and events trail them.
+const EVENT_CONCURRENCY: usize = 4;
+/// Events waiting to be published; a full queue makes decisions wait (bounded memory).
+const EVENT_QUEUE: usize = 10_000;
+/// How long shutdown waits for queued events to be published.
+const EVENT_DRAIN: Duration = Duration::from_secs(5);
+/// The longest object name (a DNS subdomain).
+const MAX_NAME_LEN: usize = 253;
+
+/// An event about a CSR, waiting for the background publisher.
+#[derive(Debug)]
+struct PendingEvent {
+    type_: &'static str,
+    reason: &'static str,
+    note: String,
+    action: &'static str,
+    regarding: ObjectReference,
+}
+
+/// Publishes events (events.k8s.io/v1, in `default`, where events about cluster-scoped objects go)
+/// from a background task, [`EVENT_CONCURRENCY`] at a time, so a decision never waits for its
+/// record: the approval write stays the only API call on the approve path. Unlike kube's
+/// `Recorder` it keeps no cache of past events: each CSR gets at most one event per decision kind
+/// and reason anyway.
+#[derive(Debug, Clone)]
+pub struct Events {
+    queue: mpsc::Sender<PendingEvent>,
+}
+
+/// The background publisher of [`Events`]; it ends once every [`Events`] handle is dropped and
+/// the queue is drained.
+#[derive(Debug)]
+pub struct EventPublisher(tokio::task::JoinHandle<()>);
+
+impl Events {
+    /// Starts the publisher on the current runtime.
+    pub fn start(client: Client, reporter: Reporter) -> (Events, EventPublisher) {
+        let (queue, receiver) = mpsc::channel::<PendingEvent>(EVENT_QUEUE);
+        let api: Api<K8sEvent> = Api::namespaced(client, "default");
+        let reporter = Arc::new(reporter);
+        let task = tokio::spawn(async move {
+            futures::stream::unfold(receiver, |mut receiver| async move {
+                receiver.recv().await.map(|event| (event, receiver))
+            })
+            .for_each_concurrent(EVENT_CONCURRENCY, |event| {
+                let (api, reporter) = (&api, reporter.clone());
+                async move {
+                    let name = event.regarding.name.clone().unwrap_or_default();
+                    let body = k8s_event(event, &reporter);
+                    if let Err(error) = api.create(&PostParams::default(), &body).await {
+                        tracing::warn!(csr = %name, %error, "publishing an event");
+                    }
+                }
+            })
+            .await;
+        });
+        (Events { queue }, EventPublisher(task))
+    }
+
+    /// Queues an event about `regarding` carrying the decision's reason code, its message after
+    /// `prefix`; waits only while the queue is full. Failures are logged, never fatal.
+    pub(super) async fn publish(&self, regarding: ObjectReference, decision: &Decision, prefix: &str) {
+        let event = PendingEvent {
+            type_: match decision.kind {
+                DecisionKind::Approve | DecisionKind::Retry => "Normal",
+                _ => "Warning",
+            },
+            reason: decision.reason.as_str(),
+            note: truncate(&format!("{prefix}{}", decision.message), MAX_MESSAGE_BYTES),
+            action: match decision.kind {
+                DecisionKind::Approve => "Approve",
+                DecisionKind::Deny => "Deny",
+                DecisionKind::Hold => "Hold",
+                DecisionKind::Retry => "Retry",
+                DecisionKind::Ignore => "Ignore",
+            },
+            regarding,
+        };
+        if self.queue.send(event).await.is_err() {
+            tracing::warn!("publishing an event: the publisher has stopped");
+        }
+    }
+}
+
+impl EventPublisher {
+    /// Waits (at most a few seconds) until the queued events are published; call after every
+    /// [`Events`] handle was dropped.
+    pub async fn drain(self) {
+        if tokio::time::timeout(EVENT_DRAIN, self.0).await.is_err() {
+            tracing::warn!("shutdown: some queued events were not published");
+        }
+    }
+}
+
+/// The events.k8s.io/v1 Event kube's `Recorder` would create for `event`.
+fn k8s_event(event: PendingEvent, reporter: &Reporter) -> K8sEvent {
+    let now = Timestamp::now();
+    let regarding = event.regarding.name.as_deref().unwrap_or(&reporter.controller);
+    let name = event_name(regarding, now.as_nanosecond().unsigned_abs());
+    K8sEvent {
+        action: Some(event.action.to_owned()),
+        reason: Some(event.reason.to_owned()),
+        event_time: Some(MicroTime(now)),
+        note: Some(event.note),
+        metadata: ObjectMeta {
+            namespace: event.regarding.namespace.clone(),
+            name: Some(name),
+            ..ObjectMeta::default()
+        },
+        regarding: Some(event.regarding),
+        reporting_controller: Some(reporter.controller.clone()),
+        reporting_instance: Some(reporter.instance.clone().unwrap_or_else(|| reporter.controller.clone())),
+        type_: Some(event.type_.to_owned()),
+        ..K8sEvent::default()
+    }
+}
+
+/// A valid Event name (a DNS subdomain) for an event about the object `regarding`:
+/// `<regarding>.<unique>`, `unique` in hexadecimal. CSR names need only be path segments: a name
+/// that does not make a valid Event name that way (too long, upper case, other characters) is cut
+/// and made valid, and followed by a hash of the whole name, so distinct names still get distinct
+/// events.
+fn event_name(regarding: &str, unique: u128) -> String {
+    let unique = format!("{unique:x}");
+    let plain = format!("{regarding}.{unique}");
+    if is_dns_subdomain(&plain) {
+        return plain;
+    }
+    let hash = format!("{:016x}", fnv1a(regarding.as_bytes()));
+    let head = dns_subdomain_prefix(regarding, MAX_NAME_LEN - unique.len() - hash.len() - 2);
+    [head.as_str(), &hash, &unique].into_iter().filter(|part| !part.is_empty()).collect::<Vec<_>>().join(".")
+}
+
+/// At most `room` bytes of `name` shaped as a DNS subdomain (possibly empty): lowercased, every
+/// character but letters, digits, `.` and `-` replaced by `-`, each label stripped of leading and
+/// trailing `-`, empty labels dropped.
+fn dns_subdomain_prefix(name: &str, room: usize) -> String {
+    let mapped: String = name
+        .chars()
+        .map(|c| c.to_ascii_lowercase())
+        .map(|c| if c.is_ascii_lowercase() || c.is_ascii_digit() || c == '.' { c } else { '-' })
+        .take(room)
+        .collect();
+    mapped
+        .split('.')
+        .map(|label| label.trim_matches('-'))
+        .filter(|label| !label.is_empty())
+        .collect::<Vec<_>>()
+        .join(".")
+}
+
+/// The 64-bit FNV-1a hash: stable across builds, so every replica names alike.
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, byte| (hash ^ u64::from(*byte)).wrapping_mul(0x0100_0000_01b3))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{MAX_NAME_LEN, event_name};
+    use crate::policy::is_dns_subdomain;
+
+    #[test]
+    fn event_names_stay_valid_for_the_longest_object_names() {
+        assert_eq!(event_name("csr-a", 255), "csr-a.ff");
+        let longest = format!("{}-b", "a".repeat(MAX_NAME_LEN - 2));
+        let name = event_name(&longest, u128::from(u64::MAX));
+        assert_eq!(name.len(), MAX_NAME_LEN);
+        assert!(name.starts_with("aaaa") && name.ends_with(".ffffffffffffffff"), "{name}");
+        let dotted = format!("{}.{}", "a".repeat(235), "b".repeat(17));
+        assert!(!event_name(&dotted, u128::from(u64::MAX)).contains(".."));
+    }
+
+    #[test]
+    fn event_names_are_valid_and_distinct_for_any_csr_name() {
+        let now = u128::from(u64::MAX);
+        let long_a = format!("{}-a", "x".repeat(251));
+        let long_b = format!("{}-b", "x".repeat(251));
+        let long_dotted = format!("{}.{}", "y".repeat(230), "z".repeat(22));
+        let odd = ["Foo_Bar", "foo-bar", "-a.", "a..b", "ünï", "a b:c", "..", "_", &"Ü".repeat(300)];
+        let names = [&long_a, &long_b, &long_dotted, "csr-abc"].into_iter().chain(odd);
+        let events: Vec<String> = names.clone().map(|name| event_name(name, now)).collect();
+        for (name, event) in names.zip(&events) {
+            assert!(is_dns_subdomain(event), "{name:?}: {event:?} ({} bytes)", event.len());
+        }
+        let distinct: std::collections::HashSet<&String> = events.iter().collect();
+        assert_eq!(distinct.len(), events.len(), "{events:#?}");
+        assert!(event_name("Foo_Bar", now).starts_with("foo-bar."));
+        assert_ne!(event_name(&long_a, now), event_name(&long_a, now - 1));
+    }
+}

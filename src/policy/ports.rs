@@ -1,0 +1,109 @@
+//! The ports of the decision core: the traits through which evidence arrives ([`Resolver`] for
+//! DNS, [`ClusterView`] for Nodes, Machines and the pending brake's counts) and the types they
+//! return. `dns`, `cluster` and `machines` implement them; nothing here does I/O.
+
+use std::future::Future;
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use jiff::Timestamp;
+
+/// Why a lookup could not give a definitive answer; always transient, never grounds for a denial.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DnsFailure {
+    /// No answer within the per-lookup timeout.
+    Timeout,
+    /// The server answered SERVFAIL.
+    ServFail,
+    /// The server refused the query.
+    Refused,
+    /// Any other failure (network error, malformed answer, other response code).
+    Other(String),
+}
+
+impl std::fmt::Display for DnsFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DnsFailure::Timeout => f.write_str("timeout"),
+            DnsFailure::ServFail => f.write_str("SERVFAIL"),
+            DnsFailure::Refused => f.write_str("REFUSED"),
+            DnsFailure::Other(detail) => f.write_str(detail),
+        }
+    }
+}
+
+/// The outcome of resolving one DNS name (A and AAAA together).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Resolution {
+    /// The name has these addresses (non-empty, A and AAAA combined).
+    Addresses(Vec<IpAddr>),
+    /// NXDOMAIN, or neither A nor AAAA records exist.
+    NotFound,
+    /// No definitive answer; try again later.
+    Unavailable(DnsFailure),
+}
+
+/// Resolves DNS names to addresses as absolute names.
+pub trait Resolver: Send + Sync {
+    /// Looks up A and AAAA records for `name`, treated as an absolute name.
+    fn resolve(&self, name: &str) -> impl Future<Output = Resolution> + Send;
+}
+
+/// A cluster read that failed; always transient for the policy.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("cluster read failed: {0}")]
+pub struct ClusterError(pub String);
+
+/// One entry of a Node's `status.addresses`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeAddress {
+    /// The address type, e.g. `InternalIP` or `Hostname`.
+    pub kind: String,
+    /// The address as written.
+    pub address: String,
+}
+
+/// A Node reduced to what decisions need.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeInfo {
+    /// metadata.name.
+    pub name: String,
+    /// status.addresses.
+    pub addresses: Vec<NodeAddress>,
+}
+
+/// A Machine (OpenShift or Cluster API) reduced to what decisions need.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MachineInfo {
+    /// `namespace/name`, for messages.
+    pub id: String,
+    /// metadata.creationTimestamp.
+    pub created: Option<Timestamp>,
+    /// status.nodeRef.name.
+    pub node_ref: Option<String>,
+    /// status.addresses.
+    pub addresses: Vec<NodeAddress>,
+}
+
+/// How busy machine mode is: the inputs of the pending brake.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Load {
+    /// Pending node CSRs younger than an hour.
+    pub pending: usize,
+    /// Machines.
+    pub machines: usize,
+    /// Nodes.
+    pub nodes: usize,
+}
+
+/// Read access to the cluster objects decisions depend on.
+pub trait ClusterView: Send + Sync {
+    /// The Node named `name`, or `None` when it does not exist.
+    fn node(&self, name: &str) -> impl Future<Output = Result<Option<NodeInfo>, ClusterError>> + Send;
+
+    /// Every Machine of the configured APIs (none outside machine mode).
+    fn machines(&self) -> impl Future<Output = Result<Vec<Arc<MachineInfo>>, ClusterError>> + Send;
+
+    /// The inputs of the pending brake.
+    fn load(&self) -> impl Future<Output = Result<Load, ClusterError>> + Send;
+}
