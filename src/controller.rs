@@ -12,8 +12,8 @@ mod step;
 mod trim;
 
 pub use approval::with_condition;
-pub use events::{EventPublisher, Events};
-pub use memory::Memory;
+pub(crate) use events::Events;
+pub(crate) use memory::Memory;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -44,7 +44,7 @@ const RETRIGGER_PERIOD: Duration = Duration::from_secs(1);
 
 /// A reconcile step that could not finish; the CSR is tried again later.
 #[derive(Debug, thiserror::Error)]
-pub enum ControllerError {
+pub(crate) enum ControllerError {
     /// The approval write failed for a reason other than a conflict.
     #[error("writing the decision on {name}: {source}")]
     Write {
@@ -56,20 +56,14 @@ pub enum ControllerError {
 }
 
 /// Everything a reconcile needs, shared by all of them.
-pub struct Context<R, C> {
-    /// The CSR API.
+pub(crate) struct Context<R, C> {
     pub api: Api<CertificateSigningRequest>,
-    /// The policy.
     pub policy: PolicyConfig,
-    /// DNS evidence.
     pub resolver: R,
-    /// Cluster evidence.
     pub cluster: C,
     /// Whether this replica may write.
     pub leadership: Leadership,
-    /// Publishes events on CSRs.
     pub events: Events,
-    /// Metrics.
     pub metrics: Metrics,
     /// Evaluate and record, but write nothing.
     pub dry_run: bool,
@@ -79,7 +73,7 @@ pub struct Context<R, C> {
 
 /// Runs the controller until `shutdown` resolves; in-flight reconciles finish first. In machine mode
 /// `machines` re-triggers the CSRs waiting on a Machine or Node whenever one changes.
-pub async fn run<R, C>(
+pub(crate) async fn run<R, C>(
     ctx: Arc<Context<R, C>>,
     concurrency: u16,
     machines: Option<MachineCache>,

@@ -1,21 +1,23 @@
 //! node-csr-approver: decides on the certificate signing requests kubelets create.
 //!
-//! The decision core ([`policy`]) is a pure function of the parsed request ([`csr`]), the
-//! configuration ([`config`]) and the evidence gathered from DNS ([`dns`]) and the cluster
-//! ([`cluster`]). [`check`] runs it on CSRs from files.
+//! The decision core ([`policy`]) is a pure function of the parsed request ([`csr`]), the rules
+//! and the evidence that arrives through its ports, implemented by [`dns`] and [`cluster`].
+//! [`runner`] runs the controller, [`check`] runs the policy on CSRs from files or the cluster.
+//! The public modules are what the binary, the tests and the benchmark use; see ARCHITECTURE.md.
 
 pub mod admin;
 pub mod check;
 pub mod cli;
 pub mod cluster;
 pub mod config;
-pub mod connect;
 pub mod controller;
 pub mod csr;
 pub mod dns;
-pub mod leader;
-pub mod machines;
-pub mod manifest;
 pub mod metrics;
 pub mod policy;
 pub mod runner;
+
+mod connect;
+mod leader;
+mod machines;
+mod manifest;

@@ -9,16 +9,17 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use prometheus_client::collector::Collector;
-use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
-use prometheus_client::metrics::counter::{ConstCounter, Counter};
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::{Registry, Unit};
 
-use crate::policy::{DecisionKind, Reason};
-use crate::policy::{DnsFailure, Resolution, Resolver};
+mod process;
+
+use crate::policy::{DecisionKind, DnsFailure, Reason, Resolution, Resolver};
+use process::ProcessCollector;
 
 /// Prefix of every approver metric.
 pub const PREFIX: &str = "node_csr_approver";
@@ -257,133 +258,9 @@ impl<R: Resolver> Resolver for MeteredResolver<R> {
     }
 }
 
-/// Emits the standard process metrics, read from `/proc` on each scrape. A value that cannot be
-/// read (another OS, a restricted `/proc`) is left out rather than failing the scrape.
-#[derive(Debug)]
-struct ProcessCollector;
-
-impl Collector for ProcessCollector {
-    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), fmt::Error> {
-        let stats = ProcessStats::read();
-        if let Some(seconds) = stats.cpu_seconds {
-            let metric = ConstCounter::new(seconds);
-            let help = "Total user and system CPU time spent in seconds.";
-            metric.encode(encoder.encode_descriptor(
-                "process_cpu",
-                help,
-                Some(&Unit::Seconds),
-                metric.metric_type(),
-            )?)?;
-        }
-        if let Some(bytes) = stats.resident_memory_bytes {
-            let metric = ConstGauge::new(bytes);
-            let help = "Resident memory size in bytes.";
-            let unit = Some(&Unit::Bytes);
-            metric.encode(encoder.encode_descriptor("process_resident_memory", help, unit, metric.metric_type())?)?;
-        }
-        if let Some(fds) = stats.open_fds {
-            let metric = ConstGauge::new(fds);
-            let help = "Number of open file descriptors.";
-            metric.encode(encoder.encode_descriptor("process_open_fds", help, None, metric.metric_type())?)?;
-        }
-        if let Some(seconds) = stats.start_time_seconds {
-            let metric = ConstGauge::new(seconds);
-            let help = "Start time of the process since unix epoch in seconds.";
-            let unit = Some(&Unit::Seconds);
-            metric.encode(encoder.encode_descriptor("process_start_time", help, unit, metric.metric_type())?)?;
-        }
-        Ok(())
-    }
-}
-
-/// Linux's `USER_HZ`: the unit of the times in `/proc/<pid>/stat`, 100 on every architecture
-/// Kubernetes runs on.
-const USER_HZ: f64 = 100.0;
-
-/// Process statistics from `/proc`; `None` where a value could not be read.
-#[derive(Debug, Default, Clone, PartialEq)]
-struct ProcessStats {
-    cpu_seconds: Option<f64>,
-    resident_memory_bytes: Option<u64>,
-    open_fds: Option<u64>,
-    start_time_seconds: Option<f64>,
-}
-
-impl ProcessStats {
-    /// Reads this process's statistics (Linux only): CPU time and start time from
-    /// `/proc/self/stat` (start time relative to `btime` in `/proc/stat`), resident memory from
-    /// `VmRSS` in `/proc/self/status` (in kB, so no page-size assumption), open descriptors by
-    /// counting `/proc/self/fd`.
-    fn read() -> Self {
-        let stat = std::fs::read_to_string("/proc/self/stat").ok();
-        let times = stat.as_deref().and_then(parse_stat);
-        let boot_time = std::fs::read_to_string("/proc/stat").ok().as_deref().and_then(parse_boot_time);
-        let status = std::fs::read_to_string("/proc/self/status").ok();
-        let open_fds = std::fs::read_dir("/proc/self/fd").ok().map(|entries| entries.count() as u64);
-        Self {
-            cpu_seconds: times.map(|t| (t.utime + t.stime) as f64 / USER_HZ),
-            resident_memory_bytes: status.as_deref().and_then(parse_vm_rss),
-            open_fds,
-            start_time_seconds: times.zip(boot_time).map(|(t, boot)| boot as f64 + t.starttime as f64 / USER_HZ),
-        }
-    }
-}
-
-/// Clock-tick fields of `/proc/<pid>/stat`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct StatTimes {
-    utime: u64,
-    stime: u64,
-    starttime: u64,
-}
-
-/// Parses `utime` (field 14), `stime` (15) and `starttime` (22) of `/proc/<pid>/stat`. Fields are
-/// counted after the last `)`, since the command name may hold spaces and parentheses.
-fn parse_stat(stat: &str) -> Option<StatTimes> {
-    let (_, after_comm) = stat.rsplit_once(')')?;
-    // Field 3 (state) is the first after the command name.
-    let fields: Vec<&str> = after_comm.split_ascii_whitespace().collect();
-    let field = |number: usize| fields.get(number - 3)?.parse::<u64>().ok();
-    Some(StatTimes { utime: field(14)?, stime: field(15)?, starttime: field(22)? })
-}
-
-/// Parses the `btime` line of `/proc/stat`: the boot time in seconds since the epoch.
-fn parse_boot_time(stat: &str) -> Option<u64> {
-    stat.lines().find_map(|line| line.strip_prefix("btime ")).and_then(|value| value.trim().parse().ok())
-}
-
-/// Parses the `VmRSS:` line of `/proc/<pid>/status` (in kB) into bytes.
-fn parse_vm_rss(status: &str) -> Option<u64> {
-    let value = status.lines().find_map(|line| line.strip_prefix("VmRSS:"))?;
-    let kilobytes: u64 = value.trim().strip_suffix("kB")?.trim().parse().ok()?;
-    kilobytes.checked_mul(1024)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn parses_proc_files() {
-        let stat = "4242 (tokio (rt) x) S 1 4242 4242 0 -1 4194560 2000 0 0 0 150 75 0 0 20 0 9 0 123456 \
-                    1000000 3000 18446744073709551615 1 1 0 0 0 0 0 0 0 0 0 0 17 1 0 0 0 0 0";
-        assert_eq!(parse_stat(stat), Some(StatTimes { utime: 150, stime: 75, starttime: 123456 }));
-        assert_eq!(parse_stat("4242 (x) S 1 2"), None);
-        assert_eq!(parse_boot_time("cpu  1 2 3\nbtime 1700000000\nprocesses 5\n"), Some(1_700_000_000));
-        assert_eq!(parse_vm_rss("Name:\tx\nVmRSS:\t   2048 kB\nThreads:\t3\n"), Some(2048 * 1024));
-        assert_eq!(parse_vm_rss("Name:\tx\n"), None);
-    }
-
-    #[cfg(target_os = "linux")]
-    #[test]
-    fn reads_this_process() {
-        let stats = ProcessStats::read();
-        assert!(stats.cpu_seconds.is_some());
-        assert!(stats.resident_memory_bytes.is_some_and(|bytes| bytes > 0));
-        assert!(stats.open_fds.is_some_and(|fds| fds >= 3));
-        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64();
-        assert!(stats.start_time_seconds.is_some_and(|start| start > now - 3600.0 && start <= now + 1.0));
-    }
 
     #[test]
     fn labels_are_bounded() {

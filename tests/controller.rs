@@ -114,12 +114,12 @@ async fn skip_deny_and_dry_run_write_nothing() {
             assert!(wait_event(&admin, &good, "AutoApproved", DECIDE).await.is_some(), "{flag}: would-approve event");
             // The event is queued after the decision: had anything been written, it would be by now.
             assert!(conditions(&admin, &good).await.is_empty(), "{flag}: no approval written");
-            assert_eq!(approver.decisions(&good, note).len(), 1, "{flag}:\n{}", approver.logs());
+            assert_eq!(approver.wait_decisions(&good, note).await.len(), 1, "{flag}:\n{}", approver.logs());
         }
         let event = wait_event(&admin, &forged, "HostnameMismatch", DECIDE).await;
         assert!(event.is_some(), "{flag}: would-deny event\n{}", approver.logs());
         assert!(conditions(&admin, &forged).await.is_empty(), "{flag}: no condition written");
-        assert_eq!(approver.decisions(&forged, note).len(), 1, "{flag}:\n{}", approver.logs());
+        assert_eq!(approver.wait_decisions(&forged, note).await.len(), 1, "{flag}:\n{}", approver.logs());
         assert!(approver.decisions(&forged, "written").is_empty(), "{flag}:\n{}", approver.logs());
     }
 }
@@ -280,7 +280,7 @@ async fn a_write_from_a_stale_view_conflicts_and_the_csr_is_decided_again_once()
     assert_eq!(decided.first().map(|c| c.type_.as_str()), Some("Approved"), "{}", approver.logs());
     assert_eq!(wait_metric(&approver, CONFLICTS, 1.0).await, Some(1.0), "{}", approver.metrics().await);
     assert!(approver.logged(&name, "conflict: re-reading and deciding again"), "{}", approver.logs());
-    assert_eq!(approver.decisions(&name, "written").len(), 1, "{}", approver.logs());
+    assert_eq!(approver.wait_decisions(&name, "written").await.len(), 1, "{}", approver.logs());
     assert_eq!(approver.metric(ERRORS).await, Some(0.0));
 }
 

@@ -273,7 +273,12 @@ async fn sigterm_finishes_in_flight_writes_stops_taking_work_and_releases_the_le
     for name in &burst {
         let found = conditions(&admin, name).await;
         assert_eq!(found.first().map(|c| c.type_.as_str()), Some("Approved"), "{name}:\n{}", approver.logs());
-        assert_eq!(approver.decisions(name, "written").len(), 1, "{name} written once:\n{}", approver.logs());
+        assert_eq!(
+            approver.wait_decisions(name, "written").await.len(),
+            1,
+            "{name} written once:\n{}",
+            approver.logs()
+        );
     }
     assert!(conditions(&admin, &late).await.is_empty(), "a CSR created after SIGTERM was decided");
     assert!(!approver.log_lines().iter().any(|l| l["csr"] == late.as_str()), "{}", approver.logs());
@@ -326,7 +331,7 @@ async fn sigterm_releases_the_lease_so_a_standby_takes_over_at_once() {
     let name = csrs.name("term-csr");
     create_serving_csr(cp, &name, &node, &legit(&node)).await;
     assert_eq!(wait_decided(&admin, &name, DECIDE).await.len(), 1);
-    assert_eq!(approvers[1 - leader].decisions(&name, "written").len(), 1);
+    assert_eq!(approvers[1 - leader].wait_decisions(&name, "written").await.len(), 1);
 }
 
 #[tokio::test]
@@ -350,6 +355,6 @@ async fn csrs_around_an_apiserver_restart_are_all_decided() {
     for name in &names {
         let decided = wait_decided(&admin, name, Duration::from_secs(40)).await;
         assert_eq!(decided.first().map(|c| c.type_.as_str()), Some("Approved"), "{name}:\n{}", approver.logs());
-        assert_eq!(approver.decisions(name, "written").len(), 1, "{name}:\n{}", approver.logs());
+        assert_eq!(approver.wait_decisions(name, "written").await.len(), 1, "{name}:\n{}", approver.logs());
     }
 }

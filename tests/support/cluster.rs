@@ -154,6 +154,19 @@ impl Approver {
         self.log_lines().into_iter().filter(|l| l["csr"] == name && l["message"] == note).collect()
     }
 
+    /// [`Approver::decisions`] once there is at least one, or after 10 s: a decision is logged
+    /// after its write returns, so the write may be seen through the apiserver first.
+    pub async fn wait_decisions(&self, name: &str, note: &str) -> Vec<serde_json::Value> {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            let found = self.decisions(name, note);
+            if !found.is_empty() || std::time::Instant::now() >= deadline {
+                return found;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    }
+
     /// Whether some log line about CSR `name` has the message `message`.
     pub fn logged(&self, name: &str, message: &str) -> bool {
         self.log_lines().iter().any(|l| l["csr"] == name && l["message"] == message)
