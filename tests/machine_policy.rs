@@ -1,5 +1,5 @@
-//! Table-driven tests of machine mode: node-client bootstrap rules (DESIGN §5) and the
-//! Machine-address check of serving CSRs (DESIGN §4.12), with real rcgen requests.
+//! Table-driven tests of machine mode: the node-client bootstrap rules and the Machine-address
+//! check of serving CSRs, with real rcgen requests.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 

@@ -1,5 +1,5 @@
 //! Table-driven tests of the serving policy: real PKCS#10 requests made with rcgen, one case per
-//! check and reason code, plus the attack shapes of DESIGN §7.
+//! check and reason code, plus known attack shapes (forged names, smuggled SANs, look-alike addresses).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
