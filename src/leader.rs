@@ -10,7 +10,7 @@
 //! election: the election task then ends with [`LeaderError`], and the caller stops.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime};
 
 use futures::StreamExt;
@@ -64,6 +64,14 @@ struct Fence {
     released: Notify,
 }
 
+impl Fence {
+    /// The last renewal seen, also after a panic while it was held: the value is replaced whole,
+    /// never left half-written.
+    fn renewed(&self) -> MutexGuard<'_, Option<SystemTime>> {
+        self.renewed.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
 impl Leadership {
     /// Leadership without election: this replica always writes.
     pub fn always() -> Leadership {
@@ -76,7 +84,7 @@ impl Leadership {
         if !fence.holding.load(Ordering::Acquire) {
             return false;
         }
-        let renewed = fence.renewed.lock().map(|r| *r).unwrap_or(None);
+        let renewed = *fence.renewed();
         renewed.is_some_and(|at| SystemTime::now().duration_since(at).is_ok_and(|age| age < fence.renew_deadline))
     }
 
@@ -199,9 +207,7 @@ async fn observe(api: Api<Lease>, name: String, fence: Arc<Fence>) {
             fence.released.notify_one();
         }
         let renewed = spec.renew_time.filter(|_| holder == fence.identity).map(|t| SystemTime::from(t.0));
-        if let Ok(mut slot) = fence.renewed.lock() {
-            *slot = renewed;
-        }
+        *fence.renewed() = renewed;
     }
 }
 

@@ -90,9 +90,9 @@ pub struct MachineInfo {
 pub struct Load {
     /// Pending node CSRs younger than an hour.
     pub pending: usize,
-    /// Machines.
+    /// How many Machines exist.
     pub machines: usize,
-    /// Nodes.
+    /// How many Nodes exist.
     pub nodes: usize,
 }
 
