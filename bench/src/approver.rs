@@ -143,34 +143,13 @@ impl Approver {
 
 /// `VmRSS` of `pid` in KiB.
 pub fn rss_kib(pid: u32) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
-    line.split_whitespace().nth(1)?.parse().ok()
+    procfs::process::Process::new(i32::try_from(pid).ok()?).ok()?.status().ok()?.vmrss
 }
 
-/// `utime + stime` of `pid` in seconds.
+/// `utime + stime` of `pid` in seconds, in the kernel's clock ticks (`CLK_TCK`).
 pub fn cpu_seconds(pid: u32) -> Option<f64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // Fields after the command name (which may hold spaces) start at field 3 (state).
-    let rest = &stat[stat.rfind(')')? + 2..];
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let utime: u64 = fields.get(11)?.parse().ok()?;
-    let stime: u64 = fields.get(12)?.parse().ok()?;
-    Some((utime + stime) as f64 / clock_ticks() as f64)
-}
-
-/// Clock ticks per second (`getconf CLK_TCK`, else the usual 100).
-fn clock_ticks() -> u64 {
-    static TICKS: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
-    *TICKS.get_or_init(|| {
-        std::process::Command::new("getconf")
-            .arg("CLK_TCK")
-            .output()
-            .ok()
-            .and_then(|out| String::from_utf8_lossy(&out.stdout).trim().parse().ok())
-            .filter(|&ticks| ticks > 0)
-            .unwrap_or(100)
-    })
+    let stat = procfs::process::Process::new(i32::try_from(pid).ok()?).ok()?.stat().ok()?;
+    Some((stat.utime + stat.stime) as f64 / procfs::ticks_per_second() as f64)
 }
 
 fn free_port() -> Result<u16> {
