@@ -376,6 +376,15 @@ fn a_denial_names_the_offending_value() {
     let evaluation = decide(&sub, &config(), &Evidence::default(), minutes_after_creation(1));
     assert_eq!(evaluation.decision.kind, Deny);
     assert!(evaluation.decision.message.contains("auth.evil.io"), "{}", evaluation.decision.message);
+    // An address outside the prefixes is named together with the prefixes it missed.
+    let outside = decide(
+        &serving("n1", &good().ip("192.168.1.10").pem()),
+        &config(),
+        &Evidence::default(),
+        minutes_after_creation(1),
+    );
+    let message = &outside.decision.message;
+    assert!(message.contains("192.168.1.10") && message.contains("10.0.0.0/16,fd00::/64"), "{message}");
 }
 
 #[test]
