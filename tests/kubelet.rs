@@ -39,6 +39,16 @@ fn prefix_of(address: IpAddr) -> String {
     format!("{address}/{bits}")
 }
 
+/// What a kubelet would change on the machine if it were not sandboxed: the sysctls it rewrites
+/// and the directories it creates whatever its configuration says.
+fn machine_state() -> Vec<(String, Option<String>)> {
+    let files = ["/proc/sys/vm/overcommit_memory", "/proc/sys/kernel/panic", "/proc/sys/kernel/panic_on_oops"];
+    let dirs = ["/var/lib/kubelet", "/var/log/containers"];
+    let read = |path: &str| (path.to_owned(), std::fs::read_to_string(path).ok());
+    let exists = |path: &str| (path.to_owned(), std::path::Path::new(path).exists().then(String::new));
+    files.into_iter().map(read).chain(dirs.into_iter().map(exists)).collect()
+}
+
 /// Waits for the CSR of `signer` whose `spec.username` satisfies `username`; returns it.
 async fn wait_csr(admin: &Client, signer: &str, username: impl Fn(&str) -> bool) -> CertificateSigningRequest {
     let api = Api::<CertificateSigningRequest>::all(admin.clone());
@@ -125,6 +135,7 @@ async fn real_kubelet_gets_a_serving_certificate_the_apiserver_trusts() {
     let mut approver = Approver::start_with(cp.kubeconfig_path(), REGEX, &prefix_of(host), &[&dns_flag], &[]);
     approver.wait_ready().await;
 
+    let before = machine_state();
     let options = |name: &str| KubeletOptions::new(name, host, KubeletCredentials::NodeCertificate);
     // A kubelet that serves its own self-signed certificate instead of asking for one.
     let untrusted = KubeletOptions { server_tls_bootstrap: false, ..options(&untrusted) };
@@ -168,6 +179,9 @@ async fn real_kubelet_gets_a_serving_certificate_the_apiserver_trusts() {
         matches!(&error, kube::Error::Api(status) if status.code == 503 && status.message.contains("tls:")),
         "{error}"
     );
+
+    // The kubelets changed nothing outside their directories.
+    assert_eq!(machine_state(), before);
 
     // Dropping a kubelet ends it and its runtime and removes its directory.
     let ids = kubelet.process_ids();
