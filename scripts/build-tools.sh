@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
-# Builds etcd, kube-apiserver, kube-controller-manager and helm from their published Go modules
-# (tools/*/go.mod), and the csr-oracle test tool (tools/csr-oracle), into a cache keyed by version,
-# and reuses what is already there.
+# Builds etcd, kube-apiserver, kube-controller-manager, kubelet and helm from their published Go
+# modules (tools/*/go.mod), and the test tools csr-oracle (tools/csr-oracle) and fake-cri
+# (tools/fake-cri), into a cache keyed by version, and reuses what is already there.
 #
 # Usage: scripts/build-tools.sh [--print-dir]
 #   (no argument)  build what is missing, then print the tools directory on stdout
 #   --print-dir    print the tools directory without building
 #
-# The tools directory holds `etcd`, `kube-apiserver`, `kube-controller-manager`, `helm` and
-# `csr-oracle` (symlinks to versioned binaries under ${XDG_CACHE_HOME:-~/.cache}/node-csr-approver/bin;
-# csr-oracle's name also carries a hash of its sources and the Go version, so editing it rebuilds
-# it). Progress goes to stderr.
+# The tools directory holds `etcd`, `kube-apiserver`, `kube-controller-manager`, `kubelet`, `helm`,
+# `csr-oracle` and `fake-cri` (symlinks to versioned binaries under
+# ${XDG_CACHE_HOME:-~/.cache}/node-csr-approver/bin; the names of csr-oracle and fake-cri also carry a
+# hash of their sources and the Go version, so editing them rebuilds them). Progress goes to stderr.
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -70,6 +70,7 @@ require_version kube-apiserver k8s.io/kubernetes "${KUBERNETES_VERSION}"
 require_staging_versions kube-apiserver
 require_version csr-oracle k8s.io/kubernetes "${KUBERNETES_VERSION}"
 require_staging_versions csr-oracle
+require_version fake-cri k8s.io/cri-client "v0.${KUBERNETES_VERSION#v1.}"
 require_version etcd go.etcd.io/etcd/server/v3 "${ETCD_VERSION}"
 require_version helm helm.sh/helm/v4 "${HELM_VERSION}"
 
@@ -95,19 +96,30 @@ build "kube-apiserver-${KUBERNETES_VERSION}" kube-apiserver k8s.io/kubernetes/cm
   -tags selinux,notest -ldflags "-s -w ${kube_ldflags[*]}"
 build "kube-controller-manager-${KUBERNETES_VERSION}" kube-apiserver \
   k8s.io/kubernetes/cmd/kube-controller-manager -tags selinux,notest -ldflags "-s -w ${kube_ldflags[*]}"
+build "kubelet-${KUBERNETES_VERSION}" kube-apiserver k8s.io/kubernetes/cmd/kubelet \
+  -tags selinux,notest -ldflags "-s -w ${kube_ldflags[*]}"
 build "etcd-${ETCD_VERSION}" etcd go.etcd.io/etcd/server/v3 -ldflags "-s -w"
 build "helm-${HELM_VERSION}" helm helm.sh/helm/v4/cmd/helm \
   -ldflags "-s -w -X helm.sh/helm/v4/internal/version.version=${HELM_VERSION}"
 
-# The oracle's behaviour is its source and Go's standard library, so both are in its name.
-oracle_hash="$(cat <(go env GOVERSION) "${tools}/csr-oracle/"{go.mod,go.sum,main.go} | sha256sum)"
-oracle="csr-oracle-${KUBERNETES_VERSION}-${oracle_hash:0:12}"
+# The behaviour of csr-oracle and fake-cri is their source and Go's standard library, so both are in
+# their names.
+source_hash() {
+  local hash
+  hash="$(cat <(go env GOVERSION) "${tools}/$1/"{go.mod,go.sum,main.go} | sha256sum)"
+  printf '%s\n' "${hash:0:12}"
+}
+oracle="csr-oracle-${KUBERNETES_VERSION}-$(source_hash csr-oracle)"
 build "${oracle}" csr-oracle . -ldflags "-s -w"
+fake_cri="fake-cri-${KUBERNETES_VERSION}-$(source_hash fake-cri)"
+build "${fake_cri}" fake-cri . -ldflags "-s -w"
 
 ln -sfn "../bin/kube-apiserver-${KUBERNETES_VERSION}" "${set_dir}/kube-apiserver"
 ln -sfn "../bin/kube-controller-manager-${KUBERNETES_VERSION}" "${set_dir}/kube-controller-manager"
+ln -sfn "../bin/kubelet-${KUBERNETES_VERSION}" "${set_dir}/kubelet"
 ln -sfn "../bin/etcd-${ETCD_VERSION}" "${set_dir}/etcd"
 ln -sfn "../bin/helm-${HELM_VERSION}" "${set_dir}/helm"
 ln -sfn "../bin/${oracle}" "${set_dir}/csr-oracle"
+ln -sfn "../bin/${fake_cri}" "${set_dir}/fake-cri"
 
 printf '%s\n' "${set_dir}"

@@ -1,7 +1,10 @@
-//! The README demo: a local etcd + kube-apiserver, a DNS server on loopback with a few node
-//! records, and the real `node-csr-approver` binary against both. Three kubelet-serving CSRs are
-//! created through node impersonation (a legitimate one, a forged hostname, an IP outside the
-//! prefixes) and their decisions are printed as the apiserver stored them.
+//! The README demo: a local etcd + kube-apiserver with kube-controller-manager's signer, a DNS
+//! server on loopback with a few node records, the real `node-csr-approver` binary against both,
+//! and a real kubelet (on Kubernetes' fake container runtime) that asks for its serving
+//! certificate. Beside the kubelet's own CSR, three kubelet-serving CSRs are created through node
+//! impersonation (a legitimate one, a forged hostname, an IP outside the prefixes); the decisions
+//! are printed as the apiserver stored them, then the apiserver's proxy to the kubelet is called,
+//! which works only over TLS the apiserver verifies with the cluster CA.
 //!
 //! Usage: `cargo run -p demo` (builds the approver with cargo if needed).
 
@@ -10,16 +13,21 @@ use std::process::{Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::ByteString;
+use k8s_openapi::api::certificates::v1::CertificateSigningRequestCondition;
 use k8s_openapi::api::certificates::v1::{CertificateSigningRequest, CertificateSigningRequestSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Api;
 use kube::api::PostParams;
 use rcgen::{CertificateParams, DistinguishedName, DnType, KeyPair, SanType};
 use testdns::{DnsServer, Records};
-use testenv::ControlPlane;
+use testenv::{ControlPlane, Kubelet, KubeletCredentials, KubeletOptions};
 
 const REGEX: &str = r"^[a-z0-9-]+\.nodes\.example\.com$";
 const PREFIXES: &str = "10.0.0.0/16";
+/// The real kubelet's node name; its address is this machine's (the kubelet refuses loopback).
+const KUBELET_NODE: &str = "kubelet-1.nodes.example.com";
+/// How long each CSR may take to be decided, and the kubelet to pick up its certificate.
+const WAIT: Duration = Duration::from_secs(30);
 
 type Error = Box<dyn std::error::Error>;
 
@@ -69,39 +77,40 @@ async fn main() -> ExitCode {
 
 async fn demo() -> Result<(), Error> {
     let approver = approver_binary()?;
-    println!("starting etcd + kube-apiserver on 127.0.0.1 ...");
+    let host = testenv::host_address()?;
+    let prefixes = format!("{PREFIXES},{host}/32");
+    println!("starting etcd + kube-apiserver + kube-controller-manager's signer on 127.0.0.1 ...");
     let control_plane = ControlPlane::start().await?;
+    let _signer = control_plane.start_signer().await?;
     let dns = DnsServer::start(
-        Records::new().a("worker-1.nodes.example.com", "10.0.0.11").a("worker-2.nodes.example.com", "10.0.0.12"),
+        Records::new()
+            .a("worker-1.nodes.example.com", "10.0.0.11")
+            .a("worker-2.nodes.example.com", "10.0.0.12")
+            .ip(KUBELET_NODE, host),
     )
     .await?;
-    println!("DNS server on {} with worker-1/worker-2.nodes.example.com", dns.addr());
+    println!("DNS server on {} with worker-1/worker-2/kubelet-1.nodes.example.com", dns.addr());
     let mut child = Command::new(&approver)
         .arg("--kubeconfig")
         .arg(control_plane.kubeconfig_path())
-        .args([
-            "--provider-regex",
-            REGEX,
-            "--provider-ip-prefixes",
-            PREFIXES,
-            "--log-format",
-            "text",
-            "--log-level",
-            "warn",
-        ])
+        .args(["--provider-regex", REGEX, "--provider-ip-prefixes", &prefixes])
+        .args(["--log-format", "text", "--log-level", "warn"])
         .arg(format!("--dns-server={}", dns.addr()))
         .args(["--health-probe-bind-address=127.0.0.1:0", "--metrics-bind-address=0"])
         .stdout(Stdio::null())
         .stderr(Stdio::inherit())
         .spawn()?;
-    println!("approver: {} --provider-regex '{REGEX}' --provider-ip-prefixes {PREFIXES}\n", approver.display());
-    let result = create_and_report(&control_plane).await;
+    println!("approver: {} --provider-regex '{REGEX}' --provider-ip-prefixes {prefixes}", approver.display());
+    let result = run_kubelet_and_samples(&control_plane, host).await;
     let _ = child.kill();
     let _ = child.wait();
     result
 }
 
-async fn create_and_report(control_plane: &ControlPlane) -> Result<(), Error> {
+async fn run_kubelet_and_samples(control_plane: &ControlPlane, host: std::net::IpAddr) -> Result<(), Error> {
+    let options = KubeletOptions::new(KUBELET_NODE, host, KubeletCredentials::NodeCertificate);
+    let kubelet = control_plane.start_kubelet(options).await?;
+    println!("kubelet: node {KUBELET_NODE} at {}, serverTLSBootstrap: true", kubelet.address());
     for sample in &SAMPLES {
         let client =
             control_plane.impersonated_client(&format!("system:node:{}", sample.node), &["system:nodes"]).await?;
@@ -109,30 +118,88 @@ async fn create_and_report(control_plane: &ControlPlane) -> Result<(), Error> {
         Api::<CertificateSigningRequest>::all(client).create(&PostParams::default(), &csr).await?;
     }
     let admin = Api::<CertificateSigningRequest>::all(control_plane.admin_client().await?);
+    let kubelet_csr = kubelet_csr_name(&admin).await?;
     println!("\n{:<22} {:<24} {:<9} {:<18} MESSAGE", "CSR", "KIND", "DECISION", "REASON");
-    for sample in &SAMPLES {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        let condition = loop {
-            let csr = admin.get(sample.name).await?;
-            let found = csr.status.and_then(|s| s.conditions).and_then(|c| c.into_iter().next());
-            match found {
-                Some(condition) => break condition,
-                None if Instant::now() > deadline => {
-                    return Err(format!("{} was not decided in 30s", sample.name).into());
-                }
-                None => tokio::time::sleep(Duration::from_millis(200)).await,
-            }
-        };
+    let rows = std::iter::once((kubelet_csr.as_str(), "real kubelet"))
+        .chain(SAMPLES.iter().map(|sample| (sample.name, sample.what)));
+    for (name, what) in rows {
+        let condition = decision(&admin, name).await?;
         println!(
             "{:<22} {:<24} {:<9} {:<18} {}",
-            sample.name,
-            sample.what,
+            name,
+            what,
             condition.type_,
             condition.reason.unwrap_or_default(),
             condition.message.unwrap_or_default()
         );
     }
+    wait_for_certificate(&admin, &kubelet, &kubelet_csr).await?;
+    let path = format!("/api/v1/nodes/{KUBELET_NODE}/proxy/healthz");
+    let proxied = control_plane.admin_client().await?.request_text(http_get(&path)?).await?;
+    println!("\nthe kubelet serves the certificate kube-controller-manager issued for {kubelet_csr}");
+    println!("GET {path} (kube-apiserver -> kubelet, verified with the cluster CA): {proxied}");
     Ok(())
+}
+
+/// The name of the kubelet's own serving CSR, once it exists.
+async fn kubelet_csr_name(admin: &Api<CertificateSigningRequest>) -> Result<String, Error> {
+    let username = format!("system:node:{KUBELET_NODE}");
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let list = admin.list(&Default::default()).await?;
+        let found = list.items.into_iter().find(|csr| csr.spec.username.as_deref() == Some(username.as_str()));
+        if let Some(name) = found.and_then(|csr| csr.metadata.name) {
+            return Ok(name);
+        }
+        if Instant::now() > deadline {
+            return Err(format!("the kubelet created no CSR in {WAIT:?}").into());
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// The first condition of CSR `name`, once it has one.
+async fn decision(
+    admin: &Api<CertificateSigningRequest>,
+    name: &str,
+) -> Result<CertificateSigningRequestCondition, Error> {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let csr = admin.get(name).await?;
+        if let Some(condition) = csr.status.and_then(|s| s.conditions).and_then(|c| c.into_iter().next()) {
+            return Ok(condition);
+        }
+        if Instant::now() > deadline {
+            return Err(format!("{name} was not decided in {WAIT:?}").into());
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Waits until the kubelet uses the certificate issued for its CSR `name`.
+async fn wait_for_certificate(
+    admin: &Api<CertificateSigningRequest>,
+    kubelet: &Kubelet,
+    name: &str,
+) -> Result<(), Error> {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let issued = admin.get(name).await?.status.and_then(|s| s.certificate);
+        if let (Some(issued), Some(current)) = (issued, kubelet.serving_certificate_pem())
+            && current.as_bytes().starts_with(&issued.0)
+        {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            return Err(format!("the kubelet does not use the certificate issued for {name} after {WAIT:?}").into());
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// A GET request for `path` on the apiserver.
+fn http_get(path: &str) -> Result<http::Request<Vec<u8>>, Error> {
+    Ok(http::Request::get(path).body(Vec::new())?)
 }
 
 /// A kubelet-serving CSR object carrying a real PKCS#10 request for the sample.

@@ -17,11 +17,12 @@ use tokio::sync::Mutex;
 use crate::etcd::{self, Etcd};
 use crate::kube_apiserver::Launch;
 use crate::kube_controller_manager::{self, Signer};
+use crate::kubelet::{self, Kubelet, KubeletOptions, KubeletTools};
 use crate::pki::PkiFiles;
 use crate::ports::free_port;
 use crate::process::Supervised;
-use crate::tools::Tools;
-use crate::{Error, kubeconfig, pki};
+use crate::tools::{Tools, existing};
+use crate::{Error, bootstrap, kubeconfig, pki};
 
 /// How long an installed CRD may take to become established.
 const CRD_TIMEOUT: Duration = Duration::from_secs(30);
@@ -49,6 +50,7 @@ struct Owned {
     etcd: Etcd,
     pki: PkiFiles,
     kube_controller_manager: PathBuf,
+    tools_dir: PathBuf,
     dir: TempDir,
 }
 
@@ -91,6 +93,7 @@ impl ControlPlane {
                 etcd,
                 pki,
                 kube_controller_manager: tools.kube_controller_manager,
+                tools_dir: tools.dir,
                 dir,
             }),
         })
@@ -151,6 +154,36 @@ impl ControlPlane {
             eprintln!("testenv: {error}");
         }
         started
+    }
+
+    /// Starts a real kubelet (on fake-cri, Kubernetes' fake container runtime) as `options` says,
+    /// and waits until its `/healthz` answers. It registers its Node with InternalIP
+    /// `options.node_ip`, where the apiserver reaches it and verifies its serving certificate with
+    /// the cluster CA. With `serverTLSBootstrap` it requests that certificate through a
+    /// `kubernetes.io/kubelet-serving` CSR at once, and completes no TLS handshake until it is
+    /// issued. It is sandboxed (see [`Kubelet`]); dropping it ends it and removes its directory. On
+    /// failure the error, including the tail of its log, is also printed to stderr.
+    pub async fn start_kubelet(&self, options: KubeletOptions) -> Result<Kubelet, Error> {
+        let owned = self.owned.as_ref().ok_or(Error::NotOwned("start_kubelet"))?;
+        let tools = KubeletTools {
+            kubelet: existing(&owned.tools_dir, "kubelet")?,
+            fake_cri: existing(&owned.tools_dir, "fake-cri")?,
+        };
+        let started = kubelet::start(&tools, &self.server_url, &owned.pki, &options).await;
+        if let Err(error) = &started {
+            eprintln!("testenv: {error}");
+        }
+        started
+    }
+
+    /// Creates a bootstrap token (a `bootstrap.kubernetes.io/token` Secret in `kube-system`, for
+    /// authentication only, without expiration or extra groups), and binds the group
+    /// `system:bootstrappers` to the built-in ClusterRole `system:node-bootstrapper`, as kubeadm
+    /// does. The apiserver authenticates the token as `system:bootstrap:<id>` in
+    /// `system:bootstrappers` and `system:authenticated`. Returns `<id>.<secret>`.
+    pub async fn create_bootstrap_token(&self) -> Result<String, Error> {
+        let client = self.admin_client().await?;
+        bootstrap::create_token(&client).await
     }
 
     /// Process ids of etcd and kube-apiserver (empty when attached), for leak checks.
@@ -238,7 +271,7 @@ impl ControlPlane {
 }
 
 /// Creates `object` unless an object of that name exists.
-async fn create_if_missing<K>(api: &Api<K>, object: K) -> Result<(), Error>
+pub(crate) async fn create_if_missing<K>(api: &Api<K>, object: K) -> Result<(), Error>
 where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
 {

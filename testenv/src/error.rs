@@ -26,7 +26,7 @@ pub enum Error {
     /// A component did not become ready; carries the tail of its log.
     #[error("{component} did not start: {reason}\n--- last lines of {component} log ---\n{log_tail}")]
     Start {
-        /// `etcd`, `kube-apiserver` or `kube-controller-manager`.
+        /// `etcd`, `kube-apiserver`, `kube-controller-manager`, `kubelet` or `fake-cri`.
         component: &'static str,
         /// Why it is considered failed (exited, timed out).
         reason: String,

@@ -44,6 +44,13 @@ impl Launch {
             format!("--service-account-signing-key-file={}", pki.service_account_key.display()),
             "--service-cluster-ip-range=10.0.0.0/24".to_owned(),
             "--authorization-mode=Node,RBAC".to_owned(),
+            "--enable-bootstrap-token-auth".to_owned(),
+            // Kubelets' serving certificates are verified with the cluster CA, at the node's
+            // InternalIP (test node names resolve only on the tests' own DNS server).
+            format!("--kubelet-certificate-authority={}", pki.ca_cert.display()),
+            format!("--kubelet-client-certificate={}", pki.admin_cert.display()),
+            format!("--kubelet-client-key={}", pki.admin_key.display()),
+            "--kubelet-preferred-address-types=InternalIP".to_owned(),
             "--disable-admission-plugins=ServiceAccount".to_owned(),
             "--endpoint-reconciler-type=none".to_owned(),
             "--profiling=false".to_owned(),

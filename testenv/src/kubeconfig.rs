@@ -31,6 +31,16 @@ pub(crate) fn admin(server: &str, pki: &PkiFiles) -> Kubeconfig {
     single(cluster, user)
 }
 
+/// A kubeconfig for the apiserver at `server`, verified with the CA certificate file `ca`, as `user`.
+pub(crate) fn for_user(server: &str, ca: &Path, user: AuthInfo) -> Kubeconfig {
+    let cluster = Cluster {
+        server: Some(server.to_owned()),
+        certificate_authority: Some(ca.display().to_string()),
+        ..Cluster::default()
+    };
+    single(cluster, user)
+}
+
 /// A kubeconfig for the same cluster as `base`, authenticating with the bearer `token`.
 pub(crate) fn for_token(base: &Kubeconfig, token: &str) -> Result<Kubeconfig, Error> {
     let cluster = server_cluster(base)?.clone();

@@ -21,6 +21,11 @@
 //! signing controller, so approved CSRs get certificates of the cluster CA. No other controller
 //! runs: namespaces never finish deleting, and no `default` ServiceAccount appears by itself.
 //!
+//! [`ControlPlane::start_kubelet`] runs a real kubelet on Kubernetes' fake container runtime
+//! (`fake-cri`), sandboxed in its own user and mount namespaces, with `serverTLSBootstrap: true`;
+//! the apiserver verifies kubelet serving certificates with the cluster CA, and accepts bootstrap
+//! tokens ([`ControlPlane::create_bootstrap_token`]) for TLS bootstrapping.
+//!
 //! [`Oracle`] runs the Go tool `csr-oracle`, which reads a CSR's request bytes exactly as
 //! kube-apiserver and the signer do.
 //!
@@ -29,12 +34,14 @@
 
 #![forbid(unsafe_code)]
 
+mod bootstrap;
 mod control_plane;
 mod error;
 mod etcd;
 mod kube_apiserver;
 mod kube_controller_manager;
 mod kubeconfig;
+mod kubelet;
 mod oracle;
 mod pki;
 mod ports;
@@ -46,6 +53,7 @@ mod tools;
 pub use control_plane::ControlPlane;
 pub use error::Error;
 pub use kube_controller_manager::Signer;
+pub use kubelet::{Kubelet, KubeletCredentials, KubeletOptions, SANDBOX_UID, host_address};
 pub use oracle::{GoView, Oracle};
 pub use probe::{is_forbidden, process_running};
 pub use tools::{TOOLS_DIR_ENV, tools_dir};

@@ -33,11 +33,7 @@ pub(crate) const ADMIN_USER: &str = "testenv-admin";
 /// key, and writes them into `dir`.
 pub(crate) fn write(dir: &Path) -> Result<PkiFiles, Error> {
     let ca_key = KeyPair::generate()?;
-    let mut ca_params = CertificateParams::new(Vec::<String>::new())?;
-    ca_params.distinguished_name.push(DnType::CommonName, "testenv-ca");
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ca_params.key_usages =
-        vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign, KeyUsagePurpose::DigitalSignature];
+    let ca_params = ca_params()?;
     let ca_cert = ca_params.self_signed(&ca_key)?;
     let ca_key_pem = ca_key.serialize_pem();
     let ca = Issuer::new(ca_params, ca_key);
@@ -80,4 +76,33 @@ pub(crate) fn write(dir: &Path) -> Result<PkiFiles, Error> {
         std::fs::write(path, pem).map_err(Error::io(format!("writing {}", path.display())))?;
     }
     Ok(files)
+}
+
+/// The parameters of the cluster CA certificate: the same every time, so an issuer can be rebuilt
+/// from them and the CA key.
+fn ca_params() -> Result<CertificateParams, Error> {
+    let mut params = CertificateParams::new(Vec::<String>::new())?;
+    params.distinguished_name.push(DnType::CommonName, "testenv-ca");
+    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign, KeyUsagePurpose::DigitalSignature];
+    Ok(params)
+}
+
+/// A client certificate of the cluster CA for `common_name` in group `organization`, as PEM
+/// (certificate, key).
+pub(crate) fn client_certificate(
+    pki: &PkiFiles,
+    common_name: &str,
+    organization: &str,
+) -> Result<(String, String), Error> {
+    let ca_key_pem =
+        std::fs::read_to_string(&pki.ca_key).map_err(Error::io(format!("reading {}", pki.ca_key.display())))?;
+    let ca = Issuer::new(ca_params()?, KeyPair::from_pem(&ca_key_pem)?);
+    let key = KeyPair::generate()?;
+    let mut params = CertificateParams::new(Vec::<String>::new())?;
+    params.distinguished_name.push(DnType::CommonName, common_name);
+    params.distinguished_name.push(DnType::OrganizationName, organization);
+    params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+    let cert = params.signed_by(&key, &ca)?;
+    Ok((cert.pem(), key.serialize_pem()))
 }

@@ -1,4 +1,5 @@
-//! Finds the tool binaries: etcd, kube-apiserver, kube-controller-manager and csr-oracle.
+//! Finds the tool binaries: etcd, kube-apiserver, kube-controller-manager, kubelet, fake-cri and
+//! csr-oracle.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -6,8 +7,8 @@ use std::process::{Command, Stdio};
 use crate::Error;
 
 /// Environment variable naming a directory that holds `etcd`, `kube-apiserver`,
-/// `kube-controller-manager`, `helm` and `csr-oracle`; when it is set, `scripts/build-tools.sh` is
-/// not run.
+/// `kube-controller-manager`, `kubelet`, `fake-cri`, `helm` and `csr-oracle`; when it is set,
+/// `scripts/build-tools.sh` is not run.
 pub const TOOLS_DIR_ENV: &str = "NODE_CSR_APPROVER_TOOLS_DIR";
 
 /// The directory holding the tool binaries: `$NODE_CSR_APPROVER_TOOLS_DIR`, or else the directory
@@ -34,9 +35,10 @@ pub fn tools_dir() -> Result<PathBuf, Error> {
         .ok_or_else(|| Error::Tools(format!("{} printed no directory", script.display())))
 }
 
-/// Paths of the binaries a control plane runs.
+/// Paths of the binaries a control plane runs, and the directory holding them (and the kubelet's).
 #[derive(Debug, Clone)]
 pub(crate) struct Tools {
+    pub(crate) dir: PathBuf,
     pub(crate) etcd: PathBuf,
     pub(crate) kube_apiserver: PathBuf,
     pub(crate) kube_controller_manager: PathBuf,
@@ -50,6 +52,7 @@ impl Tools {
             etcd: existing(&dir, "etcd")?,
             kube_apiserver: existing(&dir, "kube-apiserver")?,
             kube_controller_manager: existing(&dir, "kube-controller-manager")?,
+            dir,
         })
     }
 }

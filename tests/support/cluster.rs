@@ -52,6 +52,17 @@ impl Approver {
     /// endpoints on ports of the kernel's choosing (read back from the log) and `extra`
     /// arguments; its environment holds only PATH and `env`.
     pub fn start(kubeconfig: &Path, extra: &[&str], env: &[(&str, &str)]) -> Approver {
+        Approver::start_with(kubeconfig, REGEX, PREFIXES, extra, env)
+    }
+
+    /// [`Approver::start`] with another `--provider-regex` and `--provider-ip-prefixes`.
+    pub fn start_with(
+        kubeconfig: &Path,
+        regex: &str,
+        prefixes: &str,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> Approver {
         let dir = tempfile::tempdir().unwrap();
         let log = dir.path().join("approver.log");
         let child = Command::new(env!("CARGO_BIN_EXE_node-csr-approver"))
@@ -60,7 +71,7 @@ impl Approver {
             .envs(env.iter().copied())
             .arg("--kubeconfig")
             .arg(kubeconfig)
-            .args(["--provider-regex", REGEX, "--provider-ip-prefixes", PREFIXES])
+            .args(["--provider-regex", regex, "--provider-ip-prefixes", prefixes])
             .args(["--log-format", "json", "--log-level", "info,node_csr_approver=debug"])
             .arg("--health-probe-bind-address=127.0.0.1:0")
             .arg("--metrics-bind-address=127.0.0.1:0")
