@@ -124,3 +124,31 @@ pub(crate) fn pending_brake(load: &Option<Result<Load, String>>, cfg: &MachinePo
         Ok(format!("{} pending, limit {limit}", load.pending))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pending_means_an_undecided_node_csr_younger_than_an_hour() {
+        let now: Timestamp = "2026-01-01T12:00:00Z".parse().unwrap();
+        let ago = |secs: i64| Some(now - jiff::SignedDuration::from_secs(secs));
+        for signer in [SERVING_SIGNER, CLIENT_SIGNER] {
+            assert!(counts_as_pending(signer, false, ago(0), now));
+            assert!(counts_as_pending(signer, false, ago(3599), now));
+            assert!(!counts_as_pending(signer, false, ago(3600), now), "an hour old no longer counts");
+            assert!(!counts_as_pending(signer, true, ago(10), now), "decided");
+            assert!(!counts_as_pending(signer, false, None, now), "no creation time");
+            assert!(!counts_as_pending(signer, false, ago(-10), now), "created in the future");
+        }
+        assert!(!counts_as_pending("example.com/other", false, ago(10), now), "another signer");
+    }
+
+    #[test]
+    fn the_brake_limit_is_the_larger_count_plus_the_delta() {
+        let load = Load { pending: 0, machines: 3, nodes: 5 };
+        assert_eq!(brake_limit(&load, 2), 7);
+        assert_eq!(brake_limit(&Load { machines: 9, ..load }, 0), 9);
+        assert_eq!(brake_limit(&Load { machines: usize::MAX, ..load }, 1), usize::MAX);
+    }
+}
