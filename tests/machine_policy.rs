@@ -263,3 +263,16 @@ fn every_machine_mode_reason_code_is_produced() {
     let missing: Vec<&Reason> = Reason::ALL.iter().filter(|r| r.machine_mode() && !produced.contains(r)).collect();
     assert!(missing.is_empty(), "no case produces {missing:?}");
 }
+
+#[test]
+fn a_client_evaluation_reports_what_the_request_asks_for() {
+    let cases = cases();
+    let approved = cases
+        .iter()
+        .find(|c| c.sub.signer_name.contains("client") && c.evaluate().decision.kind == Approve)
+        .expect("an approved client case");
+    let request = approved.evaluate().request.expect("the request was read");
+    assert_eq!(request.common_names, ["system:node:n1"]);
+    assert_eq!(request.organizations, ["system:nodes"]);
+    assert!(request.dns_names.is_empty() && request.ip_addresses.is_empty());
+}
