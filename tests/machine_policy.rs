@@ -163,6 +163,12 @@ fn cases() -> Vec<Case> {
         }),
         case("client with a dns san", client("n1", 60), quiet(), (Hold, Reason::ClientSANsPresent))
             .sub(|s| s.request = Request::node("n1").dns("n1").pem().into_bytes()),
+        case("client with an ip san", client("n1", 60), quiet(), (Hold, Reason::ClientSANsPresent))
+            .sub(|s| s.request = Request::node("n1").ip("10.0.0.11").pem().into_bytes()),
+        case("client with an email san", client("n1", 60), quiet(), (Hold, Reason::ClientSANsPresent))
+            .sub(|s| s.request = Request::node("n1").email("n1@example.com").pem().into_bytes()),
+        case("client with a uri san", client("n1", 60), quiet(), (Hold, Reason::ClientSANsPresent))
+            .sub(|s| s.request = Request::node("n1").uri("spiffe://example.com/n1").pem().into_bytes()),
         case("serving usages on a client csr", client("n1", 60), quiet(), (Hold, Reason::UsagesNotAllowed))
             .sub(|s| s.usages = vec!["digital signature".into(), "server auth".into()]),
         case(
