@@ -185,7 +185,7 @@ async fn real_kubelet_gets_a_serving_certificate_the_apiserver_trusts() {
 
     // Dropping a kubelet ends it and its runtime and removes its directory.
     let ids = kubelet.process_ids();
-    let dir = kubelet.cert_dir().parent().unwrap().to_owned();
+    let dir = kubelet.dir().to_owned();
     drop(kubelet);
     assert!(ids.iter().all(|&id| !testenv::process_running(id)), "kubelet processes {ids:?} survived");
     assert!(!dir.exists(), "{} survived", dir.display());

@@ -105,6 +105,11 @@ impl Kubelet {
         self.address
     }
 
+    /// Its directory, holding everything it writes (removed when it is dropped).
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
     /// Its certificate directory (`--cert-dir`).
     pub fn cert_dir(&self) -> PathBuf {
         self.dir.path().join("pki")
