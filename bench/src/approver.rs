@@ -2,16 +2,13 @@
 //! `/readyz`, resident memory (`VmRSS`, sampled every 100 ms) and CPU time (`utime + stime`).
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::process::Stdio;
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use testkit::policy::{PREFIXES, REGEX};
 use tokio::process::{Child, Command};
-
-use crate::csrs::{PREFIXES, REGEX};
 
 /// How often resident memory is sampled.
 pub const SAMPLE_PERIOD: Duration = Duration::from_millis(100);
@@ -37,7 +34,7 @@ pub struct Launch {
 pub struct Approver {
     child: Child,
     pid: u32,
-    health: u16,
+    log: PathBuf,
     /// When the process was spawned.
     pub started: Instant,
     samples: Arc<Mutex<Vec<(Instant, u64)>>>,
@@ -47,27 +44,18 @@ pub struct Approver {
 impl Approver {
     /// Spawns the binary and starts sampling its resident memory.
     pub fn start(launch: &Launch) -> Result<Approver> {
-        let health = free_port()?;
         let log = std::fs::File::create(&launch.log).with_context(|| format!("creating {}", launch.log.display()))?;
-        let mut command = Command::new(&launch.binary);
+        let mut command = testkit::approver::command(&launch.binary, &launch.kubeconfig, REGEX, PREFIXES);
         command
-            .env_clear()
-            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-            .arg("--kubeconfig")
-            .arg(&launch.kubeconfig)
-            .args(["--provider-regex", REGEX, "--provider-ip-prefixes", PREFIXES])
             .arg(format!("--dns-server={}", launch.dns))
             .arg(format!("--concurrency={}", launch.concurrency))
             .args(["--log-format", "json", "--log-level", "info"])
-            .arg(format!("--health-probe-bind-address=127.0.0.1:{health}"))
-            .arg("--metrics-bind-address=0")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log)
-            .kill_on_drop(true);
+            .stderr(log);
         if launch.bypass_dns {
             command.arg("--bypass-dns-resolution");
         }
+        let mut command = Command::from(command);
+        command.kill_on_drop(true);
         let started = Instant::now();
         let child = command.spawn().with_context(|| format!("starting {}", launch.binary.display()))?;
         let pid = child.id().context("the approver exited at once")?;
@@ -84,7 +72,7 @@ impl Approver {
                 }
             }
         });
-        Ok(Approver { child, pid, health, started, samples, sampler })
+        Ok(Approver { child, pid, log: launch.log.clone(), started, samples, sampler })
     }
 
     /// Waits until `/readyz` answers 200; returns the time from spawn.
@@ -94,7 +82,11 @@ impl Approver {
             if let Some(status) = self.child.try_wait()? {
                 bail!("the approver exited with {status} before it was ready");
             }
-            if http_status(self.health, "/readyz").await == Some(200) {
+            let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+            let health = testkit::approver::listening(&log, "health");
+            if let Some(health) = health
+                && testkit::http::ready(health.port()).await
+            {
                 return Ok(self.started.elapsed());
             }
             if Instant::now() > deadline {
@@ -150,41 +142,4 @@ pub fn rss_kib(pid: u32) -> Option<u64> {
 pub fn cpu_seconds(pid: u32) -> Option<f64> {
     let stat = procfs::process::Process::new(i32::try_from(pid).ok()?).ok()?.stat().ok()?;
     Some((stat.utime + stat.stime) as f64 / procfs::ticks_per_second() as f64)
-}
-
-fn free_port() -> Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
-}
-
-/// The status code of a plain HTTP/1.1 GET on 127.0.0.1; `None` when nothing answers.
-async fn http_status(port: u16, path: &str) -> Option<u16> {
-    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.ok()?;
-    let request = format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
-    stream.write_all(request.as_bytes()).await.ok()?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response).await.ok()?;
-    response.split_whitespace().nth(1)?.parse().ok()
-}
-
-/// The release binary: built with `cargo build --release -p node-csr-approver` in this workspace
-/// (honouring `CARGO_TARGET_DIR`), or `NODE_CSR_APPROVER_BIN` when set.
-pub fn build(release: bool) -> Result<PathBuf> {
-    if let Some(path) = std::env::var_os("NODE_CSR_APPROVER_BIN") {
-        return Ok(PathBuf::from(path));
-    }
-    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let mut args = vec!["build", "-q", "-p", "node-csr-approver"];
-    if release {
-        args.push("--release");
-    }
-    let status = std::process::Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
-        .current_dir(&workspace)
-        .args(&args)
-        .status()
-        .context("running cargo")?;
-    if !status.success() {
-        bail!("building node-csr-approver failed");
-    }
-    let target = std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| workspace.join("target"));
-    Ok(target.join(if release { "release" } else { "debug" }).join("node-csr-approver"))
 }

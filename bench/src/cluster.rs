@@ -8,31 +8,19 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use futures::{StreamExt, TryStreamExt};
 use http::HeaderValue;
-use k8s_openapi::ByteString;
-use k8s_openapi::api::certificates::v1::{CertificateSigningRequest, CertificateSigningRequestSpec};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use kube::api::PostParams;
 use kube::runtime::watcher;
 use kube::{Client, Resource};
 use tokio::sync::watch;
 
-use crate::csrs::{NodeRequest, SIGNER};
+use testkit::csr::{ECDSA_SERVING_USAGES, SERVING_SIGNER};
 
-/// Usages of a kubelet serving certificate.
-const USAGES: [&str; 2] = ["digital signature", "server auth"];
+use crate::csrs::NodeRequest;
 
-/// The CSR object node `request` submits, named `name`.
+/// The CSR object node `request` submits, named `name`: what a kubelet with an ECDSA key asks.
 pub fn csr_object(name: &str, request: &NodeRequest) -> CertificateSigningRequest {
-    CertificateSigningRequest {
-        metadata: ObjectMeta { name: Some(name.to_owned()), ..ObjectMeta::default() },
-        spec: CertificateSigningRequestSpec {
-            request: ByteString(request.pem.clone().into_bytes()),
-            signer_name: SIGNER.to_owned(),
-            usages: Some(USAGES.iter().map(|u| (*u).to_owned()).collect()),
-            ..CertificateSigningRequestSpec::default()
-        },
-        status: None,
-    }
+    testkit::csr::object(name, SERVING_SIGNER, &ECDSA_SERVING_USAGES, &request.pem)
 }
 
 /// Creates the CSR as `system:node:<node>` in `system:nodes`: the admin client sends
@@ -89,7 +77,7 @@ impl Decisions {
     /// Starts watching kubelet-serving CSRs; decided ones already present count too.
     pub fn watch(admin: &Client) -> Decisions {
         let api = kube::Api::<CertificateSigningRequest>::all(admin.clone());
-        let config = watcher::Config::default().fields(&format!("spec.signerName={SIGNER}"));
+        let config = watcher::Config::default().fields(&format!("spec.signerName={SERVING_SIGNER}"));
         let seen: Arc<Mutex<HashMap<String, Seen>>> = Arc::default();
         let (count_tx, count) = watch::channel(0);
         let (synced_tx, synced) = watch::channel(false);

@@ -4,14 +4,8 @@
 use std::net::Ipv4Addr;
 
 use anyhow::{Context, Result};
-use rcgen::{CertificateParams, DistinguishedName, DnType, KeyPair, SanType};
+use testkit::{Key, Request};
 
-/// The provider regex the controller runs with.
-pub const REGEX: &str = r"^[a-z0-9-]+\.nodes\.example\.com$";
-/// The provider prefixes the controller runs with; every node address lies inside.
-pub const PREFIXES: &str = "10.0.0.0/16";
-/// The signer of kubelet serving certificates.
-pub const SIGNER: &str = "kubernetes.io/kubelet-serving";
 /// The most nodes a run can have: addresses are numbered inside 10.0.0.0/16.
 pub const MAX_NODES: usize = 65_000;
 
@@ -22,7 +16,8 @@ pub struct NodeRequest {
     pub node: String,
     /// Its DNS name, `node-<i>.nodes.example.com`, served by the test DNS server.
     pub dns: String,
-    /// Its address inside [`PREFIXES`], the DNS name's A record and the request's IP SAN.
+    /// Its address inside `testkit::policy::PREFIXES`, the DNS name's A record and the request's
+    /// IP SAN.
     pub ip: Ipv4Addr,
     /// The PEM-encoded PKCS#10 request.
     pub pem: String,
@@ -58,15 +53,8 @@ fn one(i: usize) -> Result<NodeRequest> {
     let node = format!("node-{i}");
     let dns = format!("{node}.nodes.example.com");
     let ip = node_ip(i);
-    let mut params = CertificateParams::default();
-    let mut subject = DistinguishedName::new();
-    subject.push(DnType::CommonName, format!("system:node:{node}"));
-    subject.push(DnType::OrganizationName, "system:nodes");
-    params.distinguished_name = subject;
-    params.subject_alt_names =
-        vec![SanType::DnsName(dns.as_str().try_into().context("DNS SAN")?), SanType::IpAddress(ip.into())];
-    let key = KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).context("generating a key")?;
-    let pem = params.serialize_request(&key).context("signing the request")?.pem().context("PEM")?;
+    let key = Key::P256.pair().context("generating a key")?;
+    let pem = Request::node(&node).dns(&dns).ip(&ip.to_string()).pem_signed_by(&key).context("signing the request")?;
     Ok(NodeRequest { node, dns, ip, pem })
 }
 

@@ -61,7 +61,7 @@ pub async fn run(options: &Options) -> Result<Report> {
     progress.say(format_args!("building node-csr-approver (release: {})", options.release));
     let binary = tokio::task::spawn_blocking({
         let release = options.release;
-        move || approver::build(release)
+        move || testkit::approver::binary(release)
     })
     .await??;
     progress.say(format_args!("generating {} keys and PKCS#10 requests", options.n));

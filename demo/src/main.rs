@@ -8,22 +8,17 @@
 //!
 //! Usage: `cargo run -p demo` (builds the approver with cargo if needed).
 
-use std::path::PathBuf;
-use std::process::{Command, ExitCode, Stdio};
+use std::process::{ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
-use k8s_openapi::ByteString;
-use k8s_openapi::api::certificates::v1::CertificateSigningRequestCondition;
-use k8s_openapi::api::certificates::v1::{CertificateSigningRequest, CertificateSigningRequestSpec};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::api::certificates::v1::{CertificateSigningRequest, CertificateSigningRequestCondition};
 use kube::Api;
 use kube::api::PostParams;
-use rcgen::{CertificateParams, DistinguishedName, DnType, KeyPair, SanType};
 use testdns::{DnsServer, Records};
 use testenv::{ControlPlane, Kubelet, KubeletCredentials, KubeletOptions};
-
-const REGEX: &str = r"^[a-z0-9-]+\.nodes\.example\.com$";
-const PREFIXES: &str = "10.0.0.0/16";
+use testkit::Request;
+use testkit::csr::{ECDSA_SERVING_USAGES, SERVING_SIGNER};
+use testkit::policy::{PREFIXES, REGEX};
 /// The real kubelet's node name; its address is this machine's (the kubelet refuses loopback).
 const KUBELET_NODE: &str = "kubelet-1.nodes.example.com";
 /// How long each CSR may take to be decided, and the kubelet to pick up its certificate.
@@ -76,7 +71,7 @@ async fn main() -> ExitCode {
 }
 
 async fn demo() -> Result<(), Error> {
-    let approver = approver_binary()?;
+    let approver = testkit::approver::binary(true)?;
     let host = testenv::host_address()?;
     let prefixes = format!("{PREFIXES},{host}/32");
     println!("starting etcd + kube-apiserver + kube-controller-manager's signer on 127.0.0.1 ...");
@@ -90,14 +85,9 @@ async fn demo() -> Result<(), Error> {
     )
     .await?;
     println!("DNS server on {} with worker-1/worker-2/kubelet-1.nodes.example.com", dns.addr());
-    let mut child = Command::new(&approver)
-        .arg("--kubeconfig")
-        .arg(control_plane.kubeconfig_path())
-        .args(["--provider-regex", REGEX, "--provider-ip-prefixes", &prefixes])
+    let mut child = testkit::approver::command(&approver, control_plane.kubeconfig_path(), REGEX, &prefixes)
         .args(["--log-format", "text", "--log-level", "warn"])
         .arg(format!("--dns-server={}", dns.addr()))
-        .args(["--health-probe-bind-address=127.0.0.1:0", "--metrics-bind-address=0"])
-        .stdout(Stdio::null())
         .stderr(Stdio::inherit())
         .spawn()?;
     println!("approver: {} --provider-regex '{REGEX}' --provider-ip-prefixes {prefixes}", approver.display());
@@ -202,41 +192,8 @@ fn http_get(path: &str) -> Result<http::Request<Vec<u8>>, Error> {
     Ok(http::Request::get(path).body(Vec::new())?)
 }
 
-/// A kubelet-serving CSR object carrying a real PKCS#10 request for the sample.
+/// A kubelet-serving CSR object carrying a real PKCS#10 request for the sample (an ECDSA key).
 fn serving_csr(sample: &Sample) -> Result<CertificateSigningRequest, Error> {
-    let mut params = CertificateParams::default();
-    let mut subject = DistinguishedName::new();
-    subject.push(DnType::CommonName, format!("system:node:{}", sample.node));
-    subject.push(DnType::OrganizationName, "system:nodes");
-    params.distinguished_name = subject;
-    params.subject_alt_names = vec![SanType::DnsName(sample.dns.try_into()?), SanType::IpAddress(sample.ip.parse()?)];
-    let key = KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256)?;
-    let pem = params.serialize_request(&key)?.pem()?;
-    Ok(CertificateSigningRequest {
-        metadata: ObjectMeta { name: Some(sample.name.to_owned()), ..ObjectMeta::default() },
-        spec: CertificateSigningRequestSpec {
-            request: ByteString(pem.into_bytes()),
-            signer_name: "kubernetes.io/kubelet-serving".into(),
-            usages: Some(vec!["digital signature".into(), "server auth".into()]),
-            ..CertificateSigningRequestSpec::default()
-        },
-        status: None,
-    })
-}
-
-/// The approver binary: `NODE_CSR_APPROVER_BIN`, or built with cargo from this workspace.
-fn approver_binary() -> Result<PathBuf, Error> {
-    if let Some(path) = std::env::var_os("NODE_CSR_APPROVER_BIN") {
-        return Ok(PathBuf::from(path));
-    }
-    let workspace = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
-    let status = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
-        .current_dir(&workspace)
-        .args(["build", "--release", "-q", "-p", "node-csr-approver"])
-        .status()?;
-    if !status.success() {
-        return Err("building node-csr-approver failed".into());
-    }
-    let target = std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| workspace.join("target"));
-    Ok(target.join("release/node-csr-approver"))
+    let pem = Request::node(sample.node).dns(sample.dns).ip(sample.ip).pem_signed_by(&testkit::Key::P256.pair()?)?;
+    Ok(testkit::csr::object(sample.name, SERVING_SIGNER, &ECDSA_SERVING_USAGES, &pem))
 }

@@ -9,11 +9,10 @@
 //! policy approves exactly one O).
 
 use std::net::IpAddr;
-use std::time::Duration;
 
 use node_csr_approver::csr::CsrFacts;
+use node_csr_approver::policy::PolicyConfig;
 use node_csr_approver::policy::{DecisionKind, Evidence, Submission, decide};
-use node_csr_approver::policy::{HostnameMatch, PolicyConfig};
 use testenv::{GoView, Oracle};
 
 use crate::mutate::Input;
@@ -167,25 +166,9 @@ fn submission(request: &[u8]) -> Submission {
 fn permissive_policy() -> PolicyConfig {
     PolicyConfig {
         provider_regex: regex::Regex::new(r"^[a-z0-9.-]+$").unwrap_or_else(|_| unreachable!("a valid regex")),
-        ip_prefixes: vec![ipnet_all_v4(), ipnet_all_v6()],
-        max_expiration_secs: 31_708_800,
+        ip_prefixes: vec![ipnet::IpNet::V4(ipnet::Ipv4Net::default()), ipnet::IpNet::V6(ipnet::Ipv6Net::default())],
         allowed_dns_names: 1000,
         allowed_ip_addresses: 1000,
-        bypass_dns_resolution: true,
-        bypass_hostname_check: false,
-        hostname_match: HostnameMatch::Strict,
-        ignore_non_system_node: false,
-        skip_deny_step: false,
-        dns_grace_period: Duration::from_secs(300),
-        verify_node_addresses: false,
-        machine: None,
+        ..testkit::policy::config()
     }
-}
-
-fn ipnet_all_v4() -> ipnet::IpNet {
-    ipnet::IpNet::V4(ipnet::Ipv4Net::default())
-}
-
-fn ipnet_all_v6() -> ipnet::IpNet {
-    ipnet::IpNet::V6(ipnet::Ipv6Net::default())
 }

@@ -55,6 +55,7 @@ pub use error::Error;
 pub use kube_controller_manager::Signer;
 pub use kubelet::{Kubelet, KubeletCredentials, KubeletOptions, SANDBOX_UID, host_address};
 pub use oracle::{GoView, Oracle};
+pub use ports::free_port;
 pub use probe::{is_forbidden, process_running};
 pub use tools::{TOOLS_DIR_ENV, tools_dir};
 

@@ -5,23 +5,17 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-use k8s_openapi::ByteString;
 use k8s_openapi::api::authorization::v1::{ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec};
-use k8s_openapi::api::certificates::v1::{
-    CertificateSigningRequest, CertificateSigningRequestCondition, CertificateSigningRequestSpec,
-};
+use k8s_openapi::api::certificates::v1::{CertificateSigningRequest, CertificateSigningRequestCondition};
 use k8s_openapi::api::events::v1::Event;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{DeleteParams, ListParams, PostParams};
 use kube::{Api, Client};
 use testenv::ControlPlane;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::{Request, SERVING_USAGES};
 
-/// The provider regex and prefixes every controller in these tests runs with.
-pub const REGEX: &str = r"^[a-z0-9-]+\.nodes\.example\.com$";
-pub const PREFIXES: &str = "10.0.0.0/16";
+pub use testkit::http::get as http_get;
+pub use testkit::policy::{PREFIXES, REGEX};
 
 /// Serializes the tests of one binary: every controller decides every CSR of the shared cluster.
 pub static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -29,7 +23,7 @@ pub static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 /// A free TCP port on 127.0.0.1 (bind, then release: another process may take it before it is
 /// used). [`Approver`] does not use it: the binary binds `:0` and logs its ports.
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    testenv::free_port().unwrap()
 }
 
 /// The real `node-csr-approver` binary running as a controller.
@@ -65,19 +59,11 @@ impl Approver {
     ) -> Approver {
         let dir = tempfile::tempdir().unwrap();
         let log = dir.path().join("approver.log");
-        let child = Command::new(env!("CARGO_BIN_EXE_node-csr-approver"))
-            .env_clear()
-            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        let binary = Path::new(env!("CARGO_BIN_EXE_node-csr-approver"));
+        let child = testkit::approver::command(binary, kubeconfig, regex, prefixes)
             .envs(env.iter().copied())
-            .arg("--kubeconfig")
-            .arg(kubeconfig)
-            .args(["--provider-regex", regex, "--provider-ip-prefixes", prefixes])
             .args(["--log-format", "json", "--log-level", "info,node_csr_approver=debug"])
-            .arg("--health-probe-bind-address=127.0.0.1:0")
-            .arg("--metrics-bind-address=127.0.0.1:0")
             .args(extra)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).unwrap())
             .spawn()
             .unwrap();
@@ -92,7 +78,7 @@ impl Approver {
                 panic!("approver exited with {status} before ready:\n{}", self.logs());
             }
             if let Some(ports) = self.listening()
-                && http_get(ports.health, "/readyz").await.is_some_and(|(code, _)| code == 200)
+                && testkit::http::ready(ports.health).await
             {
                 return;
             }
@@ -104,15 +90,9 @@ impl Approver {
     /// The ports, once the binary logged that it listens on them.
     fn listening(&mut self) -> Option<Ports> {
         if self.ports.is_none() {
-            let lines = log_lines(&self.logs());
-            let port = |endpoints: &str| {
-                lines.iter().find(|l| l["message"] == "listening" && l["endpoints"] == endpoints).map(|l| {
-                    let address: std::net::SocketAddr = l["address"].as_str().unwrap().parse().unwrap();
-                    address.port()
-                })
-            };
-            let metrics = port("metrics");
-            self.ports = port("health").map(|health| Ports { health, metrics });
+            let logs = self.logs();
+            let port = |endpoints| testkit::approver::listening(&logs, endpoints).map(|address| address.port());
+            self.ports = port("health").map(|health| Ports { health, metrics: port("metrics") });
         }
         self.ports
     }
@@ -360,18 +340,6 @@ pub fn access(
     }
 }
 
-/// A plain HTTP/1.1 GET on 127.0.0.1; `None` when nothing answers.
-pub async fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
-    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.ok()?;
-    let request = format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
-    stream.write_all(request.as_bytes()).await.ok()?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response).await.ok()?;
-    let code = response.split_whitespace().nth(1)?.parse().ok()?;
-    let body = response.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default();
-    Some((code, body))
-}
-
 /// A unique CSR or node name for this run.
 pub fn unique(prefix: &str) -> String {
     format!("{prefix}-{:06x}", rand::random::<u32>() & 0xff_ffff)
@@ -380,22 +348,13 @@ pub fn unique(prefix: &str) -> String {
 /// Creates a kubelet-serving CSR as `system:node:<node>` in `system:nodes`, so the apiserver
 /// fills in the username and groups for real.
 pub async fn create_serving_csr(cp: &ControlPlane, name: &str, node: &str, request: &Request) {
-    create_csr(cp, name, node, "kubernetes.io/kubelet-serving", &SERVING_USAGES, &request.pem()).await;
+    create_csr(cp, name, node, testkit::csr::SERVING_SIGNER, &SERVING_USAGES, &request.pem()).await;
 }
 
 /// Creates a CSR with any signer and usages as `system:node:<node>`.
 pub async fn create_csr(cp: &ControlPlane, name: &str, node: &str, signer: &str, usages: &[&str], pem: &str) {
     let client = cp.impersonated_client(&format!("system:node:{node}"), &["system:nodes"]).await.unwrap();
-    let csr = CertificateSigningRequest {
-        metadata: ObjectMeta { name: Some(name.to_owned()), ..ObjectMeta::default() },
-        spec: CertificateSigningRequestSpec {
-            request: ByteString(pem.as_bytes().to_vec()),
-            signer_name: signer.to_owned(),
-            usages: Some(usages.iter().map(|u| (*u).to_owned()).collect()),
-            ..CertificateSigningRequestSpec::default()
-        },
-        status: None,
-    };
+    let csr = testkit::csr::object(name, signer, usages, pem);
     Api::<CertificateSigningRequest>::all(client).create(&PostParams::default(), &csr).await.unwrap();
 }
 

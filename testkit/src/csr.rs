@@ -1,0 +1,30 @@
+//! The CertificateSigningRequest object a node submits.
+
+use k8s_openapi::ByteString;
+use k8s_openapi::api::certificates::v1::{CertificateSigningRequest, CertificateSigningRequestSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+/// The signer of kubelet serving certificates.
+pub const SERVING_SIGNER: &str = "kubernetes.io/kubelet-serving";
+
+/// The usages of a kubelet serving CSR, `key encipherment` included (a kubelet with an RSA key asks
+/// for it).
+pub const SERVING_USAGES: [&str; 3] = ["digital signature", "key encipherment", "server auth"];
+
+/// The usages of the serving CSR of a kubelet with an ECDSA key.
+pub const ECDSA_SERVING_USAGES: [&str; 2] = ["digital signature", "server auth"];
+
+/// A CSR object named `name` carrying the PEM request `pem` for `signer` with `usages`; the
+/// apiserver fills in the username and groups of whoever creates it.
+pub fn object(name: &str, signer: &str, usages: &[&str], pem: &str) -> CertificateSigningRequest {
+    CertificateSigningRequest {
+        metadata: ObjectMeta { name: Some(name.to_owned()), ..ObjectMeta::default() },
+        spec: CertificateSigningRequestSpec {
+            request: ByteString(pem.as_bytes().to_vec()),
+            signer_name: signer.to_owned(),
+            usages: Some(usages.iter().map(|u| (*u).to_owned()).collect()),
+            ..CertificateSigningRequestSpec::default()
+        },
+        status: None,
+    }
+}

@@ -1,0 +1,48 @@
+//! The provider settings everything runs the approver with, and the decision core's configuration
+//! with the documented defaults.
+
+use std::time::Duration;
+
+use node_csr_approver::policy::{HostnameMatch, PolicyConfig};
+
+/// The provider regex (`--provider-regex`) of the tests, the bench and the demo.
+pub const REGEX: &str = r"^[a-z0-9-]+\.nodes\.example\.com$";
+
+/// The provider prefixes (`--provider-ip-prefixes`) of the tests, the bench and the demo.
+pub const PREFIXES: &str = "10.0.0.0/16";
+
+/// The documented defaults, with DNS resolution bypassed, the regex [`REGEX`] and the prefixes
+/// [`PREFIXES`] and fd00::/64.
+pub fn config() -> PolicyConfig {
+    PolicyConfig {
+        provider_regex: regex::Regex::new(REGEX).unwrap_or_else(|e| unreachable!("{REGEX}: {e}")),
+        ip_prefixes: vec![
+            ipnet::IpNet::V4(ipnet::Ipv4Net::new_assert([10, 0, 0, 0].into(), 16)),
+            ipnet::IpNet::V6(ipnet::Ipv6Net::new_assert([0xfd00, 0, 0, 0, 0, 0, 0, 0].into(), 64)),
+        ],
+        max_expiration_secs: 367 * 24 * 3600,
+        allowed_dns_names: 1,
+        allowed_ip_addresses: 16,
+        bypass_dns_resolution: true,
+        bypass_hostname_check: false,
+        hostname_match: HostnameMatch::Strict,
+        ignore_non_system_node: false,
+        skip_deny_step: false,
+        dns_grace_period: Duration::from_secs(300),
+        verify_node_addresses: false,
+        machine: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_config_uses_the_shared_regex_and_prefixes() {
+        let config = config();
+        assert_eq!(config.provider_regex.as_str(), REGEX);
+        assert_eq!(config.ip_prefixes[0].to_string(), PREFIXES);
+        assert_eq!(config.ip_prefixes[1].to_string(), "fd00::/64");
+    }
+}
