@@ -1,16 +1,18 @@
 #!/usr/bin/env bash
 # Builds etcd, kube-apiserver, kube-controller-manager, kubelet and helm from their published Go
-# modules (tools/*/go.mod), and the test tools csr-oracle (tools/csr-oracle) and fake-cri
-# (tools/fake-cri), into a cache keyed by version, and reuses what is already there.
+# modules (tools/*/go.mod), and the test tools csr-oracle (tools/csr-oracle), fake-cri
+# (tools/fake-cri) and go-flags (tools/go-flags), into a cache keyed by version, and reuses what is
+# already there.
 #
 # Usage: scripts/build-tools.sh [--print-dir]
 #   (no argument)  build what is missing, then print the tools directory on stdout
 #   --print-dir    print the tools directory without building
 #
 # The tools directory holds `etcd`, `kube-apiserver`, `kube-controller-manager`, `kubelet`, `helm`,
-# `csr-oracle` and `fake-cri` (symlinks to versioned binaries under
-# ${XDG_CACHE_HOME:-~/.cache}/node-csr-approver/bin; the names of csr-oracle and fake-cri also carry a
-# hash of their sources and the Go version, so editing them rebuilds them). Progress goes to stderr.
+# `csr-oracle`, `fake-cri` and `go-flags` (symlinks to versioned binaries under
+# ${XDG_CACHE_HOME:-~/.cache}/node-csr-approver/bin; the names of csr-oracle, fake-cri and go-flags
+# also carry a hash of their sources and the Go version, so editing them rebuilds them). Progress
+# goes to stderr.
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -102,8 +104,8 @@ build "etcd-${ETCD_VERSION}" etcd go.etcd.io/etcd/server/v3 -ldflags "-s -w"
 build "helm-${HELM_VERSION}" helm helm.sh/helm/v4/cmd/helm \
   -ldflags "-s -w -X helm.sh/helm/v4/internal/version.version=${HELM_VERSION}"
 
-# The behaviour of csr-oracle and fake-cri is their source and Go's standard library, so both are in
-# their names.
+# The behaviour of csr-oracle, fake-cri and go-flags is their source and Go's standard library, so
+# they are in their names.
 source_hash() {
   local hash
   hash="$(cat <(go env GOVERSION) "${tools}/$1/"{go.mod,go.sum,main.go} | sha256sum)"
@@ -113,6 +115,8 @@ oracle="csr-oracle-${KUBERNETES_VERSION}-$(source_hash csr-oracle)"
 build "${oracle}" csr-oracle . -ldflags "-s -w"
 fake_cri="fake-cri-${KUBERNETES_VERSION}-$(source_hash fake-cri)"
 build "${fake_cri}" fake-cri . -ldflags "-s -w"
+go_flags="go-flags-$(source_hash go-flags)"
+build "${go_flags}" go-flags . -ldflags "-s -w"
 
 ln -sfn "../bin/kube-apiserver-${KUBERNETES_VERSION}" "${set_dir}/kube-apiserver"
 ln -sfn "../bin/kube-controller-manager-${KUBERNETES_VERSION}" "${set_dir}/kube-controller-manager"
@@ -121,5 +125,6 @@ ln -sfn "../bin/etcd-${ETCD_VERSION}" "${set_dir}/etcd"
 ln -sfn "../bin/helm-${HELM_VERSION}" "${set_dir}/helm"
 ln -sfn "../bin/${oracle}" "${set_dir}/csr-oracle"
 ln -sfn "../bin/${fake_cri}" "${set_dir}/fake-cri"
+ln -sfn "../bin/${go_flags}" "${set_dir}/go-flags"
 
 printf '%s\n' "${set_dir}"

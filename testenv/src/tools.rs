@@ -7,7 +7,7 @@ use std::process::{Command, Stdio};
 use crate::Error;
 
 /// Environment variable naming a directory that holds `etcd`, `kube-apiserver`,
-/// `kube-controller-manager`, `kubelet`, `fake-cri`, `helm` and `csr-oracle`; when it is set,
+/// `kube-controller-manager`, `kubelet`, `fake-cri`, `helm`, `csr-oracle` and `go-flags`; when it is set,
 /// `scripts/build-tools.sh` is not run.
 pub const TOOLS_DIR_ENV: &str = "NODE_CSR_APPROVER_TOOLS_DIR";
 

@@ -1,0 +1,3 @@
+module node-csr-approver/tools/go-flags
+
+go 1.26.0
