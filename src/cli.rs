@@ -1,6 +1,10 @@
 //! The command line: global policy and controller flags, and the subcommands.
 
-use clap::{Parser, Subcommand};
+pub mod go_flags;
+
+use std::ffi::OsString;
+
+use clap::{CommandFactory, Parser, Subcommand};
 
 use crate::check::CheckArgs;
 use crate::config::{MachineArgs, PolicyArgs, RunArgs};
@@ -21,6 +25,14 @@ pub struct Cli {
     /// What to do; the controller (`run`) when omitted.
     #[command(subcommand)]
     pub command: Option<Command>,
+}
+
+impl Cli {
+    /// Parses `args` (program name first), Go's spellings of the long flags included (see
+    /// [`go_flags`]); on an error, clap prints it and exits with code 2.
+    pub fn parse_go_style(args: impl IntoIterator<Item = OsString>) -> Cli {
+        Cli::parse_from(go_flags::normalize(&Cli::command(), args))
+    }
 }
 
 /// The subcommands.

@@ -8,6 +8,7 @@ mod machine_flags;
 mod policy_flags;
 mod run_flags;
 
+pub use flags::go_bool;
 pub use machine_flags::{MachineApi, MachineArgs, MachineSource};
 pub use policy_flags::{DnsConfig, PolicyArgs, Warning};
 pub use run_flags::{LeaderConfig, LogFormat, RunArgs, RunConfig};

@@ -2,7 +2,6 @@
 
 use std::process::ExitCode;
 
-use clap::Parser;
 use node_csr_approver::check::{self, CheckError};
 use node_csr_approver::cli::{Cli, Command};
 use node_csr_approver::config::{self, LogFormat};
@@ -14,7 +13,7 @@ const USAGE: u8 = 2;
 const FAILURE: u8 = 1;
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = Cli::parse_go_style(std::env::args_os());
     let settings = match config::validate(&cli.policy, &cli.run, &cli.machine) {
         Ok(settings) => settings,
         Err(error) => return exit(USAGE, error),

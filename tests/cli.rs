@@ -9,7 +9,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
-const REGEX: &str = r"^[a-z0-9-]+\.nodes\.example\.com$";
+use testkit::policy::REGEX;
 
 fn repo(path: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(path)
@@ -193,7 +193,8 @@ fn every_invalid_value_stops_with_exit_2_naming_flag_env_and_value() {
         ("--bypass-hostname-check", "BYPASS_HOSTNAME_CHECK", "on"),
         ("--ignore-non-system-node", "IGNORE_NON_SYSTEM_NODE", "2"),
         ("--skip-deny-step", "SKIP_DENY_STEP", "nope"),
-        ("--verify-node-addresses", "VERIFY_NODE_ADDRESSES", "t"),
+        ("--verify-node-addresses", "VERIFY_NODE_ADDRESSES", "tRUE"),
+        ("--level", "LEVEL", "11"),
         ("--hostname-match", "HOSTNAME_MATCH", "suffix"),
         ("--dns-server", "DNS_SERVERS", "dns.example.com"),
         ("--dns-timeout", "DNS_TIMEOUT", "2 parsecs"),
@@ -230,15 +231,51 @@ fn a_missing_or_empty_provider_regex_stops_with_exit_2() {
     assert_config_error(&["--provider-regex", ""], &[], "--provider-regex", "PROVIDER_REGEX", "\"\"");
 }
 
+/// Boolean values: Go's `strconv.ParseBool` spellings, and others it refuses.
+const GO_TRUE: [&str; 6] = ["1", "t", "T", "TRUE", "true", "True"];
+const GO_FALSE: [&str; 6] = ["0", "f", "F", "FALSE", "false", "False"];
+const NOT_GO_BOOLEANS: [&str; 8] = ["", "yes", "no", "tRUE", " true", "true ", "2", "on"];
+
 #[test]
-fn boolean_values_accept_true_false_1_0_in_any_case() {
-    for (value, expect) in [("true", "hold"), ("TRUE", "hold"), ("1", "hold"), ("False", "deny"), ("0", "deny")] {
-        let mut command = check_examples(&["-o", "json"]);
-        command.env("SKIP_DENY_STEP", value);
-        let output = run(&mut command);
-        assert_eq!(output.status.code(), Some(0), "{value}: {}", stderr(&output));
-        let forged = json_lines(&output).into_iter().find(|r| r["name"] == "forged-hostname").unwrap();
-        assert_eq!(forged["decision"], expect, "SKIP_DENY_STEP={value}");
+fn a_boolean_reads_as_go_reads_it_in_the_env_var_and_the_flag() {
+    let cases = GO_TRUE.iter().map(|v| (*v, Some("hold")));
+    let cases = cases.chain(GO_FALSE.iter().map(|v| (*v, Some("deny"))));
+    for (value, expect) in cases.chain(NOT_GO_BOOLEANS.iter().map(|v| (*v, None))) {
+        let by_env = run(check_examples(&["-o", "json"]).env("SKIP_DENY_STEP", value));
+        let by_flag = run(&mut check_examples(&["-o", "json", &format!("-skip-deny-step={value}")]));
+        for (how, output) in [("SKIP_DENY_STEP", &by_env), ("-skip-deny-step", &by_flag)] {
+            let Some(expect) = expect else {
+                assert_eq!(output.status.code(), Some(2), "{how}={value:?}: {}", stderr(output));
+                let err = stderr(output);
+                assert!(err.contains("--skip-deny-step") && err.contains("SKIP_DENY_STEP"), "{err}");
+                continue;
+            };
+            assert_eq!(output.status.code(), Some(0), "{how}={value:?}: {}", stderr(output));
+            let forged = json_lines(output).into_iter().find(|r| r["name"] == "forged-hostname").unwrap();
+            assert_eq!(forged["decision"], expect, "{how}={value:?}");
+        }
+    }
+}
+
+#[test]
+fn go_spellings_of_the_flags_mean_what_clap_spellings_mean() {
+    let clap_style = run(&mut check_examples(&["-o", "json", "--skip-deny-step", "--max-expiration-sec", "86400"]));
+    assert_eq!(clap_style.status.code(), Some(0), "{}", stderr(&clap_style));
+    for go_style in [
+        &["-o", "json", "-skip-deny-step", "-max-expiration-sec", "86400"][..],
+        &["-o", "json", "-skip-deny-step=true", "-max-expiration-sec=86400"],
+        &["-o", "json", "--skip-deny-step=T", "--max-expiration-sec=86400"],
+    ] {
+        let output = run(&mut check_examples(go_style));
+        assert_eq!(output.status.code(), Some(0), "{go_style:?}: {}", stderr(&output));
+        assert_eq!(json_lines(&output), json_lines(&clap_style), "{go_style:?}");
+    }
+    // The Go tool's own -level: a number from -5 to 10, not with --log-level.
+    for (args, code) in
+        [(&["-level", "2"][..], 0), (&["-level=-5"], 0), (&["-level", "11"], 2), (&["-level=1", "--log-level=info"], 2)]
+    {
+        let output = run(&mut check_examples(args));
+        assert_eq!(output.status.code(), Some(code), "{args:?}: {}", stderr(&output));
     }
 }
 

@@ -3,6 +3,7 @@
 //! name is written once, in its `#[arg]`.
 
 use std::ops::RangeInclusive;
+use std::path::PathBuf;
 use std::sync::LazyLock;
 use std::time::Duration;
 
@@ -55,14 +56,20 @@ impl<'a> Field<'a, Option<String>> {
         self.value.as_deref()
     }
 
-    /// A boolean: `true`, `false`, `1` or `0` in any case; `default` when not given.
+    /// A file path; an empty value counts as not given, as Go's flag defaults do.
+    pub fn path(&self) -> Option<PathBuf> {
+        self.text().filter(|text| !text.is_empty()).map(PathBuf::from)
+    }
+
+    /// A boolean as [`go_bool`] reads it; `default` when not given.
     pub fn boolean(&self, default: bool) -> Result<bool, ConfigError> {
         let Some(text) = self.text() else { return Ok(default) };
-        match text.trim().to_ascii_lowercase().as_str() {
-            "true" | "1" => Ok(true),
-            "false" | "0" => Ok(false),
-            _ => Err(self.error(text, "expected true, false, 1 or 0")),
-        }
+        go_bool(text).ok_or_else(|| {
+            self.error(
+                text,
+                "expected a boolean as Go reads it: 1, t, T, TRUE, true, True, 0, f, F, FALSE, false or False",
+            )
+        })
     }
 
     /// A whole number within `range`; `default` when not given.
@@ -85,6 +92,16 @@ impl<'a> Field<'a, Option<String>> {
         };
         let duration = humantime::parse_duration(text.trim()).map_err(|_| self.error(text, problem()))?;
         if (min..=max).contains(&duration) { Ok(duration) } else { Err(self.error(text, problem())) }
+    }
+}
+
+/// A boolean spelled as Go's `strconv.ParseBool` accepts it (the Go kubelet-csr-approver reads its
+/// boolean flags and env vars with it): exactly `1 t T TRUE true True` or `0 f F FALSE false False`.
+pub fn go_bool(text: &str) -> Option<bool> {
+    match text {
+        "1" | "t" | "T" | "TRUE" | "true" | "True" => Some(true),
+        "0" | "f" | "F" | "FALSE" | "false" | "False" => Some(false),
+        _ => None,
     }
 }
 

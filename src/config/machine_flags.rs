@@ -26,7 +26,7 @@ pub struct MachineArgs {
     pub machine_namespace: Option<String>,
     /// Kubeconfig of the cluster holding the Machines [default: the CSRs' cluster]
     #[arg(long, global = true, env = "MACHINE_KUBECONFIG", value_name = "PATH")]
-    pub machine_kubeconfig: Option<PathBuf>,
+    pub machine_kubeconfig: Option<String>,
     /// Approve node-client bootstrap CSRs in machine mode [default: true]
     #[arg(long, global = true, env = "NODE_CLIENT_APPROVAL", num_args = 0..=1, require_equals = true, default_missing_value = "true")]
     pub node_client_approval: Option<String>,
@@ -41,7 +41,7 @@ pub struct MachineArgs {
     pub max_pending_delta: Option<String>,
     /// OpenShift machine-approver-config file (nodeClientCert.disabled)
     #[arg(long, global = true, env = "MACHINE_APPROVER_CONFIG", value_name = "FILE")]
-    pub machine_approver_config: Option<PathBuf>,
+    pub machine_approver_config: Option<String>,
 }
 
 /// A Machine API the controller reads.
@@ -123,7 +123,7 @@ impl MachineArgs {
             Some(ns) => return Err(field!(self.machine_namespace).error(ns, "expected a namespace name")),
         };
         let mut client_approval = field!(self.node_client_approval).boolean(true)?;
-        if let Some(path) = &self.machine_approver_config {
+        if let Some(path) = field!(self.machine_approver_config).path() {
             let shown = path.display().to_string();
             let text = std::fs::read_to_string(path)
                 .map_err(|e| field!(self.machine_approver_config).error(&shown, format!("cannot read: {e}")))?;
@@ -143,7 +143,7 @@ impl MachineArgs {
                 max_pending_delta: u32::try_from(field!(self.max_pending_delta).number(0..=10_000, 100)?)
                     .unwrap_or(100),
             },
-            MachineSource { apis, namespace, kubeconfig: self.machine_kubeconfig.clone() },
+            MachineSource { apis, namespace, kubeconfig: field!(self.machine_kubeconfig).path() },
         )))
     }
 }

@@ -18,7 +18,7 @@ const POD_NAMESPACE_FILE: &str = "/var/run/secrets/kubernetes.io/serviceaccount/
 pub struct RunArgs {
     /// Kubeconfig file; unset: in-cluster config, then the default kubeconfig
     #[arg(long, global = true, env = "KUBECONFIG", value_name = "PATH")]
-    pub kubeconfig: Option<PathBuf>,
+    pub kubeconfig: Option<String>,
     /// CSRs evaluated and written at once, 1..=1000 [default: 32]
     #[arg(long, global = true, env = "CONCURRENCY")]
     pub concurrency: Option<String>,
@@ -58,6 +58,9 @@ pub struct RunArgs {
     /// Log filter, an EnvFilter directive such as info or node_csr_approver=debug [default: info]
     #[arg(long, global = true, env = "LOG_LEVEL")]
     pub log_level: Option<String>,
+    /// The Go kubelet-csr-approver's -level, -5..=10: below -1 error, -1 warn, 0 info, 1 debug, above 1 trace; not with --log-level [default: 0]
+    #[arg(long, global = true, env = "LEVEL", allow_negative_numbers = true)]
+    pub level: Option<String>,
 }
 
 /// How log lines are written.
@@ -115,7 +118,7 @@ impl RunArgs {
         let concurrency = field!(self.concurrency).number(1..=1000, 32)?;
         let leader = if field!(self.leader_election).boolean(false)? { Some(self.leader()?) } else { None };
         Ok(RunConfig {
-            kubeconfig: self.kubeconfig.clone(),
+            kubeconfig: field!(self.kubeconfig).path(),
             concurrency: u16::try_from(concurrency).unwrap_or(u16::MAX),
             dry_run: field!(self.dry_run).boolean(false)?,
             leader,
@@ -133,8 +136,18 @@ impl RunArgs {
                         .error(self.log_format.as_deref().unwrap_or_default(), "expected json or text"));
                 }
             },
-            log_filter: log_filter(field!(self.log_level))?,
+            log_filter: self.log_filter()?,
         })
+    }
+
+    /// `--log-level`, or the directive `--level` stands for; not both.
+    fn log_filter(&self) -> Result<String, ConfigError> {
+        let Some(level) = self.level.as_deref() else { return log_filter(field!(self.log_level)) };
+        if self.log_level.is_some() {
+            return Err(field!(self.level).error(level, "give --log-level or --level, not both"));
+        }
+        let level = field!(self.level).number(-5..=10, 0)?;
+        Ok(go_level_directive(level).to_owned())
     }
 
     fn leader(&self) -> Result<LeaderConfig, ConfigError> {
@@ -193,10 +206,56 @@ fn bind_address(field: Field<'_, Option<String>>, default: &str) -> Result<Optio
     crate::admin::parse_bind_address(text).map(|_| Some(text.to_owned())).map_err(|e| field.error(text, e.to_string()))
 }
 
+/// The EnvFilter directive the Go tool's `-level` stands for.
+fn go_level_directive(level: i64) -> &'static str {
+    match level {
+        ..=-2 => "error",
+        -1 => "warn",
+        0 => "info",
+        1 => "debug",
+        2.. => "trace",
+    }
+}
+
 fn log_filter(field: Field<'_, Option<String>>) -> Result<String, ConfigError> {
     let directive = field.text().map(str::trim).filter(|v| !v.is_empty()).unwrap_or("info");
     tracing_subscriber::EnvFilter::builder()
         .parse(directive)
         .map(|_| directive.to_owned())
         .map_err(|e| field.error(directive, e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with_level(level: &str) -> RunArgs {
+        RunArgs { level: Some(level.into()), ..RunArgs::default() }
+    }
+
+    #[test]
+    fn the_go_level_stands_for_a_filter() {
+        assert_eq!(RunArgs::default().validate().unwrap().log_filter, "info");
+        for (level, filter) in [
+            ("-5", "error"),
+            ("-2", "error"),
+            ("-1", "warn"),
+            ("0", "info"),
+            ("1", "debug"),
+            ("2", "trace"),
+            ("10", "trace"),
+        ] {
+            assert_eq!(with_level(level).validate().unwrap().log_filter, filter, "{level}");
+        }
+    }
+
+    #[test]
+    fn the_go_level_is_a_number_from_minus_5_to_10_and_not_given_with_log_level() {
+        for bad in ["-6", "11", "x", ""] {
+            let error = with_level(bad).validate().unwrap_err();
+            assert_eq!((error.flag.as_str(), error.env.as_str()), ("--level", "LEVEL"), "{bad}");
+        }
+        let both = RunArgs { log_level: Some("info".into()), ..with_level("1") };
+        assert!(both.validate().unwrap_err().problem.contains("not both"));
+    }
 }
