@@ -13,8 +13,8 @@ use kube::api::{DeleteParams, Patch, PatchParams};
 use rcgen::DnType;
 use support::Request;
 use support::cluster::{
-    Approver, Csrs, SERIAL, conditions, control_plane, create_csr, create_serving_csr, events_for, json_keys, unique,
-    wait_decided, wait_event,
+    Approver, Csrs, PREFIXES, REGEX, SERIAL, conditions, control_plane, create_csr, create_serving_csr, events_for,
+    json_keys, unique, wait_decided, wait_event,
 };
 use testdns::{DnsServer, Records};
 
@@ -203,8 +203,8 @@ async fn check_fetches_named_csrs_from_the_cluster() {
         .arg("--kubeconfig")
         .arg(cp.kubeconfig_path())
         .args(["check", &good, &forged, "-o", "json", "--bypass-dns-resolution"])
-        .args(["--provider-regex", support::cluster::REGEX])
-        .args(["--provider-ip-prefixes", support::cluster::PREFIXES])
+        .args(["--provider-regex", REGEX])
+        .args(["--provider-ip-prefixes", PREFIXES])
         .output()
         .unwrap();
     assert_eq!(output.status.code(), Some(0), "{}", String::from_utf8_lossy(&output.stderr));
@@ -218,7 +218,7 @@ async fn check_fetches_named_csrs_from_the_cluster() {
         .env_clear()
         .arg("--kubeconfig")
         .arg(cp.kubeconfig_path())
-        .args(["check", "no-such-csr", "--provider-regex", support::cluster::REGEX])
+        .args(["check", "no-such-csr", "--provider-regex", REGEX])
         .output()
         .unwrap();
     assert_eq!(missing.status.code(), Some(1));
@@ -350,4 +350,38 @@ async fn a_deny_event_with_a_long_non_ascii_subject_is_accepted() {
     let note = event.and_then(|e| e.note).unwrap_or_else(|| panic!("no denial event:\n{}", approver.logs()));
     assert!(note.len() <= 1024 && note.ends_with('…'), "{} bytes", note.len());
     assert_eq!(note, message, "the same text cut the same way");
+}
+
+#[tokio::test]
+async fn a_deployment_written_for_the_go_tool_starts_unchanged() {
+    let _serial = SERIAL.lock().await;
+    let cp = control_plane().await;
+    let admin = cp.admin_client().await.unwrap();
+    let node = unique("n");
+    let dns = dns_for(&[(&node, 28)]);
+    // The container arguments and env vars the Go tool's chart renders (its ports on loopback
+    // here), the flag controller-runtime adds for the kubeconfig, and this test's DNS server.
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_node-csr-approver"));
+    command
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .args(["-metrics-bind-address", "127.0.0.1:0", "-health-probe-bind-address", "127.0.0.1:0", "-level", "1"])
+        .arg("-kubeconfig")
+        .arg(cp.kubeconfig_path())
+        .envs([("PROVIDER_REGEX", REGEX), ("PROVIDER_IP_PREFIXES", PREFIXES), ("IGNORE_NON_SYSTEM_NODE", "False")])
+        .env("DNS_SERVERS", dns.addr().to_string())
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null());
+    let mut approver = Approver::spawn(command);
+    approver.wait_ready().await;
+    let csrs = Csrs::new(cp.kubeconfig_path());
+    let (good, forged) = (csrs.name("go-good"), csrs.name("go-forged"));
+    create_serving_csr(cp, &good, &node, &legit(&node, 28)).await;
+    create_serving_csr(cp, &forged, &node, &Request::node(&node).dns("auth.evil.io")).await;
+    for (name, reason) in [(&good, "AutoApproved"), (&forged, "HostnameMismatch")] {
+        let decided = wait_decided(&admin, name, DECIDE).await;
+        assert_eq!(decided.first().and_then(|c| c.reason.as_deref()), Some(reason), "{}", approver.logs());
+    }
+    // -level 1 is debug: the decision core's debug lines are logged.
+    assert!(approver.log_lines().iter().any(|l| l["level"] == "DEBUG"), "{}", approver.logs());
 }

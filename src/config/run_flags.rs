@@ -58,7 +58,7 @@ pub struct RunArgs {
     /// Log filter, an EnvFilter directive such as info or node_csr_approver=debug [default: info]
     #[arg(long, global = true, env = "LOG_LEVEL")]
     pub log_level: Option<String>,
-    /// The Go kubelet-csr-approver's -level, -5..=10: below -1 error, -1 warn, 0 info, 1 debug, above 1 trace; not with --log-level [default: 0]
+    /// The Go kubelet-csr-approver's -level, -5..=10: -5..=-2 error, -1 warn, 0 info, 1..=4 debug, 5..=10 trace; not with --log-level [default: 0]
     #[arg(long, global = true, env = "LEVEL", allow_negative_numbers = true)]
     pub level: Option<String>,
 }
@@ -212,8 +212,8 @@ fn go_level_directive(level: i64) -> &'static str {
         ..=-2 => "error",
         -1 => "warn",
         0 => "info",
-        1 => "debug",
-        2.. => "trace",
+        1..=4 => "debug",
+        5.. => "trace",
     }
 }
 

@@ -57,16 +57,19 @@ impl Approver {
         extra: &[&str],
         env: &[(&str, &str)],
     ) -> Approver {
+        let binary = Path::new(env!("CARGO_BIN_EXE_node-csr-approver"));
+        let mut command = testkit::approver::command(binary, kubeconfig, regex, prefixes);
+        command.envs(env.iter().copied()).args(["--log-format", "json", "--log-level", "info,node_csr_approver=debug"]);
+        command.args(extra);
+        Approver::spawn(command)
+    }
+
+    /// Runs `command` (the binary with arguments of the caller's choosing: it must log JSON and
+    /// bind its admin endpoints on ports it logs), its stderr going to a log file.
+    pub fn spawn(mut command: Command) -> Approver {
         let dir = tempfile::tempdir().unwrap();
         let log = dir.path().join("approver.log");
-        let binary = Path::new(env!("CARGO_BIN_EXE_node-csr-approver"));
-        let child = testkit::approver::command(binary, kubeconfig, regex, prefixes)
-            .envs(env.iter().copied())
-            .args(["--log-format", "json", "--log-level", "info,node_csr_approver=debug"])
-            .args(extra)
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .unwrap();
+        let child = command.stderr(std::fs::File::create(&log).unwrap()).spawn().unwrap();
         Approver { child, ports: None, log, _dir: dir }
     }
 
