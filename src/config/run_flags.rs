@@ -242,7 +242,8 @@ mod tests {
             ("-1", "warn"),
             ("0", "info"),
             ("1", "debug"),
-            ("2", "trace"),
+            ("4", "debug"),
+            ("5", "trace"),
             ("10", "trace"),
         ] {
             assert_eq!(with_level(level).validate().unwrap().log_filter, filter, "{level}");
