@@ -270,9 +270,9 @@ fn go_spellings_of_the_flags_mean_what_clap_spellings_mean() {
         assert_eq!(output.status.code(), Some(0), "{go_style:?}: {}", stderr(&output));
         assert_eq!(json_lines(&output), json_lines(&clap_style), "{go_style:?}");
     }
-    // The Go tool's own -level: a number from -5 to 10, not with --log-level.
+    // The Go tool's own -level: a number from -5 to 10; --log-level wins over it.
     for (args, code) in
-        [(&["-level", "2"][..], 0), (&["-level=-5"], 0), (&["-level", "11"], 2), (&["-level=1", "--log-level=info"], 2)]
+        [(&["-level", "2"][..], 0), (&["-level=-5"], 0), (&["-level", "11"], 2), (&["-level=1", "--log-level=info"], 0)]
     {
         let output = run(&mut check_examples(args));
         assert_eq!(output.status.code(), Some(code), "{args:?}: {}", stderr(&output));

@@ -58,7 +58,7 @@ pub struct RunArgs {
     /// Log filter, an EnvFilter directive such as info or node_csr_approver=debug [default: info]
     #[arg(long, global = true, env = "LOG_LEVEL")]
     pub log_level: Option<String>,
-    /// The Go kubelet-csr-approver's -level, -5..=10: -5..=-2 error, -1 warn, 0 info, 1..=4 debug, 5..=10 trace; not with --log-level [default: 0]
+    /// The Go kubelet-csr-approver's -level, -5..=10: -5..=-2 error, -1 warn, 0 info, 1..=4 debug, 5..=10 trace; --log-level wins over it [default: 0]
     #[arg(long, global = true, env = "LEVEL", allow_negative_numbers = true)]
     pub level: Option<String>,
 }
@@ -140,14 +140,13 @@ impl RunArgs {
         })
     }
 
-    /// `--log-level`, or the directive `--level` stands for; not both.
+    /// `--log-level`, else the directive `--level` stands for (each validated when given).
     fn log_filter(&self) -> Result<String, ConfigError> {
-        let Some(level) = self.level.as_deref() else { return log_filter(field!(self.log_level)) };
-        if self.log_level.is_some() {
-            return Err(field!(self.level).error(level, "give --log-level or --level, not both"));
-        }
         let level = field!(self.level).number(-5..=10, 0)?;
-        Ok(go_level_directive(level).to_owned())
+        if self.log_level.is_none() && self.level.is_some() {
+            return Ok(go_level_directive(level).to_owned());
+        }
+        log_filter(field!(self.log_level))
     }
 
     fn leader(&self) -> Result<LeaderConfig, ConfigError> {
@@ -251,12 +250,14 @@ mod tests {
     }
 
     #[test]
-    fn the_go_level_is_a_number_from_minus_5_to_10_and_not_given_with_log_level() {
+    fn the_go_level_is_a_number_from_minus_5_to_10_and_log_level_wins_over_it() {
         for bad in ["-6", "11", "x", ""] {
             let error = with_level(bad).validate().unwrap_err();
             assert_eq!((error.flag.as_str(), error.env.as_str()), ("--level", "LEVEL"), "{bad}");
         }
-        let both = RunArgs { log_level: Some("info".into()), ..with_level("1") };
-        assert!(both.validate().unwrap_err().problem.contains("not both"));
+        let both = RunArgs { log_level: Some("warn,node_csr_approver=debug".into()), ..with_level("5") };
+        assert_eq!(both.validate().unwrap().log_filter, "warn,node_csr_approver=debug");
+        let invalid_level = RunArgs { log_level: Some("info".into()), ..with_level("11") };
+        assert_eq!(invalid_level.validate().unwrap_err().flag, "--level");
     }
 }

@@ -47,17 +47,6 @@ subjects:
     namespace: {{ include "node-csr-approver.namespace" . }}
 {{- end }}
 
-{{/* LOG_LEVEL: a string is an EnvFilter directive; a number is the Go tool's zap verbosity. */}}
-{{- define "node-csr-approver.logLevel" -}}
-{{- $level := .Values.loggingLevel }}
-{{- if kindIs "string" $level }}
-{{- $level }}
-{{- else }}
-{{- $n := int $level }}
-{{- if le $n -2 }}error{{ else if eq $n -1 }}warn{{ else if eq $n 0 }}info{{ else if le $n 4 }}debug{{ else }}trace{{ end }}
-{{- end }}
-{{- end }}
-
 {{/* The controller's configuration as environment variables; unset values are left out. */}}
 {{- define "node-csr-approver.env" -}}
 - name: POD_NAME
@@ -152,8 +141,15 @@ subjects:
   value: {{ ternary (printf ":%d" (int .Values.metrics.port)) "0" .Values.metrics.enable | quote }}
 - name: LOG_FORMAT
   value: {{ .Values.logFormat | quote }}
+{{- /* loggingLevel: a string is an EnvFilter directive (LOG_LEVEL); a number is the Go tool's
+  -level (LEVEL), which the binary maps. */}}
+{{- if kindIs "string" .Values.loggingLevel }}
 - name: LOG_LEVEL
-  value: {{ include "node-csr-approver.logLevel" . | quote }}
+  value: {{ .Values.loggingLevel | quote }}
+{{- else }}
+- name: LEVEL
+  value: {{ int .Values.loggingLevel | quote }}
+{{- end }}
 {{- with .Values.env }}
 {{ toYaml . }}
 {{- end }}
