@@ -25,13 +25,14 @@ pub fn binary(release: bool) -> Result<PathBuf, BuildError> {
     if let Some(path) = std::env::var_os(BINARY_ENV) {
         return Ok(PathBuf::from(path));
     }
-    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let workspace = manifest.parent().unwrap_or(manifest);
     let mut args = vec!["build", "-q", "-p", "node-csr-approver"];
     if release {
         args.push("--release");
     }
     let status = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
-        .current_dir(&workspace)
+        .current_dir(workspace)
         .args(&args)
         .status()?;
     if !status.success() {
