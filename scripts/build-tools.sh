@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Builds etcd, kube-apiserver, kube-controller-manager, kubelet and helm from their published Go
-# modules (tools/*/go.mod), and the test tools csr-oracle (tools/csr-oracle), fake-cri
+# Builds etcd, kube-apiserver, kube-controller-manager, kubelet, helm and promtool from their
+# published Go modules (tools/*/go.mod), and the test tools csr-oracle (tools/csr-oracle), fake-cri
 # (tools/fake-cri) and go-flags (tools/go-flags), into a cache keyed by version, and reuses what is
 # already there.
 #
@@ -9,7 +9,7 @@
 #   --print-dir    print the tools directory without building
 #
 # The tools directory holds `etcd`, `kube-apiserver`, `kube-controller-manager`, `kubelet`, `helm`,
-# `csr-oracle`, `fake-cri` and `go-flags` (symlinks to versioned binaries under
+# `promtool`, `csr-oracle`, `fake-cri` and `go-flags` (symlinks to versioned binaries under
 # ${XDG_CACHE_HOME:-~/.cache}/node-csr-approver/bin; the names of csr-oracle, fake-cri and go-flags
 # also carry a hash of their sources and the Go version, so editing them rebuilds them). Progress
 # goes to stderr.
@@ -22,7 +22,7 @@ source "${tools}/versions.env"
 
 cache="${XDG_CACHE_HOME:-${HOME}/.cache}/node-csr-approver"
 bin="${cache}/bin"
-set_dir="${cache}/tools-k8s-${KUBERNETES_VERSION}-etcd-${ETCD_VERSION}-helm-${HELM_VERSION}"
+set_dir="${cache}/tools-k8s-${KUBERNETES_VERSION}-etcd-${ETCD_VERSION}-helm-${HELM_VERSION}-prometheus-${PROMETHEUS_VERSION}"
 
 log() { printf 'build-tools: %s\n' "$*" >&2; }
 die() { log "error: $*"; exit 1; }
@@ -75,6 +75,10 @@ require_staging_versions csr-oracle
 require_version fake-cri k8s.io/cri-client "v0.${KUBERNETES_VERSION#v1.}"
 require_version etcd go.etcd.io/etcd/server/v3 "${ETCD_VERSION}"
 require_version helm helm.sh/helm/v4 "${HELM_VERSION}"
+# Prometheus tags release v3.X.Y as Go module version v0.3XX.Y.
+IFS=. read -r prom_major prom_minor prom_patch <<<"${PROMETHEUS_VERSION#v}"
+require_version promtool github.com/prometheus/prometheus \
+  "$(printf 'v0.%d%02d.%d' "${prom_major}" "${prom_minor}" "${prom_patch}")"
 
 mkdir -p "${bin}" "${set_dir}"
 # One build at a time: test binaries or CI jobs may start this script concurrently.
@@ -103,6 +107,10 @@ build "kubelet-${KUBERNETES_VERSION}" kube-apiserver k8s.io/kubernetes/cmd/kubel
 build "etcd-${ETCD_VERSION}" etcd go.etcd.io/etcd/server/v3 -ldflags "-s -w"
 build "helm-${HELM_VERSION}" helm helm.sh/helm/v4/cmd/helm \
   -ldflags "-s -w -X helm.sh/helm/v4/internal/version.version=${HELM_VERSION}"
+# Only `check rules` and `test rules` are used: remove_all_sd leaves out every service-discovery
+# plugin (the cloud SDKs are most of the build).
+build "promtool-${PROMETHEUS_VERSION}" promtool github.com/prometheus/prometheus/cmd/promtool \
+  -tags remove_all_sd -ldflags "-s -w -X github.com/prometheus/common/version.Version=${PROMETHEUS_VERSION#v}"
 
 # The behaviour of csr-oracle, fake-cri and go-flags is their source and Go's standard library, so
 # they are in their names.
@@ -123,6 +131,7 @@ ln -sfn "../bin/kube-controller-manager-${KUBERNETES_VERSION}" "${set_dir}/kube-
 ln -sfn "../bin/kubelet-${KUBERNETES_VERSION}" "${set_dir}/kubelet"
 ln -sfn "../bin/etcd-${ETCD_VERSION}" "${set_dir}/etcd"
 ln -sfn "../bin/helm-${HELM_VERSION}" "${set_dir}/helm"
+ln -sfn "../bin/promtool-${PROMETHEUS_VERSION}" "${set_dir}/promtool"
 ln -sfn "../bin/${oracle}" "${set_dir}/csr-oracle"
 ln -sfn "../bin/${fake_cri}" "${set_dir}/fake-cri"
 ln -sfn "../bin/${go_flags}" "${set_dir}/go-flags"

@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
 
-echo "== test tools (etcd, kube-apiserver, kube-controller-manager, kubelet, helm, csr-oracle, fake-cri)"
+echo "== test tools (etcd, kube-apiserver, kube-controller-manager, kubelet, helm, promtool, csr-oracle, fake-cri)"
 scripts/build-tools.sh
 
 echo "== static release binary, built as the Dockerfile builds it"
