@@ -60,6 +60,10 @@ fn the_schema_rejects_wrong_types_and_a_missing_regex_with_a_readable_message() 
         ("hostnameMatch=fuzzy", "/hostnameMatch"),
         ("dnsTimeout=soon", "/dnsTimeout"),
         ("metrics.port=http", "/metrics/port"),
+        ("metrics.prometheusRule.enabled=maybe", "/metrics/prometheusRule/enabled"),
+        ("metrics.prometheusRule.additionalRules[0].alert=X", "/metrics/prometheusRule/additionalRules/0"),
+        ("dashboard.enabled=maybe", "/dashboard/enabled"),
+        ("dashboard.labels.a=b", "dashboard"),
         ("providerIpPrefixed=10.0.0.0/8", "providerIpPrefixed"),
     ] {
         let error = render_with(&["--set", set]).unwrap_err();
@@ -160,6 +164,22 @@ fn optional_objects_appear_only_when_asked_for() {
     assert!(find(&render_with(&monitor).unwrap(), "ServiceMonitor").is_none(), "no API, no ServiceMonitor");
     let with_api = [&monitor[..], &["--api-versions", "monitoring.coreos.com/v1"]].concat();
     assert!(find(&render_with(&with_api).unwrap(), "ServiceMonitor").is_some());
+    let api = ["--api-versions", "monitoring.coreos.com/v1"];
+    assert!(find(&render_with(&api).unwrap(), "PrometheusRule").is_none(), "alerts are opt-in");
+    let rule = ["--set", "metrics.prometheusRule.enabled=true"];
+    assert!(find(&render_with(&rule).unwrap(), "PrometheusRule").is_none(), "no API, no PrometheusRule");
+    assert!(find(&render_with(&[&rule[..], &api[..]].concat()).unwrap(), "PrometheusRule").is_some());
+    let quiet_rule = [&rule[..], &api[..], &["--set", "metrics.enable=false"]].concat();
+    assert!(find(&render_with(&quiet_rule).unwrap(), "PrometheusRule").is_none(), "no /metrics, no alerts");
+
+    assert!(find(&render_with(&[]).unwrap(), "ConfigMap").is_none(), "the dashboard is opt-in");
+    let dashboard =
+        render_with(&["--set", "dashboard.enabled=true", "--set", "dashboard.namespace=monitoring"]).unwrap();
+    let config_map = find(&dashboard, "ConfigMap").unwrap();
+    assert_eq!(config_map["metadata"]["namespace"], "monitoring");
+    assert_eq!(config_map["metadata"]["labels"]["grafana_dashboard"], "1");
+    let quiet_dashboard = render_with(&["--set", "dashboard.enabled=true", "--set", "metrics.enable=false"]).unwrap();
+    assert!(find(&quiet_dashboard, "ConfigMap").is_none(), "no /metrics, no dashboard");
 
     let nodes = render_with(&["--set", "verifyNodeAddresses=true"]).unwrap();
     assert!(nodes.iter().any(|o| o["metadata"]["name"] == "approver-node-csr-approver-nodes"));
@@ -223,6 +243,26 @@ fn every_feature_reaches_its_environment_variable() {
     let names: Vec<_> = objects.iter().map(|o| o["metadata"]["name"].as_str().unwrap()).collect();
     assert!(names.contains(&"approver-node-csr-approver-extra") && names.contains(&"approver-extra-string"));
     assert!(find(&objects, "ServiceMonitor").is_some());
+    let rule = find(&objects, "PrometheusRule").unwrap();
+    assert_eq!(rule["metadata"]["labels"]["release"], "prometheus");
+    assert_eq!(rule["metadata"]["annotations"]["example.com/owner"], "platform");
+    let rules = rule["spec"]["groups"][0]["rules"].as_array().unwrap();
+    assert_eq!(rules.last().unwrap()["alert"], "NodeCsrApproverWriteErrors", "additionalRules come last");
+    for rule in &rules[..rules.len() - 1] {
+        assert_eq!(rule["labels"]["team"], "platform", "{rule}");
+        assert!(
+            rule["expr"]
+                .as_str()
+                .unwrap()
+                .contains(r#"{namespace="csr-system",job="approver-node-csr-approver-metrics""#)
+        );
+    }
+    let dashboard = find(&objects, "ConfigMap").unwrap();
+    assert_eq!(dashboard["metadata"]["labels"]["grafana_dashboard"], "1", "a number given, a string label");
+    assert_eq!(dashboard["metadata"]["labels"]["team"], "platform");
+    assert_eq!(dashboard["metadata"]["annotations"]["grafana_folder"], "Kubernetes");
+    let json: Value = serde_json::from_str(dashboard["data"]["node-csr-approver.json"].as_str().unwrap()).unwrap();
+    assert_eq!(json["uid"], "node-csr-approver");
     assert_eq!(find(&objects, "PodDisruptionBudget").unwrap()["metadata"]["namespace"], "csr-system");
     let machines = objects.iter().find(|o| o["metadata"]["name"] == "approver-node-csr-approver-machines").unwrap();
     assert_eq!(machines["rules"][0]["apiGroups"], json!(["machine.openshift.io", "cluster.x-k8s.io"]));
@@ -325,16 +365,19 @@ fn the_dockerfile_passes_hadolint() {
     );
 }
 
-/// A permissive ServiceMonitor CRD, so the apiserver knows the kind (its fields are not checked).
-fn service_monitor_crd() -> CustomResourceDefinition {
+/// A permissive monitoring.coreos.com/v1 CRD of `kind` (ServiceMonitor, PrometheusRule), so the
+/// apiserver knows the kind (its fields are not checked).
+fn monitoring_crd(kind: &str) -> CustomResourceDefinition {
+    let singular = kind.to_lowercase();
+    let plural = format!("{singular}s");
     serde_json::from_value(json!({
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
-        "metadata": {"name": "servicemonitors.monitoring.coreos.com"},
+        "metadata": {"name": format!("{plural}.monitoring.coreos.com")},
         "spec": {
             "group": "monitoring.coreos.com",
             "scope": "Namespaced",
-            "names": {"kind": "ServiceMonitor", "plural": "servicemonitors", "singular": "servicemonitor", "listKind": "ServiceMonitorList"},
+            "names": {"kind": kind, "plural": plural, "singular": singular, "listKind": format!("{kind}List")},
             "versions": [{"name": "v1", "served": true, "storage": true, "schema": {"openAPIV3Schema": {
                 "type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]
         }
@@ -358,7 +401,7 @@ async fn every_rendered_object_is_accepted_by_the_apiserver_and_pods_pass_restri
     let _serial = SERIAL.lock().await;
     let cp = control_plane().await;
     let admin = cp.admin_client().await.unwrap();
-    cp.install_crds(vec![service_monitor_crd()]).await.unwrap();
+    cp.install_crds(vec![monitoring_crd("ServiceMonitor"), monitoring_crd("PrometheusRule")]).await.unwrap();
     let mut cases: Vec<Vec<String>> = vec![vec![]];
     cases.extend(VALUES_FILES.iter().map(|f| vec!["-f".into(), values_file(f)]));
     for case in cases {
