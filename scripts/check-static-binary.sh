@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the release binary as the Dockerfile does (musl, symbols stripped) and checks that it is
 # fully static and runs. Installs the musl target and musl-gcc (for ring) when missing. Prints the
-# binary's path as the last line of stdout.
+# binary's absolute path (under $CARGO_TARGET_DIR when set) as the last line of stdout.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 target=x86_64-unknown-linux-musl
@@ -18,7 +18,7 @@ if ! command -v musl-gcc >/dev/null; then
 fi
 started=${SECONDS}
 CARGO_PROFILE_RELEASE_STRIP=symbols cargo build --release --locked --target "${target}" --bin node-csr-approver >&2
-binary="target/${target}/release/node-csr-approver"
+binary="$(realpath "${CARGO_TARGET_DIR:-target}/${target}/release/node-csr-approver")"
 if ! ldd "${binary}" 2>&1 | grep -qE 'statically linked|not a dynamic executable'; then
   echo "check-static-binary: ${binary} is dynamically linked:" >&2
   ldd "${binary}" >&2

@@ -11,7 +11,7 @@ echo "== test tools (etcd, kube-apiserver, kube-controller-manager, kubelet, hel
 scripts/build-tools.sh
 
 echo "== static release binary, built as the Dockerfile builds it"
-NODE_CSR_APPROVER_BIN="$(pwd)/$(scripts/check-static-binary.sh | tail -n 1)"
+NODE_CSR_APPROVER_BIN="$(scripts/check-static-binary.sh | tail -n 1)"
 export NODE_CSR_APPROVER_BIN
 
 echo "== cargo clippy"
