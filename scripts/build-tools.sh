@@ -4,9 +4,14 @@
 # (tools/fake-cri) and go-flags (tools/go-flags), into a cache keyed by version, and reuses what is
 # already there.
 #
-# Usage: scripts/build-tools.sh [--print-dir]
-#   (no argument)  build what is missing, then print the tools directory on stdout
-#   --print-dir    print the tools directory without building
+# Usage: scripts/build-tools.sh [--kubernetes VERSION] [--print-dir | --list]
+#   (no argument)         build what is missing, then print the tools directory on stdout
+#   --print-dir           print the tools directory without building
+#   --kubernetes VERSION  etcd, kube-apiserver, kube-controller-manager and kubelet of that supported
+#                         release (tools/versions.env) instead of the newest; the other tools stay
+#                         the default ones. Default: $NODE_CSR_APPROVER_KUBERNETES_VERSION, else the
+#                         newest
+#   --list                print the supported Kubernetes releases, newest first
 #
 # The tools directory holds `etcd`, `kube-apiserver`, `kube-controller-manager`, `kubelet`, `helm`,
 # `promtool`, `csr-oracle`, `fake-cri` and `go-flags` (symlinks to versioned binaries under
@@ -22,16 +27,39 @@ source "${tools}/versions.env"
 
 cache="${XDG_CACHE_HOME:-${HOME}/.cache}/node-csr-approver"
 bin="${cache}/bin"
-set_dir="${cache}/tools-k8s-${KUBERNETES_VERSION}-etcd-${ETCD_VERSION}-helm-${HELM_VERSION}-prometheus-${PROMETHEUS_VERSION}"
+# shellcheck disable=SC2206 # a list of words
+KUBERNETES_OLDER_RELEASES=(${KUBERNETES_OLDER_RELEASES})
 
 log() { printf 'build-tools: %s\n' "$*" >&2; }
 die() { log "error: $*"; exit 1; }
 
-case "${1:-}" in
-  --print-dir) printf '%s\n' "${set_dir}"; exit 0 ;;
-  "") ;;
-  *) die "unknown argument '$1' (usage: $0 [--print-dir])" ;;
-esac
+usage="usage: $0 [--kubernetes VERSION] [--print-dir | --list]"
+# The chosen Kubernetes release, its etcd, and its wrapper modules tools/kubernetes/vX.Y{,/etcd}.
+kube_version="${NODE_CSR_APPROVER_KUBERNETES_VERSION:-${KUBERNETES_VERSION}}" print_dir=false
+while (($# > 0)); do
+  case "$1" in
+    --kubernetes) (($# > 1)) || die "${usage}"; kube_version="$2"; shift ;;
+    --print-dir) print_dir=true ;;
+    --list) printf '%s\n' "${KUBERNETES_VERSION}" "${KUBERNETES_OLDER_RELEASES[@]%%:*}"; exit 0 ;;
+    *) die "unknown argument '$1' (${usage})" ;;
+  esac
+  shift
+done
+etcd_version=""
+for release in "${KUBERNETES_VERSION}:${ETCD_VERSION}" "${KUBERNETES_OLDER_RELEASES[@]}"; do
+  if [[ "${release%%:*}" == "${kube_version}" ]]; then etcd_version="${release#*:}"; fi
+done
+[[ -n "${etcd_version}" ]] || die "Kubernetes ${kube_version} is not supported (tools/versions.env:" \
+  "${KUBERNETES_VERSION} ${KUBERNETES_OLDER_RELEASES[*]%%:*})"
+kube_module="kubernetes/${kube_version%.*}"
+set_dir="${cache}/tools-k8s-${kube_version}-etcd-${etcd_version}-helm-${HELM_VERSION}-prometheus-${PROMETHEUS_VERSION}"
+# csr-oracle and fake-cri are always the newest release's: an older release's directory names that
+# too, so checkouts that differ in their newest release do not re-link each other's directory.
+[[ "${kube_version}" == "${KUBERNETES_VERSION}" ]] || set_dir+="-oracle-${KUBERNETES_VERSION}"
+if ${print_dir}; then
+  printf '%s\n' "${set_dir}"
+  exit 0
+fi
 
 export GOTOOLCHAIN=local CGO_ENABLED=0
 
@@ -42,9 +70,10 @@ require_version() {
   [[ "${got}" == "$3" ]] || die "tools/$1/go.mod has $2 ${got}, tools/versions.env says $3"
 }
 
-# Checks that tools/$1/go.mod replaces every k8s.io staging module by itself at the release's v0 tag.
+# Checks that tools/$1/go.mod replaces every k8s.io staging module by itself at the v0 tag of
+# Kubernetes release $2.
 require_staging_versions() {
-  local want="v0.${KUBERNETES_VERSION#v1.}" count=0 old arrow new version
+  local want="v0.${2#v1.}" count=0 old arrow new version
   while read -r old arrow new version; do
     [[ "${new}" == "${old}" && "${version}" == "${want}" ]] \
       || die "tools/$1/go.mod: replace ${old} ${arrow} ${new} ${version}, want ${old} ${want}"
@@ -68,12 +97,12 @@ build() {
   log "built $(basename "${out}") in $((SECONDS - start)) s"
 }
 
-require_version kube-apiserver k8s.io/kubernetes "${KUBERNETES_VERSION}"
-require_staging_versions kube-apiserver
+require_version "${kube_module}" k8s.io/kubernetes "${kube_version}"
+require_staging_versions "${kube_module}" "${kube_version}"
 require_version csr-oracle k8s.io/kubernetes "${KUBERNETES_VERSION}"
-require_staging_versions csr-oracle
+require_staging_versions csr-oracle "${KUBERNETES_VERSION}"
 require_version fake-cri k8s.io/cri-client "v0.${KUBERNETES_VERSION#v1.}"
-require_version etcd go.etcd.io/etcd/server/v3 "${ETCD_VERSION}"
+require_version "${kube_module}/etcd" go.etcd.io/etcd/server/v3 "${etcd_version}"
 require_version helm helm.sh/helm/v4 "${HELM_VERSION}"
 # Prometheus tags release v3.X.Y as Go module version v0.3XX.Y.
 IFS=. read -r prom_major prom_minor prom_patch <<<"${PROMETHEUS_VERSION#v}"
@@ -87,24 +116,24 @@ flock 9
 
 # The version variables the Kubernetes release build sets (hack/lib/version.sh), so /version
 # reports the release.
-minor="${KUBERNETES_VERSION#v1.}"
+minor="${kube_version#v1.}"
 kube_ldflags=()
 for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
   kube_ldflags+=(
-    "-X ${pkg}.gitVersion=${KUBERNETES_VERSION}"
+    "-X ${pkg}.gitVersion=${kube_version}"
     "-X ${pkg}.gitMajor=1"
     "-X ${pkg}.gitMinor=${minor%%.*}"
     "-X ${pkg}.gitTreeState=clean"
   )
 done
 
-build "kube-apiserver-${KUBERNETES_VERSION}" kube-apiserver k8s.io/kubernetes/cmd/kube-apiserver \
+build "kube-apiserver-${kube_version}" "${kube_module}" k8s.io/kubernetes/cmd/kube-apiserver \
   -tags selinux,notest -ldflags "-s -w ${kube_ldflags[*]}"
-build "kube-controller-manager-${KUBERNETES_VERSION}" kube-apiserver \
+build "kube-controller-manager-${kube_version}" "${kube_module}" \
   k8s.io/kubernetes/cmd/kube-controller-manager -tags selinux,notest -ldflags "-s -w ${kube_ldflags[*]}"
-build "kubelet-${KUBERNETES_VERSION}" kube-apiserver k8s.io/kubernetes/cmd/kubelet \
+build "kubelet-${kube_version}" "${kube_module}" k8s.io/kubernetes/cmd/kubelet \
   -tags selinux,notest -ldflags "-s -w ${kube_ldflags[*]}"
-build "etcd-${ETCD_VERSION}" etcd go.etcd.io/etcd/server/v3 -ldflags "-s -w"
+build "etcd-${etcd_version}" "${kube_module}/etcd" go.etcd.io/etcd/server/v3 -ldflags "-s -w"
 build "helm-${HELM_VERSION}" helm helm.sh/helm/v4/cmd/helm \
   -ldflags "-s -w -X helm.sh/helm/v4/internal/version.version=${HELM_VERSION}"
 # Only `check rules` and `test rules` are used: remove_all_sd leaves out every service-discovery
@@ -126,10 +155,10 @@ build "${fake_cri}" fake-cri . -ldflags "-s -w"
 go_flags="go-flags-$(source_hash go-flags)"
 build "${go_flags}" go-flags . -ldflags "-s -w"
 
-ln -sfn "../bin/kube-apiserver-${KUBERNETES_VERSION}" "${set_dir}/kube-apiserver"
-ln -sfn "../bin/kube-controller-manager-${KUBERNETES_VERSION}" "${set_dir}/kube-controller-manager"
-ln -sfn "../bin/kubelet-${KUBERNETES_VERSION}" "${set_dir}/kubelet"
-ln -sfn "../bin/etcd-${ETCD_VERSION}" "${set_dir}/etcd"
+ln -sfn "../bin/kube-apiserver-${kube_version}" "${set_dir}/kube-apiserver"
+ln -sfn "../bin/kube-controller-manager-${kube_version}" "${set_dir}/kube-controller-manager"
+ln -sfn "../bin/kubelet-${kube_version}" "${set_dir}/kubelet"
+ln -sfn "../bin/etcd-${etcd_version}" "${set_dir}/etcd"
 ln -sfn "../bin/helm-${HELM_VERSION}" "${set_dir}/helm"
 ln -sfn "../bin/promtool-${PROMETHEUS_VERSION}" "${set_dir}/promtool"
 ln -sfn "../bin/${oracle}" "${set_dir}/csr-oracle"

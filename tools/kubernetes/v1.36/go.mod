@@ -1,4 +1,4 @@
-module node-csr-approver/tools/kube-apiserver
+module node-csr-approver/tools/kubernetes/v1.36
 
 go 1.26.0
 

@@ -1,4 +1,4 @@
-module node-csr-approver/tools/etcd
+module node-csr-approver/tools/kubernetes/v1.36/etcd
 
 go 1.26.0
 
