@@ -14,8 +14,8 @@ use crate::{Error, kubeconfig};
 /// How long kube-controller-manager may take to answer `/healthz`.
 const START_TIMEOUT: Duration = Duration::from_secs(120);
 
-/// The v1.36 name of the controller that signs approved CSRs of the `kubernetes.io/*` signers
-/// (`csrsigning` is its alias).
+/// The name, in every supported release, of the controller that signs approved CSRs of the
+/// `kubernetes.io/*` signers (`csrsigning` is its alias).
 const SIGNING_CONTROLLER: &str = "certificatesigningrequest-signing-controller";
 
 /// Validity of the certificates it issues unless a CSR asks for less (kube-controller-manager's

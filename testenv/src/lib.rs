@@ -3,7 +3,8 @@
 //! [`ControlPlane::start`] starts a private control plane; [`ControlPlane::shared`] hands out one
 //! per test process (or attaches to a running `local-cluster` named by [`ATTACH_ENV`]). Binaries
 //! come from [`TOOLS_DIR_ENV`] or, when unset, from `scripts/build-tools.sh`, which builds them
-//! once into a cache (the first build takes minutes; see the script).
+//! once into a cache (the first build takes minutes; see the script), for the Kubernetes release
+//! [`KUBERNETES_VERSION_ENV`] chooses (default: the newest supported one).
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), testenv::Error> {
@@ -57,7 +58,7 @@ pub use kubelet::{Kubelet, KubeletCredentials, KubeletOptions, SANDBOX_UID, host
 pub use oracle::{GoView, Oracle};
 pub use ports::free_port;
 pub use probe::{is_forbidden, process_running};
-pub use tools::{TOOLS_DIR_ENV, tools_dir};
+pub use tools::{KUBERNETES_VERSION_ENV, TOOLS_DIR_ENV, kubernetes_version, tools_dir};
 
 /// Environment variable naming the admin kubeconfig of a running control plane (for example one
 /// started by `local-cluster`) that [`ControlPlane::shared`] attaches to instead of starting one.

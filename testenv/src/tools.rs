@@ -11,9 +11,32 @@ use crate::Error;
 /// `scripts/build-tools.sh` is not run.
 pub const TOOLS_DIR_ENV: &str = "NODE_CSR_APPROVER_TOOLS_DIR";
 
+/// Environment variable choosing the Kubernetes release whose etcd, kube-apiserver,
+/// kube-controller-manager and kubelet run: one of the supported releases of `tools/versions.env`
+/// (`scripts/build-tools.sh --list`), for example `v1.36.3`. Unset: the newest. The other tools
+/// (helm, csr-oracle, fake-cri, go-flags) are the same for every release. Without effect when
+/// [`TOOLS_DIR_ENV`] names the directory.
+pub const KUBERNETES_VERSION_ENV: &str = "NODE_CSR_APPROVER_KUBERNETES_VERSION";
+
+/// `tools/versions.env`, the one place the supported releases are listed.
+const VERSIONS_ENV: &str = include_str!("../../tools/versions.env");
+
+/// The Kubernetes release the tools directory is built for: `$NODE_CSR_APPROVER_KUBERNETES_VERSION`,
+/// or else the newest supported release (`KUBERNETES_VERSION` of `tools/versions.env`).
+pub fn kubernetes_version() -> String {
+    match std::env::var(KUBERNETES_VERSION_ENV) {
+        Ok(version) if !version.is_empty() => version,
+        _ => VERSIONS_ENV
+            .lines()
+            .find_map(|line| line.strip_prefix("KUBERNETES_VERSION="))
+            .map(|version| version.trim().to_owned())
+            .unwrap_or_default(),
+    }
+}
+
 /// The directory holding the tool binaries: `$NODE_CSR_APPROVER_TOOLS_DIR`, or else the directory
-/// printed by `scripts/build-tools.sh`, which builds the tools first when they are not cached yet
-/// (its progress goes to stderr).
+/// printed by `scripts/build-tools.sh --kubernetes <`[`kubernetes_version`]`>`, which builds the
+/// tools first when they are not cached yet (its progress goes to stderr).
 pub fn tools_dir() -> Result<PathBuf, Error> {
     if let Some(dir) = std::env::var_os(TOOLS_DIR_ENV) {
         return Ok(PathBuf::from(dir));
@@ -21,6 +44,7 @@ pub fn tools_dir() -> Result<PathBuf, Error> {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/build-tools.sh");
     let output = Command::new("bash")
         .arg(&script)
+        .args(["--kubernetes", &kubernetes_version()])
         .stdin(Stdio::null())
         .stderr(Stdio::inherit())
         .output()
