@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # The project's test command (README, "Two commands"): formatting, lints, the test tools (built once
-# and cached), then every test of the workspace.
+# and cached), then every test of the workspace against the newest supported Kubernetes release, and
+# the integration tests against each older one (README, "Supported Kubernetes versions").
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Which release runs is this script's choice, not the caller's.
+unset NODE_CSR_APPROVER_KUBERNETES_VERSION
 
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
@@ -19,3 +22,17 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 
 echo "== cargo test"
 cargo test --workspace --locked --no-fail-fast
+
+# Every older supported release (tools/versions.env): the approver against its apiserver (and its
+# kube-controller-manager signer and kubelet), and that the apiserver that ran is that release.
+status=0
+for version in $(scripts/build-tools.sh --list | tail -n +2); do
+  echo "== test tools of Kubernetes ${version}"
+  scripts/build-tools.sh --kubernetes "${version}" >/dev/null
+  echo "== cargo test against Kubernetes ${version}"
+  export NODE_CSR_APPROVER_KUBERNETES_VERSION="${version}"
+  cargo test --locked --no-fail-fast -p testenv --test admin || status=1
+  cargo test --locked --no-fail-fast -p node-csr-approver \
+    --test controller --test ha --test rbac --test machine --test chart --test kubelet || status=1
+done
+exit "${status}"
