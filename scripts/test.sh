@@ -24,15 +24,16 @@ echo "== cargo test"
 cargo test --workspace --locked --no-fail-fast
 
 # Every older supported release (tools/versions.env): the approver against its apiserver (and its
-# kube-controller-manager signer and kubelet), and that the apiserver that ran is that release.
+# kube-controller-manager signer and kubelet), and that the apiserver that ran is that release
+# (testenv's tests/admin.rs; the approver's own tests/admin.rs comes along). --workspace keeps the
+# test binaries of the run above: selecting packages would rebuild them with other features.
 status=0
 for version in $(scripts/build-tools.sh --list | tail -n +2); do
   echo "== test tools of Kubernetes ${version}"
   scripts/build-tools.sh --kubernetes "${version}" >/dev/null
   echo "== cargo test against Kubernetes ${version}"
-  export NODE_CSR_APPROVER_KUBERNETES_VERSION="${version}"
-  cargo test --locked --no-fail-fast -p testenv --test admin || status=1
-  cargo test --locked --no-fail-fast -p node-csr-approver \
-    --test controller --test ha --test rbac --test machine --test chart --test kubelet || status=1
+  NODE_CSR_APPROVER_KUBERNETES_VERSION="${version}" cargo test --workspace --locked --no-fail-fast \
+    --test admin --test controller --test ha --test rbac --test machine --test chart --test kubelet \
+    || status=1
 done
 exit "${status}"
