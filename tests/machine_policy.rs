@@ -169,6 +169,11 @@ fn cases() -> Vec<Case> {
             .sub(|s| s.request = Request::node("n1").email("n1@example.com").pem().into_bytes()),
         case("client with a uri san", client("n1", 60), quiet(), (Hold, Reason::ClientSANsPresent))
             .sub(|s| s.request = Request::node("n1").uri("spiffe://example.com/n1").pem().into_bytes()),
+        case("client with an other-name san", client("n1", 60), quiet(), (Hold, Reason::ClientSANsPresent))
+            .sub(|s| s.request = with_other_name(Request::node("n1")).pem().into_bytes()),
+        // Every SAN kind adds to the count: one DNS and one other-name SAN are two, not none.
+        case("client with a dns and an other-name san", client("n1", 60), quiet(), (Hold, Reason::ClientSANsPresent))
+            .sub(|s| s.request = with_other_name(Request::node("n1").dns("n1")).pem().into_bytes()),
         case("serving usages on a client csr", client("n1", 60), quiet(), (Hold, Reason::UsagesNotAllowed))
             .sub(|s| s.usages = vec!["digital signature".into(), "server auth".into()]),
         case(
@@ -281,4 +286,11 @@ fn a_client_evaluation_reports_what_the_request_asks_for() {
     assert_eq!(request.common_names, ["system:node:n1"]);
     assert_eq!(request.organizations, ["system:nodes"]);
     assert!(request.dns_names.is_empty() && request.ip_addresses.is_empty());
+}
+
+/// `request` with an otherName SAN (a UPN), which the parser records among the other SANs.
+fn with_other_name(mut request: Request) -> Request {
+    let upn = vec![1, 3, 6, 1, 4, 1, 311, 20, 2, 3];
+    request.sans.push(rcgen::SanType::OtherName((upn, rcgen::OtherNameValue::Utf8String("n1@example.com".into()))));
+    request
 }

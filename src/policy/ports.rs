@@ -107,3 +107,15 @@ pub trait ClusterView: Send + Sync {
     /// The inputs of the pending brake.
     fn load(&self) -> impl Future<Output = Result<Load, ClusterError>> + Send;
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_dns_failure_reads_as_the_answer_it_stands_for() {
+        let shown = [DnsFailure::Timeout, DnsFailure::ServFail, DnsFailure::Refused, DnsFailure::Other("reset".into())]
+            .map(|failure| failure.to_string());
+        assert_eq!(shown, ["timeout", "SERVFAIL", "REFUSED", "reset"]);
+    }
+}
