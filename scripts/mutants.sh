@@ -3,7 +3,7 @@
 # src/csr/, src/policy.rs and src/policy/ must be caught by the fast tests (mutants.toml). Installs cargo-mutants
 # when missing; fails on any missed mutant.
 #
-# Usage: scripts/mutants.sh                 every mutant (about 30 s each on 2 cores)
+# Usage: scripts/mutants.sh                 every mutant (about 14 s each on 2 cores)
 #        scripts/mutants.sh --in-diff REV   only mutants in lines changed since REV
 set -euo pipefail
 cd "$(dirname "$0")/.."
