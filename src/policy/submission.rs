@@ -57,3 +57,39 @@ fn decided_by(csr: &CertificateSigningRequest) -> Option<String> {
         matches!(c.type_.as_str(), "Approved" | "Denied").then(|| format!("condition {} is present", c.type_))
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::ByteString;
+    use k8s_openapi::api::certificates::v1::{CertificateSigningRequestCondition, CertificateSigningRequestStatus};
+
+    use super::*;
+
+    fn with_status(certificate: &[u8], conditions: &[&str]) -> CertificateSigningRequest {
+        let conditions = conditions
+            .iter()
+            .map(|type_| CertificateSigningRequestCondition { type_: (*type_).into(), ..Default::default() })
+            .collect();
+        let status = CertificateSigningRequestStatus {
+            certificate: Some(ByteString(certificate.to_vec())),
+            conditions: Some(conditions),
+        };
+        CertificateSigningRequest { status: Some(status), ..Default::default() }
+    }
+
+    #[test]
+    fn a_certificate_or_an_approved_or_denied_condition_decides_a_csr() {
+        let cases = [
+            (with_status(b"PEM", &[]), Some("a certificate was issued")),
+            (with_status(b"", &["Approved"]), Some("condition Approved is present")),
+            (with_status(b"", &["Failed", "Denied"]), Some("condition Denied is present")),
+            (with_status(b"", &[]), None),
+            (with_status(b"", &["Failed"]), None),
+            (CertificateSigningRequest::default(), None),
+        ];
+        for (csr, decided) in cases {
+            assert_eq!(Submission::from(&csr).decided.as_deref(), decided, "{:?}", csr.status);
+            assert_eq!(is_decided(&csr), decided.is_some(), "{:?}", csr.status);
+        }
+    }
+}
