@@ -125,6 +125,14 @@ mod tests {
     }
 
     #[test]
+    fn an_empty_path_counts_as_not_given() {
+        let mut args = RunArgs { kubeconfig: Some(String::new()), ..RunArgs::default() };
+        assert_eq!(field!(args.kubeconfig).path(), None);
+        args.kubeconfig = Some("/etc/kubeconfig".into());
+        assert_eq!(field!(args.kubeconfig).path(), Some(std::path::PathBuf::from("/etc/kubeconfig")));
+    }
+
+    #[test]
     fn every_declared_argument_has_a_long_flag_and_an_env_var() {
         for arg in ARGUMENTS.get_arguments().filter(|arg| arg.get_id() != "help") {
             assert!(arg.get_long().is_some() && arg.get_env().is_some(), "{}", arg.get_id());
