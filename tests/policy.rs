@@ -410,6 +410,23 @@ fn forged_requests_are_not_looked_up_in_dns() {
 }
 
 #[test]
+fn the_ip_san_check_waits_for_every_dns_san_to_resolve() {
+    // Unavailable, or not found yet: either leaves the resolved set incomplete, so the IP SAN check
+    // is skipped rather than judged against part of the answers.
+    let unanswered = [Resolution::Unavailable(DnsFailure::Timeout), Resolution::NotFound];
+    for answer in unanswered {
+        let evaluation = case("incomplete answers", good_csr(), (Retry, Reason::DNSUnavailable))
+            .dns(&[("n1.nodes.example.com", answer.clone())])
+            .evaluate();
+        let row = evaluation.checks.iter().find(|r| r.check.as_str() == "ip-resolved").unwrap();
+        match &row.outcome {
+            Outcome::Skip(why) => assert!(why.contains("every DNS SAN resolved"), "{answer:?}: {why}"),
+            other => panic!("{answer:?}: ip-resolved was evaluated: {other:?}"),
+        }
+    }
+}
+
+#[test]
 fn readme_lists_every_reason_code_and_no_other() {
     let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
     let table = readme.split("<!-- reasons -->").nth(1).unwrap().split("<!-- end -->").next().unwrap();
