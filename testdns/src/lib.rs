@@ -53,8 +53,8 @@ pub enum Error {
     /// A name or address given to [`Records`] does not parse.
     #[error("invalid test DNS records: {0}")]
     InvalidRecords(String),
-    /// The loopback sockets could not be bound.
-    #[error("cannot bind the test DNS server on 127.0.0.1: {0}")]
+    /// The sockets could not be bound.
+    #[error("cannot bind the test DNS server: {0}")]
     Bind(#[from] io::Error),
     /// The server's own thread could not be started.
     #[error("cannot start the test DNS server thread: {0}")]
@@ -402,7 +402,7 @@ fn no_response(request: &Request) -> ResponseInfo {
     ResponseInfo::from(Header { metadata, counts: HeaderCounts::default() })
 }
 
-/// A running DNS server on `127.0.0.1`; it stops when dropped.
+/// A running DNS server on loopback; it stops when dropped.
 pub struct DnsServer {
     addr: SocketAddr,
     shared: Arc<Shared>,
@@ -440,6 +440,22 @@ impl DnsServer {
     pub fn start_on_thread(records: Records) -> Result<Self, Error> {
         records.check()?;
         let (udp, tcp) = bind_loopback()?;
+        Self::serve_on_thread(records, udp, tcp)
+    }
+
+    /// Like [`DnsServer::start_on_thread`], on `addr` rather than an ephemeral port of 127.0.0.1:
+    /// e.g. port 53 of a loopback address, for a client that only reads `/etc/resolv.conf`
+    /// (binding port 53 needs root or `CAP_NET_BIND_SERVICE`).
+    pub fn start_on_thread_at(records: Records, addr: SocketAddr) -> Result<Self, Error> {
+        records.check()?;
+        let udp = std::net::UdpSocket::bind(addr)?;
+        let tcp = std::net::TcpListener::bind(udp.local_addr()?)?;
+        udp.set_nonblocking(true)?;
+        tcp.set_nonblocking(true)?;
+        Self::serve_on_thread(records, udp, tcp)
+    }
+
+    fn serve_on_thread(records: Records, udp: std::net::UdpSocket, tcp: std::net::TcpListener) -> Result<Self, Error> {
         let addr = udp.local_addr()?;
         let shared = new_shared(records);
         let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<(), Error>>();

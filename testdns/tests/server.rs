@@ -209,6 +209,20 @@ fn runs_on_its_own_thread_from_synchronous_code() {
     assert!(std::net::TcpListener::bind(addr).is_ok(), "stopped on drop");
 }
 
+#[test]
+fn serves_at_a_given_address_over_udp_and_tcp() {
+    // Another loopback address than 127.0.0.1, as the bench uses for port 53.
+    let server = DnsServer::start_on_thread_at(sample(), "127.0.53.1:0".parse().unwrap()).unwrap();
+    assert_eq!(server.addr().ip(), "127.0.53.1".parse::<IpAddr>().unwrap());
+    assert_ne!(server.addr().port(), 0);
+    for tcp in [false, true] {
+        let response = ask(server.addr(), "n1.example.com.", RecordType::A, tcp).unwrap();
+        assert_eq!(addresses(&response).len(), 1, "tcp: {tcp}");
+    }
+    let taken = server.addr();
+    assert!(matches!(DnsServer::start_on_thread_at(sample(), taken), Err(Error::Bind(_))));
+}
+
 #[tokio::test]
 async fn invalid_records_are_reported() {
     let bad = Records::new().a("n1.example.com", "10.0.0.300");
