@@ -11,7 +11,7 @@ mod run_flags;
 pub use flags::go_bool;
 pub use machine_flags::{MachineApi, MachineArgs, MachineSource};
 pub use policy_flags::{DnsConfig, PolicyArgs, Warning};
-pub use run_flags::{LeaderConfig, LogFormat, RunArgs, RunConfig};
+pub use run_flags::{EventLevel, LeaderConfig, LogFormat, RunArgs, RunConfig};
 
 use crate::policy::PolicyConfig;
 

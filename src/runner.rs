@@ -62,7 +62,7 @@ pub async fn run(settings: Settings) -> Result<(), RunError> {
     let resolver = MeteredResolver::new(HickoryResolver::new(dns.servers.as_deref(), dns.timeout)?, metrics.clone());
     let instance = cfg.leader.as_ref().map(|l| l.identity.clone());
     let (events, event_publisher) =
-        Events::start(client.clone(), Reporter { controller: "node-csr-approver".into(), instance });
+        Events::start(client.clone(), Reporter { controller: "node-csr-approver".into(), instance }, cfg.events);
     let ctx = Arc::new(Context {
         api: Api::all(client.clone()),
         policy,

@@ -221,6 +221,7 @@ fn every_feature_reaches_its_environment_variable() {
         ("VERIFY_NODE_ADDRESSES", "true"),
         ("DRY_RUN", "true"),
         ("CONCURRENCY", "8"),
+        ("EVENTS", "all"),
         ("LEADER_ELECTION", "true"),
         ("LEADER_ELECTION_ID", "csr-approver-lease"),
         ("LEASE_DURATION", "20s"),

@@ -73,8 +73,9 @@ async fn approves_and_denies_end_to_end_with_conditions_and_events() {
     let denied = wait_decided(&admin, &outside, DECIDE).await;
     assert_eq!(denied[0].reason.as_deref(), Some("IPNotInPrefixes"));
 
-    assert!(wait_event(&admin, &good, "AutoApproved", DECIDE).await.is_some(), "approval event");
+    // --events defaults to problems: denials get an event, approvals only their condition.
     assert!(wait_event(&admin, &forged, "HostnameMismatch", DECIDE).await.is_some(), "denial event");
+    assert!(wait_event(&admin, &outside, "IPNotInPrefixes", DECIDE).await.is_some(), "denial event");
     assert!(conditions(&admin, &other_signer).await.is_empty(), "a CSR of another signer is untouched");
     assert!(events_for(&admin, &other_signer).await.is_empty());
     let metrics = approver.metrics().await;
@@ -94,6 +95,29 @@ async fn approves_and_denies_end_to_end_with_conditions_and_events() {
     assert_eq!((line["message"].as_str(), line["node"].as_str()), (Some("written"), Some(node.as_str())));
     assert_eq!((line["decision"].as_str(), line["reason"].as_str()), (Some("approve"), Some("AutoApproved")));
     assert_eq!(line["detail"], approved[0].message.as_deref().unwrap());
+    // The good CSR was decided before the denials whose events are there by now.
+    assert!(events_for(&admin, &good).await.is_empty(), "no approval event by default");
+    drop(approver);
+
+    // --events=all adds the approvals' events; --events=none publishes nothing.
+    for (level, with_events) in [("all", true), ("none", false)] {
+        let flags = [format!("--dns-server={}", dns.addr()), format!("--events={level}")];
+        let mut approver = Approver::start(cp.kubeconfig_path(), &[&flags[0], &flags[1]], &[]);
+        approver.wait_ready().await;
+        let (good, forged) = (csrs.name("good"), csrs.name("forged"));
+        create_serving_csr(cp, &good, &node, &legit(&node, 21)).await;
+        create_serving_csr(cp, &forged, &node, &Request::node(&node).dns("auth.evil.io")).await;
+        assert_eq!(wait_decided(&admin, &good, DECIDE).await[0].type_, "Approved");
+        assert_eq!(wait_decided(&admin, &forged, DECIDE).await[0].type_, "Denied");
+        if with_events {
+            assert!(wait_event(&admin, &good, "AutoApproved", DECIDE).await.is_some(), "--events=all: approval event");
+        } else {
+            // Events follow their write within milliseconds; give them a second.
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            assert!(events_for(&admin, &good).await.is_empty(), "--events=none: no approval event");
+            assert!(events_for(&admin, &forged).await.is_empty(), "--events=none: no denial event");
+        }
+    }
 }
 
 #[tokio::test]
@@ -105,7 +129,9 @@ async fn skip_deny_and_dry_run_write_nothing() {
     let node = unique("n");
     let dns = dns_for(&[(&node, 22)]);
     for (flag, note) in [("--skip-deny-step", "held for a human"), ("--dry-run", "dry run: not written")] {
-        let mut approver = Approver::start(cp.kubeconfig_path(), &[flag, &format!("--dns-server={}", dns.addr())], &[]);
+        // --events=all: the would-be approval's event too.
+        let flags = [flag, &format!("--dns-server={}", dns.addr()), "--events=all"];
+        let mut approver = Approver::start(cp.kubeconfig_path(), &flags, &[]);
         approver.wait_ready().await;
         let (good, forged) = (csrs.name("good"), csrs.name("forged"));
         create_serving_csr(cp, &forged, &node, &Request::node(&node).dns("auth.evil.io")).await;

@@ -152,7 +152,13 @@ async fn the_deploy_rbac_is_enough_and_the_signers_rule_is_needed() {
         wait_access(&env.account, events(verb), false).await;
     }
     {
-        let args = ["--bypass-dns-resolution", "--leader-election", "--leader-election-namespace=node-csr-approver"];
+        // --events=all: the approval's event shows that the Role lets it create events.
+        let args = [
+            "--bypass-dns-resolution",
+            "--leader-election",
+            "--leader-election-namespace=node-csr-approver",
+            "--events=all",
+        ];
         let mut approver = env.approver(&args);
         approver.wait_ready().await;
         let name = csrs.name("rbac-ok");

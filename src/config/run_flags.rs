@@ -8,7 +8,7 @@ use clap::Args;
 
 use super::ConfigError;
 use super::flags::{Field, field, is_dns_label};
-use crate::policy::is_dns_subdomain;
+use crate::policy::{DecisionKind, is_dns_subdomain};
 
 /// Where the service account's namespace is mounted in a pod.
 const POD_NAMESPACE_FILE: &str = "/var/run/secrets/kubernetes.io/serviceaccount/namespace";
@@ -22,6 +22,9 @@ pub struct RunArgs {
     /// CSRs evaluated and written at once, 1..=1000 [default: 32]
     #[arg(long, global = true, env = "CONCURRENCY")]
     pub concurrency: Option<String>,
+    /// Which decisions are also published as Events: all; problems (denials, holds and retries, not approvals, whose Approved condition is their record); or none [default: problems]
+    #[arg(long, global = true, env = "EVENTS")]
+    pub events: Option<String>,
     /// Evaluate and record (events, metrics, logs) but write no condition [default: false]
     #[arg(long, global = true, env = "DRY_RUN", num_args = 0..=1, require_equals = true, default_missing_value = "true")]
     pub dry_run: Option<String>,
@@ -72,6 +75,29 @@ pub enum LogFormat {
     Text,
 }
 
+/// Which decisions are also published as Events (logs and metrics record every one).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventLevel {
+    /// Every decision.
+    All,
+    /// Every decision but approvals: an approval's Approved condition already carries its reason
+    /// and message, and its Event would double the writes of a burst.
+    Problems,
+    /// None.
+    None,
+}
+
+impl EventLevel {
+    /// Whether a decision of `kind` is published.
+    pub fn publishes(self, kind: DecisionKind) -> bool {
+        match self {
+            EventLevel::All => true,
+            EventLevel::Problems => kind != DecisionKind::Approve,
+            EventLevel::None => false,
+        }
+    }
+}
+
 /// Leader-election settings.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LeaderConfig {
@@ -96,6 +122,8 @@ pub struct RunConfig {
     pub kubeconfig: Option<PathBuf>,
     /// Bound on concurrent evaluations and writes.
     pub concurrency: u16,
+    /// Which decisions are published as Events.
+    pub events: EventLevel,
     /// Write no condition.
     pub dry_run: bool,
     /// Leader election, when enabled.
@@ -120,6 +148,15 @@ impl RunArgs {
         Ok(RunConfig {
             kubeconfig: field!(self.kubeconfig).path(),
             concurrency: u16::try_from(concurrency).unwrap_or(u16::MAX),
+            events: match self.events.as_deref().map(|f| f.trim().to_ascii_lowercase()).as_deref() {
+                None | Some("problems") => EventLevel::Problems,
+                Some("all") => EventLevel::All,
+                Some("none") => EventLevel::None,
+                Some(_) => {
+                    return Err(field!(self.events)
+                        .error(self.events.as_deref().unwrap_or_default(), "expected all, problems or none"));
+                }
+            },
             dry_run: field!(self.dry_run).boolean(false)?,
             leader,
             drain_timeout: field!(self.drain_timeout)
@@ -230,6 +267,26 @@ mod tests {
 
     fn with_level(level: &str) -> RunArgs {
         RunArgs { level: Some(level.into()), ..RunArgs::default() }
+    }
+
+    #[test]
+    fn events_default_to_problems_and_approvals_are_published_only_with_all() {
+        let level = |value: Option<&str>| RunArgs { events: value.map(Into::into), ..RunArgs::default() }.validate();
+        assert_eq!(level(None).unwrap().events, EventLevel::Problems);
+        for (text, want) in [("all", EventLevel::All), (" Problems ", EventLevel::Problems), ("NONE", EventLevel::None)]
+        {
+            assert_eq!(level(Some(text)).unwrap().events, want, "{text}");
+        }
+        for bad in ["", "some", "approvals"] {
+            let error = level(Some(bad)).unwrap_err();
+            assert_eq!((error.flag.as_str(), error.env.as_str()), ("--events", "EVENTS"), "{bad}");
+        }
+        use DecisionKind::{Approve, Deny, Hold, Ignore, Retry};
+        for kind in [Approve, Deny, Hold, Retry, Ignore] {
+            assert!(EventLevel::All.publishes(kind), "{kind:?}");
+            assert_eq!(EventLevel::Problems.publishes(kind), kind != Approve, "{kind:?}");
+            assert!(!EventLevel::None.publishes(kind), "{kind:?}");
+        }
     }
 
     #[test]

@@ -15,6 +15,7 @@ use kube::{Api, Client};
 use tokio::sync::mpsc;
 
 use super::approval::{MAX_MESSAGE_BYTES, truncate};
+use crate::config::EventLevel;
 use crate::policy::{Decision, DecisionKind, is_dns_subdomain};
 
 /// Events published at once by the background publisher: low, so that during a burst the
@@ -45,6 +46,7 @@ struct PendingEvent {
 #[derive(Debug, Clone)]
 pub struct Events {
     queue: mpsc::Sender<PendingEvent>,
+    level: EventLevel,
 }
 
 /// The background publisher of [`Events`]; it ends once every [`Events`] handle is dropped and
@@ -53,8 +55,8 @@ pub struct Events {
 pub struct EventPublisher(tokio::task::JoinHandle<()>);
 
 impl Events {
-    /// Starts the publisher on the current runtime.
-    pub fn start(client: Client, reporter: Reporter) -> (Events, EventPublisher) {
+    /// Starts the publisher on the current runtime; it publishes the decisions `level` names.
+    pub fn start(client: Client, reporter: Reporter, level: EventLevel) -> (Events, EventPublisher) {
         let (queue, receiver) = mpsc::channel::<PendingEvent>(EVENT_QUEUE);
         let api: Api<K8sEvent> = Api::namespaced(client, "default");
         let reporter = Arc::new(reporter);
@@ -74,12 +76,16 @@ impl Events {
             })
             .await;
         });
-        (Events { queue }, EventPublisher(task))
+        (Events { queue, level }, EventPublisher(task))
     }
 
     /// Queues an event about `regarding` carrying the decision's reason code, its message after
-    /// `prefix`; waits only while the queue is full. Failures are logged, never fatal.
+    /// `prefix`, when the level publishes decisions of its kind; waits only while the queue is full.
+    /// Failures are logged, never fatal.
     pub(super) async fn publish(&self, regarding: ObjectReference, decision: &Decision, prefix: &str) {
+        if !self.level.publishes(decision.kind) {
+            return;
+        }
         let event = PendingEvent {
             type_: match decision.kind {
                 DecisionKind::Approve | DecisionKind::Retry => "Normal",

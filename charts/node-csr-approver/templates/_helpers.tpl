@@ -70,7 +70,8 @@ subjects:
   (list "HOSTNAME_MATCH" .Values.hostnameMatch)
   (list "DNS_TIMEOUT" .Values.dnsTimeout)
   (list "DNS_GRACE_PERIOD" .Values.dnsGracePeriod)
-  (list "CONCURRENCY" .Values.concurrency) }}
+  (list "CONCURRENCY" .Values.concurrency)
+  (list "EVENTS" .Values.events) }}
 {{- range $optional }}
 {{- $value := index . 1 }}
 {{- if or (kindIs "float64" $value) (kindIs "int64" $value) (kindIs "int" $value) }}
