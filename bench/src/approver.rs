@@ -1,5 +1,6 @@
-//! The real `node-csr-approver` binary as a child process, and what the bench reads about it:
-//! `/readyz`, resident memory (`VmRSS`, sampled every 100 ms) and CPU time (`utime + stime`).
+//! The approver under test as a child process (the real `node-csr-approver` binary, or the Go
+//! peer), and what the bench reads about it: its health endpoint, resident memory (`VmRSS`,
+//! sampled every 100 ms) and CPU time (`utime + stime`).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -10,24 +11,55 @@ use anyhow::{Context, Result, bail};
 use testkit::policy::{PREFIXES, REGEX};
 use tokio::process::{Child, Command};
 
+use crate::peer::Peer;
+
 /// How often resident memory is sampled.
 pub const SAMPLE_PERIOD: Duration = Duration::from_millis(100);
+
+/// Which approver runs.
+#[derive(Debug, Clone)]
+pub enum Program {
+    /// node-csr-approver, this binary.
+    Ours(PathBuf),
+    /// The Go kubelet-csr-approver.
+    Peer(Peer),
+}
+
+impl Program {
+    /// A short name for progress lines and log files.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Program::Ours(_) => "ours",
+            Program::Peer(_) => "peer",
+        }
+    }
+}
 
 /// How to run the controller.
 #[derive(Debug, Clone)]
 pub struct Launch {
-    /// The binary.
-    pub binary: PathBuf,
+    /// Which approver.
+    pub program: Program,
     /// Admin kubeconfig of the control plane.
     pub kubeconfig: PathBuf,
-    /// The test DNS server.
+    /// The test DNS server (ours is told; the peer finds it in its `resolv.conf`).
     pub dns: SocketAddr,
-    /// `--concurrency`.
+    /// `--concurrency` (ours; the peer has no such setting).
     pub concurrency: u16,
     /// `--bypass-dns-resolution`.
     pub bypass_dns: bool,
-    /// Where its stderr (JSON logs) goes.
+    /// `--events=all` (ours; otherwise its default, problems only).
+    pub events_all: bool,
+    /// Where its logs go.
     pub log: PathBuf,
+}
+
+/// Where the health endpoint is, and what it answers when ready.
+enum Health {
+    /// Ours: the port its JSON log names; `/readyz` (the CSR watch has listed what exists).
+    FromLog,
+    /// The peer: the port the bench gave it; `/healthz` (it has no readiness endpoint).
+    Port(u16),
 }
 
 /// A running controller process with its memory sampler.
@@ -35,6 +67,7 @@ pub struct Approver {
     child: Child,
     pid: u32,
     log: PathBuf,
+    health: Health,
     /// When the process was spawned.
     pub started: Instant,
     samples: Arc<Mutex<Vec<(Instant, u64)>>>,
@@ -42,22 +75,36 @@ pub struct Approver {
 }
 
 impl Approver {
-    /// Spawns the binary and starts sampling its resident memory.
+    /// Spawns the approver and starts sampling its resident memory.
     pub fn start(launch: &Launch) -> Result<Approver> {
         let log = std::fs::File::create(&launch.log).with_context(|| format!("creating {}", launch.log.display()))?;
-        let mut command = testkit::approver::command(&launch.binary, &launch.kubeconfig, REGEX, PREFIXES);
-        command
-            .arg(format!("--dns-server={}", launch.dns))
-            .arg(format!("--concurrency={}", launch.concurrency))
-            .args(["--log-format", "json", "--log-level", "info"])
-            .stderr(log);
-        if launch.bypass_dns {
-            command.arg("--bypass-dns-resolution");
-        }
+        let (command, health) = match &launch.program {
+            Program::Ours(binary) => {
+                let mut command = testkit::approver::command(binary, &launch.kubeconfig, REGEX, PREFIXES);
+                command
+                    .arg(format!("--dns-server={}", launch.dns))
+                    .arg(format!("--concurrency={}", launch.concurrency))
+                    .args(["--log-format", "json", "--log-level", "info"])
+                    .stderr(log);
+                if launch.bypass_dns {
+                    command.arg("--bypass-dns-resolution");
+                }
+                if launch.events_all {
+                    command.arg("--events=all");
+                }
+                (command, Health::FromLog)
+            }
+            Program::Peer(peer) => {
+                let port = free_port()?;
+                let mut command = peer.command(&launch.kubeconfig, launch.bypass_dns, port);
+                command.stdout(log.try_clone()?).stderr(log);
+                (command, Health::Port(port))
+            }
+        };
         let mut command = Command::from(command);
         command.kill_on_drop(true);
         let started = Instant::now();
-        let child = command.spawn().with_context(|| format!("starting {}", launch.binary.display()))?;
+        let child = command.spawn().with_context(|| format!("starting the {} approver", launch.program.name()))?;
         let pid = child.id().context("the approver exited at once")?;
         let samples = Arc::new(Mutex::new(Vec::new()));
         let sink = samples.clone();
@@ -72,25 +119,32 @@ impl Approver {
                 }
             }
         });
-        Ok(Approver { child, pid, log: launch.log.clone(), started, samples, sampler })
+        Ok(Approver { child, pid, log: launch.log.clone(), health, started, samples, sampler })
     }
 
-    /// Waits until `/readyz` answers 200; returns the time from spawn.
+    /// Waits until the health endpoint says ready (`/readyz` 200; the peer: `/healthz` 200);
+    /// returns the time from spawn.
     pub async fn wait_ready(&mut self, limit: Duration) -> Result<Duration> {
         let deadline = Instant::now() + limit;
         loop {
             if let Some(status) = self.child.try_wait()? {
-                bail!("the approver exited with {status} before it was ready");
+                bail!("the approver exited with {status} before it was ready (log: {})", self.log.display());
             }
-            let log = std::fs::read_to_string(&self.log).unwrap_or_default();
-            let health = testkit::approver::listening(&log, "health");
-            if let Some(health) = health
-                && testkit::http::ready(health.port()).await
-            {
+            let ready = match self.health {
+                Health::FromLog => {
+                    let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+                    match testkit::approver::listening(&log, "health") {
+                        Some(health) => testkit::http::ready(health.port()).await,
+                        None => false,
+                    }
+                }
+                Health::Port(port) => testkit::http::get(port, "/healthz").await.is_some_and(|(code, _)| code == 200),
+            };
+            if ready {
                 return Ok(self.started.elapsed());
             }
             if Instant::now() > deadline {
-                bail!("the approver was not ready within {limit:?}");
+                bail!("the approver was not ready within {limit:?} (log: {})", self.log.display());
             }
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
@@ -131,6 +185,11 @@ impl Approver {
         }
         Ok(())
     }
+}
+
+/// A TCP port of 127.0.0.1 that was free a moment ago.
+fn free_port() -> Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
 /// `VmRSS` of `pid` in KiB.

@@ -13,12 +13,15 @@
 //! - **live**: the controller running and ready, N CSRs created at a steady rate; per-CSR latency
 //!   from the create response to the decision seen in the watch.
 //!
-//! Catch-up and live run with DNS checks and with `--bypass-dns-resolution`. The controller's
-//! resident memory (`VmRSS`, every 100 ms) and CPU time (`utime + stime`) come from `/proc`.
+//! Catch-up and live run with DNS checks and with `--bypass-dns-resolution`, for ours and then,
+//! when it is built and the bench runs as root, for the Go kubelet-csr-approver ([`peer`]) on the
+//! same DNS server. The controllers' resident memory (`VmRSS`, every 100 ms) and CPU time
+//! (`utime + stime`) come from `/proc`.
 
 pub mod approver;
 pub mod cluster;
 pub mod csrs;
+pub mod peer;
 mod phases;
 pub mod report;
 
@@ -27,6 +30,9 @@ use std::time::Instant;
 
 use anyhow::{Context, Result};
 use testdns::{DnsServer, Records};
+
+use crate::approver::Program;
+use crate::peer::{PEER_DNS, Peer};
 
 pub use report::Report;
 
@@ -46,11 +52,24 @@ pub struct Options {
     pub release: bool,
     /// Progress lines on stderr.
     pub verbose: bool,
+    /// The Go kubelet-csr-approver's binary, to run beside ours; `None`: ours only.
+    pub peer: Option<PathBuf>,
+    /// Run the live phases (off: limit and catch-up only, e.g. to profile a catch-up).
+    pub live: bool,
 }
 
 impl Default for Options {
     fn default() -> Self {
-        Options { n: 2000, concurrency: 32, live_rate: None, create_concurrency: 32, release: true, verbose: true }
+        Options {
+            n: 2000,
+            concurrency: 32,
+            live_rate: None,
+            create_concurrency: 32,
+            release: true,
+            verbose: true,
+            peer: None,
+            live: true,
+        }
     }
 }
 
@@ -71,11 +90,22 @@ pub async fn run(options: &Options) -> Result<Report> {
     for request in &requests {
         records = records.a(&request.dns, request.ip);
     }
-    let dns = DnsServer::start_on_thread(records).context("starting the DNS server")?;
     let logs = tempfile::Builder::new().prefix("bench-").tempdir()?;
+    let peer = match &options.peer {
+        Some(binary) => Some((Program::Peer(Peer::new(binary.clone(), logs.path())?), peer_version(binary)?)),
+        None => None,
+    };
+    // The peer reads its DNS server from resolv.conf, so only port 53; ours is told, and uses the
+    // same server when the peer runs.
+    let dns = match peer {
+        Some(_) => DnsServer::start_on_thread_at(records, PEER_DNS)
+            .with_context(|| format!("starting the DNS server on {PEER_DNS} for the peer"))?,
+        None => DnsServer::start_on_thread(records).context("starting the DNS server")?,
+    };
     let bench = phases::Bench {
         options: options.clone(),
-        binary: binary.clone(),
+        ours: Program::Ours(binary.clone()),
+        peer,
         requests,
         dns: dns.addr(),
         logs: logs.path().to_owned(),
@@ -84,6 +114,13 @@ pub async fn run(options: &Options) -> Result<Report> {
     let report = phases::all(&bench).await?;
     progress.say(format_args!("done; {} DNS queries answered", dns.total_queries()));
     Ok(Report { binary_bytes: std::fs::metadata(&binary).map(|m| m.len()).unwrap_or(0), ..report })
+}
+
+/// The peer's release, from the name `scripts/build-peer.sh` gives its binary
+/// (`kubelet-csr-approver-<version>`), else the file name.
+fn peer_version(binary: &std::path::Path) -> Result<String> {
+    let name = binary.file_name().and_then(|n| n.to_str()).context("the peer's binary has no file name")?;
+    Ok(name.strip_prefix("kubelet-csr-approver-").unwrap_or(name).to_owned())
 }
 
 /// Progress reporting on stderr.

@@ -25,11 +25,37 @@ struct Args {
     /// Where the JSON report goes.
     #[arg(long, default_value = "bench.json")]
     out: PathBuf,
+    /// The Go kubelet-csr-approver to run beside ours [default: $NODE_CSR_APPROVER_PEER_BIN, else
+    /// what scripts/build-peer.sh built; skipped with a note when it is not built or the bench is
+    /// not root].
+    #[arg(long, conflicts_with = "no_peer")]
+    peer: Option<PathBuf>,
+    /// Run ours only.
+    #[arg(long)]
+    no_peer: bool,
+    /// Skip the live phases (limit and catch-up only).
+    #[arg(long)]
+    no_live: bool,
 }
 
 #[tokio::main]
 async fn main() -> ExitCode {
     let args = Args::parse();
+    let explicit = args.peer.is_some();
+    let peer = match (args.no_peer, args.peer.or_else(bench::peer::default_binary)) {
+        (false, Some(binary)) => match bench::peer::unavailable(&binary) {
+            None => Some(binary),
+            Some(why) if !explicit => {
+                eprintln!("bench: not running the peer kubelet-csr-approver: {why}");
+                None
+            }
+            Some(why) => {
+                eprintln!("bench: --peer {}: {why}", binary.display());
+                return ExitCode::from(2);
+            }
+        },
+        _ => None,
+    };
     let options = bench::Options {
         n: args.n,
         concurrency: args.concurrency,
@@ -37,6 +63,8 @@ async fn main() -> ExitCode {
         create_concurrency: args.create_concurrency,
         release: true,
         verbose: true,
+        peer,
+        live: !args.no_live,
     };
     let report = match bench::run(&options).await {
         Ok(report) => report,

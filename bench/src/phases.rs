@@ -15,10 +15,10 @@ use node_csr_approver::policy::{Decision, DecisionKind, Reason};
 use testenv::ControlPlane;
 
 use crate::Progress;
-use crate::approver::{Approver, Launch};
+use crate::approver::{Approver, Launch, Program};
 use crate::cluster::{Decisions, EventCount, create_all, create_as_node, csr_name};
 use crate::csrs::NodeRequest;
-use crate::report::{Catchup, Latency, Limit, Live, Machine, Memory, Mode, Report, mib};
+use crate::report::{Catchup, Latency, Limit, Live, Machine, Memory, Mode, PeerReport, Report, mib};
 
 /// The live phase's default rate is the measured approval rate divided by this: each live CSR
 /// costs the apiserver a create, an approval and an event.
@@ -30,26 +30,35 @@ const SETTLE: Duration = Duration::from_secs(3);
 /// Everything the phases share.
 pub(crate) struct Bench {
     pub(crate) options: crate::Options,
-    pub(crate) binary: PathBuf,
+    pub(crate) ours: Program,
+    /// The Go kubelet-csr-approver and its release, when it runs too.
+    pub(crate) peer: Option<(Program, String)>,
     pub(crate) requests: Vec<NodeRequest>,
     pub(crate) dns: SocketAddr,
     pub(crate) logs: PathBuf,
     pub(crate) progress: Progress,
 }
 
-/// Runs limit, then catch-up and live with and without DNS checks.
+/// Runs limit, then catch-up and live with and without DNS checks: ours, then the peer's.
 pub(crate) async fn all(bench: &Bench) -> Result<Report> {
     let limit = limit(bench).await?;
-    let mut modes = Vec::new();
-    for bypass_dns in [false, true] {
-        let mut catchup = catchup(bench, bypass_dns).await?;
-        catchup.ratio = if limit.seconds > 0.0 { catchup.seconds / limit.seconds } else { 0.0 };
-        let rate = bench.options.live_rate.unwrap_or(limit.writes_per_second / LIVE_SHARE).max(1.0);
-        let live = live(bench, bypass_dns, rate).await?;
-        modes.push(Mode { catchup, live });
-    }
-    let bypass = modes.pop().unwrap_or_default();
-    let dns = modes.pop().unwrap_or_default();
+    let rate = bench.options.live_rate.unwrap_or(limit.writes_per_second / LIVE_SHARE).max(1.0);
+    let [dns, bypass_dns] = modes(bench, &bench.ours, &limit, rate).await?;
+    let mut events_all = catchup(bench, &bench.ours, false, true).await?;
+    events_all.ratio = if limit.seconds > 0.0 { events_all.seconds / limit.seconds } else { 0.0 };
+    let peer = match &bench.peer {
+        Some((program, version)) => {
+            let [peer_dns, peer_bypass] = modes(bench, program, &limit, rate).await?;
+            Some(PeerReport {
+                version: version.clone(),
+                speedup_dns: speedup(&peer_dns, &dns),
+                speedup_bypass_dns: speedup(&peer_bypass, &bypass_dns),
+                dns: peer_dns,
+                bypass_dns: peer_bypass,
+            })
+        }
+        None => None,
+    };
     Ok(Report {
         n: bench.options.n,
         concurrency: bench.options.concurrency,
@@ -57,8 +66,27 @@ pub(crate) async fn all(bench: &Bench) -> Result<Report> {
         binary_bytes: 0,
         limit,
         dns,
-        bypass_dns: bypass,
+        bypass_dns,
+        events_all,
+        peer,
     })
+}
+
+/// Catch-up and live of `program`, with DNS checks and with them bypassed.
+async fn modes(bench: &Bench, program: &Program, limit: &Limit, rate: f64) -> Result<[Mode; 2]> {
+    let mut modes = [Mode::default(), Mode::default()];
+    for (mode, bypass_dns) in modes.iter_mut().zip([false, true]) {
+        let mut catchup = catchup(bench, program, bypass_dns, false).await?;
+        catchup.ratio = if limit.seconds > 0.0 { catchup.seconds / limit.seconds } else { 0.0 };
+        let live = if bench.options.live { live(bench, program, bypass_dns, rate).await? } else { Live::default() };
+        *mode = Mode { catchup, live };
+    }
+    Ok(modes)
+}
+
+/// How many times longer the peer's catch-up took than ours.
+fn speedup(peer: &Mode, ours: &Mode) -> f64 {
+    if ours.catchup.seconds > 0.0 { peer.catchup.seconds / ours.catchup.seconds } else { 0.0 }
 }
 
 async fn control_plane(bench: &Bench, phase: &str) -> Result<(ControlPlane, Client)> {
@@ -143,13 +171,14 @@ fn approval_event() -> Event {
     }
 }
 
-fn launch(bench: &Bench, phase: &str, bypass_dns: bool) -> Launch {
+fn launch(bench: &Bench, program: &Program, phase: &str, bypass_dns: bool, kubeconfig: &std::path::Path) -> Launch {
     Launch {
-        binary: bench.binary.clone(),
-        kubeconfig: PathBuf::new(),
+        program: program.clone(),
+        kubeconfig: kubeconfig.to_owned(),
         dns: bench.dns,
         concurrency: bench.options.concurrency,
         bypass_dns,
+        events_all: false,
         log: bench.logs.join(format!("{phase}.log")),
     }
 }
@@ -159,29 +188,41 @@ fn decide_limit(n: usize) -> Duration {
     Duration::from_secs(60) + Duration::from_millis(50).saturating_mul(n as u32)
 }
 
-fn mode_name(bypass_dns: bool) -> &'static str {
-    if bypass_dns { "bypass-dns" } else { "dns" }
+/// The name of a phase of `program`: its CSRs' names and its log file start with it.
+fn phase_name(program: &Program, phase: &str, bypass_dns: bool) -> String {
+    let mode = if bypass_dns { "bypass-dns" } else { "dns" };
+    match program {
+        Program::Ours(_) => format!("{phase}-{mode}"),
+        Program::Peer(_) => format!("peer-{phase}-{mode}"),
+    }
 }
 
-/// N CSRs waiting, then the controller started: spawn to last decision.
-async fn catchup(bench: &Bench, bypass_dns: bool) -> Result<Catchup> {
-    let phase = format!("catchup-{}", mode_name(bypass_dns));
+/// N CSRs waiting, then the controller started: spawn to last decision. With `events_all`, ours
+/// runs with `--events=all` and the phase also waits for its N approval events.
+async fn catchup(bench: &Bench, program: &Program, bypass_dns: bool, events_all: bool) -> Result<Catchup> {
+    let mut phase = phase_name(program, "catchup", bypass_dns);
+    if events_all {
+        phase.push_str("-events-all");
+    }
     let (control_plane, admin) = control_plane(bench, &phase).await?;
     let n = setup_csrs(bench, &admin, &phase).await?.len();
     let mut decisions = Decisions::watch(&admin);
     decisions.wait_synced(Duration::from_secs(60)).await?;
-    let mut events = EventCount::watch(&admin);
+    // By default neither writes an Event for an approval.
+    let mut events = events_all.then(|| EventCount::watch(&admin));
 
-    let mut launch = launch(bench, &phase, bypass_dns);
-    launch.kubeconfig = control_plane.kubeconfig_path().to_owned();
+    let mut launch = launch(bench, program, &phase, bypass_dns, control_plane.kubeconfig_path());
+    launch.events_all = events_all;
     let mut approver = Approver::start(&launch)?;
     let ready = approver.wait_ready(Duration::from_secs(120)).await?;
     decisions.wait_count(n, decide_limit(n)).await?;
     let seen = decisions.snapshot();
     let last = seen.values().map(|s| s.at).max().unwrap_or_else(Instant::now);
     let seconds = last.duration_since(approver.started).as_secs_f64();
-    let events_last = events.wait_count(n, decide_limit(n)).await?;
-    let events_seconds = events_last.duration_since(approver.started).as_secs_f64();
+    let events_seconds = match events.as_mut() {
+        Some(events) => events.wait_count(n, decide_limit(n)).await?.duration_since(approver.started).as_secs_f64(),
+        None => 0.0,
+    };
     tokio::time::sleep(SETTLE).await;
     approver.check_alive()?;
     let memory = Memory {
@@ -206,15 +247,15 @@ async fn catchup(bench: &Bench, bypass_dns: bool) -> Result<Catchup> {
 }
 
 /// The controller ready, then N CSRs created at `rate` per second.
-async fn live(bench: &Bench, bypass_dns: bool, rate: f64) -> Result<Live> {
-    let phase = format!("live-{}", mode_name(bypass_dns));
+async fn live(bench: &Bench, program: &Program, bypass_dns: bool, rate: f64) -> Result<Live> {
+    let phase = phase_name(program, "live", bypass_dns);
     let (control_plane, admin) = control_plane(bench, &phase).await?;
     let mut decisions = Decisions::watch(&admin);
     decisions.wait_synced(Duration::from_secs(60)).await?;
-    let mut launch = launch(bench, &phase, bypass_dns);
-    launch.kubeconfig = control_plane.kubeconfig_path().to_owned();
+    let launch = launch(bench, program, &phase, bypass_dns, control_plane.kubeconfig_path());
     let mut approver = Approver::start(&launch)?;
     let ready = approver.wait_ready(Duration::from_secs(120)).await?;
+    // The peer's /healthz answers before its cache has synced; an empty cluster syncs in well under this.
     tokio::time::sleep(Duration::from_secs(1)).await;
     let idle = approver.rss_now_kib();
     let cpu_before = approver.cpu_seconds().unwrap_or(0.0);

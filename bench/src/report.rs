@@ -22,6 +22,26 @@ pub struct Report {
     pub dns: Mode,
     /// Catch-up and live with `--bypass-dns-resolution`.
     pub bypass_dns: Mode,
+    /// Catch-up with DNS checks and `--events=all` (an Event per approval too).
+    pub events_all: Catchup,
+    /// The Go kubelet-csr-approver in the same run, when it ran.
+    pub peer: Option<PeerReport>,
+}
+
+/// The Go kubelet-csr-approver measured exactly as ours, on its own fresh control planes with the
+/// same CSRs, DNS server, regex and prefixes. It writes no Events, so its `events_seconds` is 0.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct PeerReport {
+    /// Its release.
+    pub version: String,
+    /// Catch-up and live with DNS checks on.
+    pub dns: Mode,
+    /// Catch-up and live with `--bypass-dns-resolution=true`.
+    pub bypass_dns: Mode,
+    /// The peer's `T_catchup` over ours, DNS checks on.
+    pub speedup_dns: f64,
+    /// The peer's `T_catchup` over ours, DNS bypassed.
+    pub speedup_bypass_dns: f64,
 }
 
 /// Where the run happened.
@@ -86,7 +106,8 @@ pub struct Catchup {
     pub ready_seconds: f64,
     /// `T_catchup`: process spawn to the last decision seen.
     pub seconds: f64,
-    /// Process spawn to the last of the N events seen (events trail the decisions).
+    /// Process spawn to the last of the N approval events seen (events trail the decisions); 0
+    /// when none are written (the default `--events=problems`, and the peer).
     pub events_seconds: f64,
     /// `T_catchup / T_limit`.
     pub ratio: f64,
@@ -187,14 +208,13 @@ impl Report {
         let _ = writeln!(out);
         let _ = writeln!(
             out,
-            "{:<10} {:>8} {:>10} {:>7} {:>9} {:>9} {:>9} {:>8} {:>8}",
+            "{:<15} {:>8} {:>10} {:>7} {:>9} {:>9} {:>9} {:>8} {:>8}",
             "catch-up", "ready s", "T_catchup", "ratio", "decided", "peak MiB", "after MiB", "CPU s", "events s"
         );
-        for (name, mode) in [("dns", &self.dns), ("bypass-dns", &self.bypass_dns)] {
-            let c = &mode.catchup;
+        for (name, c) in self.catchups() {
             let _ = writeln!(
                 out,
-                "{:<10} {:>8.2} {:>10.2} {:>7.2} {:>9} {:>9.1} {:>9.1} {:>8.2} {:>8.2}",
+                "{:<15} {:>8.2} {:>10.2} {:>7.2} {:>9} {:>9.1} {:>9.1} {:>8.2} {:>8.2}",
                 name,
                 c.ready_seconds,
                 c.seconds,
@@ -209,7 +229,7 @@ impl Report {
         let _ = writeln!(out);
         let _ = writeln!(
             out,
-            "{:<10} {:>7} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>9} {:>6}",
+            "{:<15} {:>7} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>9} {:>6}",
             "live",
             "rate/s",
             "ready s",
@@ -222,11 +242,11 @@ impl Report {
             "after MiB",
             "CPU s"
         );
-        for (name, mode) in [("dns", &self.dns), ("bypass-dns", &self.bypass_dns)] {
+        for (name, mode) in self.modes() {
             let v = &mode.live;
             let _ = writeln!(
                 out,
-                "{:<10} {:>7.0} {:>8.2} {:>8.1} {:>8.1} {:>8.1} {:>8.1} {:>8.1} {:>8.1} {:>9.1} {:>6.2}",
+                "{:<15} {:>7.0} {:>8.2} {:>8.1} {:>8.1} {:>8.1} {:>8.1} {:>8.1} {:>8.1} {:>9.1} {:>6.2}",
                 name,
                 v.achieved_rate,
                 v.ready_seconds,
@@ -245,7 +265,42 @@ impl Report {
             "\nheadline T_catchup / T_limit: {:.2} (dns), {:.2} (bypass-dns)",
             self.dns.catchup.ratio, self.bypass_dns.catchup.ratio
         );
+        match &self.peer {
+            Some(peer) => {
+                let _ = writeln!(
+                    out,
+                    "peer kubelet-csr-approver {}: its T_catchup / ours: {:.2}x (dns), {:.2}x (bypass-dns)",
+                    peer.version, peer.speedup_dns, peer.speedup_bypass_dns
+                );
+            }
+            None => {
+                let _ = writeln!(out, "peer kubelet-csr-approver: not run");
+            }
+        }
         out
+    }
+
+    /// The rows of the catch-up table: ours with and without DNS checks and with `--events=all`,
+    /// then the peer's.
+    fn catchups(&self) -> Vec<(&'static str, &Catchup)> {
+        let mut rows = vec![
+            ("dns", &self.dns.catchup),
+            ("bypass-dns", &self.bypass_dns.catchup),
+            ("dns events=all", &self.events_all),
+        ];
+        if let Some(peer) = &self.peer {
+            rows.extend([("peer dns", &peer.dns.catchup), ("peer bypass-dns", &peer.bypass_dns.catchup)]);
+        }
+        rows
+    }
+
+    /// The rows of the live table: ours with and without DNS checks, then the peer's.
+    fn modes(&self) -> Vec<(&'static str, &Mode)> {
+        let mut rows = vec![("dns", &self.dns), ("bypass-dns", &self.bypass_dns)];
+        if let Some(peer) = &self.peer {
+            rows.extend([("peer dns", &peer.dns), ("peer bypass-dns", &peer.bypass_dns)]);
+        }
+        rows
     }
 }
 

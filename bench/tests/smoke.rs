@@ -5,8 +5,22 @@
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn benchmark_runs_at_n_50() {
-    let options =
-        bench::Options { n: 50, release: false, live_rate: Some(100.0), verbose: true, ..bench::Options::default() };
+    // The Go peer runs too where it is built and the test runs as root.
+    let peer = bench::peer::default_binary().filter(|binary| match bench::peer::unavailable(binary) {
+        None => true,
+        Some(why) => {
+            eprintln!("not running the peer: {why}");
+            false
+        }
+    });
+    let options = bench::Options {
+        n: 50,
+        release: false,
+        live_rate: Some(100.0),
+        verbose: true,
+        peer: peer.clone(),
+        ..bench::Options::default()
+    };
     let report = bench::run(&options).await.unwrap();
     assert_eq!(report.n, 50);
     assert!(report.limit.seconds > 0.0);
@@ -14,6 +28,16 @@ async fn benchmark_runs_at_n_50() {
         assert_eq!(mode.catchup.approved, 50, "{}", report.table());
         assert_eq!(mode.live.approved, 50, "{}", report.table());
         assert!(mode.catchup.memory.peak_mib > 0.0);
+    }
+    assert_eq!(report.events_all.approved, 50, "{}", report.table());
+    assert!(report.events_all.events_seconds > 0.0);
+    assert_eq!(report.peer.is_some(), peer.is_some());
+    if let Some(peer) = &report.peer {
+        for mode in [&peer.dns, &peer.bypass_dns] {
+            assert_eq!(mode.catchup.approved, 50, "{}", report.table());
+            assert_eq!(mode.live.approved, 50, "{}", report.table());
+        }
+        assert!(peer.speedup_dns > 0.0);
     }
     assert!(report.table().contains("T_catchup"));
     serde_json::to_string(&report).unwrap();
