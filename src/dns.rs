@@ -23,6 +23,12 @@ const NEGATIVE_MAX_TTL: Duration = Duration::from_secs(2);
 /// Longest time a positive answer is cached, whatever its TTL: approvals rest on fresh addresses.
 const POSITIVE_MAX_TTL: Duration = Duration::from_secs(30);
 
+/// Answers cached (one per name and record type: 512 names). Within their TTL they serve a CSR
+/// evaluated again (a retry, a conflict) and a node asking twice; a burst of distinct nodes gets no
+/// hit from any size, and hickory's default of 8,192 held about 5 MiB during a catch-up of 10,000
+/// CSRs (BENCHMARKS.md).
+const CACHE_ENTRIES: u64 = 1024;
+
 /// An error building a [`HickoryResolver`].
 #[derive(Debug, thiserror::Error)]
 pub enum DnsError {
@@ -47,7 +53,7 @@ pub enum DnsError {
 /// Names are always looked up as absolute names: the configuration's search list and domain are
 /// never used, and neither is `/etc/hosts`. A and AAAA are queried concurrently, each bounded by
 /// the configured timeout. Negative answers are cached for at most 2 s, positive ones for at
-/// most 30 s.
+/// most 30 s, [`CACHE_ENTRIES`] answers at most.
 #[derive(Debug, Clone)]
 pub struct HickoryResolver {
     inner: TokioResolver,
@@ -102,6 +108,7 @@ impl HickoryResolver {
         options.use_hosts_file = ResolveHosts::Never;
         options.negative_max_ttl = Some(NEGATIVE_MAX_TTL);
         options.positive_max_ttl = Some(POSITIVE_MAX_TTL);
+        options.cache_size = CACHE_ENTRIES;
         let inner = TokioResolver::builder_with_config(config, TokioRuntimeProvider::default())
             .with_options(options)
             .build()

@@ -146,6 +146,15 @@ async fn unreachable_server_is_unavailable_never_not_found() {
 }
 
 #[tokio::test]
+async fn an_answer_is_reused_within_its_ttl() {
+    let (server, resolver) = server(Records::new().ttl(60).a("n1.example.com", "10.0.0.1")).await;
+    assert_eq!(resolver.resolve("n1.example.com").await, addresses(&["10.0.0.1"]));
+    let asked = server.queries_for("n1.example.com");
+    assert_eq!(resolver.resolve("n1.example.com").await, addresses(&["10.0.0.1"]));
+    assert_eq!(server.queries_for("n1.example.com"), asked, "answered from the cache");
+}
+
+#[tokio::test]
 async fn server_stopped_then_back_on_the_same_address() {
     // TTL 0: nothing cached, every resolution asks the server.
     let (server, resolver) = server(Records::new().ttl(0).a("n1.example.com", "10.0.0.1")).await;
