@@ -22,9 +22,10 @@ pub use canonical_pem::MAX_REQUEST_BYTES;
 /// Why a request could not be turned into [`CsrFacts`].
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum CsrError {
-    /// The request is larger than [`MAX_REQUEST_BYTES`].
-    #[error("spec.request is {0} bytes, at most {MAX_REQUEST_BYTES} are accepted")]
-    TooLarge(usize),
+    /// The request is larger than [`MAX_REQUEST_BYTES`] (the CSR cache keeps one byte more of an
+    /// oversized request, so its whole length is not known here).
+    #[error("spec.request is larger than the {MAX_REQUEST_BYTES} bytes accepted")]
+    TooLarge,
     /// The bytes are not one canonical `CERTIFICATE REQUEST` PEM block.
     #[error("spec.request is not one canonical CERTIFICATE REQUEST PEM block: {0}")]
     NotCanonicalPem(String),

@@ -2,11 +2,20 @@
 
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 
-/// Drops what decisions never read from a watched CSR before it is cached: managedFields always,
-/// and, once an Approved or Denied condition is present (triage stops there), everything but the
-/// signer, the username and the conditions' types.
+use crate::csr::MAX_REQUEST_BYTES;
+
+/// Drops what decisions never read from a watched CSR before it is cached: managedFields always;
+/// of a request larger than [`MAX_REQUEST_BYTES`], all but its first `MAX_REQUEST_BYTES + 1` bytes
+/// (the canonical gate refuses it on its length alone, so a hostile CSR costs the cache at most
+/// that); and, once an Approved or Denied condition is present (triage stops there), everything
+/// but the signer, the username and the conditions' types.
 pub(super) fn trim(csr: &mut CertificateSigningRequest) {
     csr.metadata.managed_fields = None;
+    let request = &mut csr.spec.request.0;
+    if request.len() > MAX_REQUEST_BYTES + 1 {
+        request.truncate(MAX_REQUEST_BYTES + 1);
+        request.shrink_to_fit();
+    }
     let decided = csr
         .status
         .as_ref()
@@ -30,7 +39,7 @@ pub(super) fn trim(csr: &mut CertificateSigningRequest) {
 
 #[cfg(test)]
 mod tests {
-    use super::trim;
+    use super::{MAX_REQUEST_BYTES, trim};
     use k8s_openapi::ByteString;
     use k8s_openapi::api::certificates::v1::{
         CertificateSigningRequest, CertificateSigningRequestCondition, CertificateSigningRequestSpec,
@@ -81,6 +90,29 @@ mod tests {
         let mut expected = csr(&["Other"]);
         expected.metadata.managed_fields = None;
         assert_eq!(pending, expected);
+    }
+
+    #[test]
+    fn an_oversized_request_keeps_one_byte_more_than_the_gate_accepts_and_is_still_refused() {
+        let oversized = || {
+            let mut csr = csr(&["Other"]);
+            csr.spec.request = ByteString(vec![b'A'; 1024 * 1024]);
+            csr
+        };
+        let mut cached = oversized();
+        trim(&mut cached);
+        assert_eq!(cached.spec.request.0.len(), MAX_REQUEST_BYTES + 1);
+        assert!(cached.spec.request.0.capacity() <= MAX_REQUEST_BYTES + 1);
+        let refused = |csr: &CertificateSigningRequest| crate::csr::CsrFacts::from_pem(&csr.spec.request.0).err();
+        assert_eq!(refused(&cached), Some(crate::csr::CsrError::TooLarge));
+        assert_eq!(refused(&cached), refused(&oversized()));
+        // At the limit and one over, nothing is cut.
+        for len in [MAX_REQUEST_BYTES, MAX_REQUEST_BYTES + 1] {
+            let mut csr = csr(&["Other"]);
+            csr.spec.request = ByteString(vec![b'A'; len]);
+            trim(&mut csr);
+            assert_eq!(csr.spec.request.0.len(), len);
+        }
     }
 
     #[test]
