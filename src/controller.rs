@@ -85,11 +85,12 @@ pub(crate) async fn run<R, C>(
     C: ClusterView + 'static,
 {
     let client_csrs = ctx.policy.machine.as_ref().is_some_and(|m| m.client_approval);
-    let config = if client_csrs {
-        watcher::Config::default()
-    } else {
-        watcher::Config::default().fields(&format!("spec.signerName={KUBELET_SERVING_SIGNER}"))
-    };
+    // A streaming list (WatchList, on by default since Kubernetes 1.34) sends what exists one
+    // object at a time, where a paged list holds up to 500 objects at once: a few hostile CSRs at
+    // the apiserver's maximum object size would be hundreds of MiB in one page.
+    let config = watcher::Config::default().streaming_lists();
+    let config =
+        if client_csrs { config } else { config.fields(&format!("spec.signerName={KUBELET_SERVING_SIGNER}")) };
     // The cache keeps only what decisions need: no managedFields, and no PKCS#10 request once a
     // CSR is decided. Every watch event carries the whole object, so nothing is lost.
     let (store, writer) = reflector::store();
