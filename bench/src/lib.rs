@@ -21,6 +21,7 @@
 pub mod approver;
 pub mod cluster;
 pub mod csrs;
+pub mod hostile;
 pub mod peer;
 mod phases;
 pub mod report;

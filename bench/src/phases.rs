@@ -44,6 +44,7 @@ pub(crate) async fn all(bench: &Bench) -> Result<Report> {
     let limit = limit(bench).await?;
     let rate = bench.options.live_rate.unwrap_or(limit.writes_per_second / LIVE_SHARE).max(1.0);
     let [dns, bypass_dns] = modes(bench, &bench.ours, &limit, rate).await?;
+    let hostile = crate::hostile::hostile(bench, &bench.ours).await?;
     let mut events_all = catchup(bench, &bench.ours, false, true).await?;
     events_all.ratio = if limit.seconds > 0.0 { events_all.seconds / limit.seconds } else { 0.0 };
     let peer = match &bench.peer {
@@ -68,6 +69,7 @@ pub(crate) async fn all(bench: &Bench) -> Result<Report> {
         dns,
         bypass_dns,
         events_all,
+        hostile,
         peer,
     })
 }
@@ -89,7 +91,7 @@ fn speedup(peer: &Mode, ours: &Mode) -> f64 {
     if ours.catchup.seconds > 0.0 { peer.catchup.seconds / ours.catchup.seconds } else { 0.0 }
 }
 
-async fn control_plane(bench: &Bench, phase: &str) -> Result<(ControlPlane, Client)> {
+pub(crate) async fn control_plane(bench: &Bench, phase: &str) -> Result<(ControlPlane, Client)> {
     let started = Instant::now();
     let control_plane = ControlPlane::start().await.context("starting etcd + kube-apiserver")?;
     let admin = control_plane.admin_client().await?;
@@ -171,7 +173,13 @@ fn approval_event() -> Event {
     }
 }
 
-fn launch(bench: &Bench, program: &Program, phase: &str, bypass_dns: bool, kubeconfig: &std::path::Path) -> Launch {
+pub(crate) fn launch(
+    bench: &Bench,
+    program: &Program,
+    phase: &str,
+    bypass_dns: bool,
+    kubeconfig: &std::path::Path,
+) -> Launch {
     Launch {
         program: program.clone(),
         kubeconfig: kubeconfig.to_owned(),

@@ -5,6 +5,8 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+use crate::hostile::Hostile;
+
 /// Everything one run measured.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Report {
@@ -24,6 +26,8 @@ pub struct Report {
     pub bypass_dns: Mode,
     /// Catch-up with DNS checks and `--events=all` (an Event per approval too).
     pub events_all: Catchup,
+    /// Memory with 100 pending CSRs at the apiserver's object size limit.
+    pub hostile: Hostile,
     /// The Go kubelet-csr-approver in the same run, when it ran.
     pub peer: Option<PeerReport>,
 }
@@ -227,6 +231,45 @@ impl Report {
             );
         }
         let _ = writeln!(out);
+        if self.dns.live.achieved_rate > 0.0 {
+            self.live_table(&mut out);
+        } else {
+            let _ = writeln!(out, "live: not run (--no-live)");
+        }
+        let _ = writeln!(
+            out,
+            "\nheadline T_catchup / T_limit: {:.2} (dns), {:.2} (bypass-dns)",
+            self.dns.catchup.ratio, self.bypass_dns.catchup.ratio
+        );
+        let h = &self.hostile;
+        let _ = writeln!(
+            out,
+            "hostile: {} pending CSRs of {:.1} MiB each ({} denied): RSS {:.1} MiB idle, {:.1} MiB peak (+{:.1}), {:.1} MiB after",
+            h.csrs,
+            h.request_bytes as f64 / (1024.0 * 1024.0),
+            h.denied,
+            h.idle_mib,
+            h.peak_mib,
+            h.growth_mib,
+            h.after_mib
+        );
+        match &self.peer {
+            Some(peer) => {
+                let _ = writeln!(
+                    out,
+                    "peer kubelet-csr-approver {}: its T_catchup / ours: {:.2}x (dns), {:.2}x (bypass-dns)",
+                    peer.version, peer.speedup_dns, peer.speedup_bypass_dns
+                );
+            }
+            None => {
+                let _ = writeln!(out, "peer kubelet-csr-approver: not run");
+            }
+        }
+        out
+    }
+
+    /// The live phases' rows.
+    fn live_table(&self, out: &mut String) {
         let _ = writeln!(
             out,
             "{:<15} {:>7} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>9} {:>6}",
@@ -260,24 +303,6 @@ impl Report {
                 v.cpu_seconds
             );
         }
-        let _ = writeln!(
-            out,
-            "\nheadline T_catchup / T_limit: {:.2} (dns), {:.2} (bypass-dns)",
-            self.dns.catchup.ratio, self.bypass_dns.catchup.ratio
-        );
-        match &self.peer {
-            Some(peer) => {
-                let _ = writeln!(
-                    out,
-                    "peer kubelet-csr-approver {}: its T_catchup / ours: {:.2}x (dns), {:.2}x (bypass-dns)",
-                    peer.version, peer.speedup_dns, peer.speedup_bypass_dns
-                );
-            }
-            None => {
-                let _ = writeln!(out, "peer kubelet-csr-approver: not run");
-            }
-        }
-        out
     }
 
     /// The rows of the catch-up table: ours with and without DNS checks and with `--events=all`,
