@@ -11,7 +11,7 @@ mod memory;
 mod step;
 mod trim;
 
-pub use approval::with_condition;
+pub use approval::{with_condition, write_condition};
 pub(crate) use events::Events;
 pub(crate) use memory::Memory;
 
@@ -21,7 +21,6 @@ use std::time::{Duration, Instant};
 use futures::{Stream, StreamExt};
 use jiff::Timestamp;
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
-use kube::api::PostParams;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::{WatchStreamExt, reflector, watcher};
 use kube::{Api, Resource, ResourceExt};
@@ -89,8 +88,7 @@ pub(crate) async fn run<R, C>(
     // object at a time, where a paged list holds up to 500 objects at once: a few hostile CSRs at
     // the apiserver's maximum object size would be hundreds of MiB in one page.
     let config = watcher::Config::default().streaming_lists();
-    let config =
-        if client_csrs { config } else { config.fields(&format!("spec.signerName={KUBELET_SERVING_SIGNER}")) };
+    let config = if client_csrs { config } else { config.fields(&format!("spec.signerName={KUBELET_SERVING_SIGNER}")) };
     // The cache keeps only what decisions need: no managedFields, and no PKCS#10 request once a
     // CSR is decided. Every watch event carries the whole object, so nothing is lost.
     let (store, writer) = reflector::store();
@@ -238,8 +236,7 @@ impl<R, C> Context<R, C> {
         node: &str,
     ) -> Result<Action, ControllerError> {
         let name = csr.name_any();
-        let body = with_condition(csr, decision);
-        match self.api.replace_subresource("approval", &name, &PostParams::default(), &body).await {
+        match write_condition(&self.api, csr, decision).await {
             Ok(_) => {
                 self.metrics.record_write(WriteResult::Success);
                 self.metrics.record_decision(decision.kind, decision.reason);

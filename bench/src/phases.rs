@@ -7,10 +7,9 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
-use kube::api::PostParams;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::{Api, Client, Resource, ResourceExt};
-use node_csr_approver::controller::with_condition;
+use node_csr_approver::controller::write_condition;
 use node_csr_approver::policy::{Decision, DecisionKind, Reason};
 use testenv::ControlPlane;
 
@@ -143,8 +142,9 @@ async fn limit(bench: &Bench) -> Result<Limit> {
     Ok(Limit { seconds, writes_per_second: created.len() as f64 / seconds.max(1e-9), with_events_seconds })
 }
 
-/// One approval write exactly as the controller makes it: the cached object plus the condition,
-/// through the `approval` subresource, preconditioned on its resourceVersion.
+/// One approval write exactly as the controller makes it ([`write_condition`]): the cached object
+/// plus the condition, through the `approval` subresource, preconditioned on its resourceVersion,
+/// the metadata only in the reply.
 async fn approve(api: &Api<CertificateSigningRequest>, csr: &CertificateSigningRequest) -> Result<()> {
     let username = csr.spec.username.clone().unwrap_or_default();
     let decision = Decision {
@@ -156,11 +156,7 @@ async fn approve(api: &Api<CertificateSigningRequest>, csr: &CertificateSigningR
              ip-prefixes, dns-resolves, resolved-ip-prefixes, ip-resolved, expiration"
         ),
     };
-    let name = csr.name_any();
-    api.replace_subresource("approval", &name, &PostParams::default(), &with_condition(csr, &decision))
-        .await
-        .with_context(|| format!("approving {name}"))?;
-    Ok(())
+    write_condition(api, csr, &decision).await.with_context(|| format!("approving {}", csr.name_any()))
 }
 
 fn approval_event() -> Event {

@@ -1,14 +1,37 @@
 //! The approval write's body: the CSR with the decision's condition added, and messages cut to
 //! what the apiserver stores.
 
+use http::HeaderValue;
 use jiff::Timestamp;
 use k8s_openapi::api::certificates::v1::{CertificateSigningRequest, CertificateSigningRequestCondition};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use kube::api::PostParams;
+use kube::{Api, Resource, ResourceExt};
 
 use crate::policy::{Decision, DecisionKind};
 
 /// The apiserver's limit on an Event note (1 KiB), also applied to condition messages.
 pub(super) const MAX_MESSAGE_BYTES: usize = 1024;
+
+/// The Accept header that makes the apiserver answer a write with the object's metadata only
+/// (meta.k8s.io/v1 PartialObjectMetadata) instead of the whole CSR and its request.
+const METADATA_ONLY: &str = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1";
+
+/// Writes the decision's condition: PUT of [`with_condition`] to the `approval` subresource,
+/// preconditioned on the cached resourceVersion. The apiserver answers with the metadata only, so
+/// no reply carries a request back (a hostile one is as large as an object may be).
+pub async fn write_condition(
+    api: &Api<CertificateSigningRequest>,
+    csr: &CertificateSigningRequest,
+    decision: &Decision,
+) -> Result<(), kube::Error> {
+    let body = serde_json::to_vec(&with_condition(csr, decision)).map_err(kube::Error::SerdeError)?;
+    let mut request = kube::core::Request::new(CertificateSigningRequest::url_path(&(), None))
+        .replace_subresource("approval", &csr.name_any(), &PostParams::default(), body)
+        .map_err(kube::Error::BuildRequest)?;
+    request.headers_mut().insert(http::header::ACCEPT, HeaderValue::from_static(METADATA_ONLY));
+    api.clone().into_client().request_text(request).await.map(drop)
+}
 
 /// The body of the approval write: the CSR with the decision's condition added, carrying the
 /// cached resourceVersion as the precondition.
