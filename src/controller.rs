@@ -11,7 +11,7 @@ mod memory;
 mod step;
 mod trim;
 
-pub use approval::{with_condition, write_condition};
+pub use approval::write_condition;
 pub(crate) use events::Events;
 pub(crate) use memory::Memory;
 

@@ -311,6 +311,43 @@ async fn a_write_from_a_stale_view_conflicts_and_the_csr_is_decided_again_once()
 }
 
 #[tokio::test]
+async fn the_decision_write_changes_only_the_conditions() {
+    let _serial = SERIAL.lock().await;
+    let cp = control_plane().await;
+    let admin = cp.admin_client().await.unwrap();
+    let csrs = Csrs::new(cp.kubeconfig_path());
+    let node = unique("n");
+    let dns = dns_for(&[(&node, 29)]);
+    let (good, forged) = (csrs.name("kept-good"), csrs.name("kept-forged"));
+    create_serving_csr(cp, &good, &node, &legit(&node, 29)).await;
+    create_serving_csr(cp, &forged, &node, &Request::node(&node).dns("auth.evil.io")).await;
+    // What others keep on a CSR: the approval subresource takes metadata from the body.
+    let api = Api::<CertificateSigningRequest>::all(admin.clone());
+    let metadata = serde_json::json!({"metadata": {
+        "labels": {"team": "infra"},
+        "annotations": {"example.com/ticket": "T-1"},
+        "finalizers": ["example.com/audit"],
+    }});
+    let mut before = Vec::new();
+    for name in [&good, &forged] {
+        before.push(api.patch(name, &PatchParams::default(), &Patch::Merge(&metadata)).await.unwrap());
+    }
+    let mut approver = Approver::start(cp.kubeconfig_path(), &[&format!("--dns-server={}", dns.addr())], &[]);
+    approver.wait_ready().await;
+    for ((name, type_), before) in [(&good, "Approved"), (&forged, "Denied")].into_iter().zip(before) {
+        let decided = wait_decided(&admin, name, DECIDE).await;
+        assert_eq!(decided.first().map(|c| c.type_.as_str()), Some(type_), "{}", approver.logs());
+        let after = api.get(name).await.unwrap();
+        let unfinalized = serde_json::json!({"metadata": {"finalizers": null}});
+        api.patch(name, &PatchParams::default(), &Patch::Merge(&unfinalized)).await.unwrap();
+        let (was, is) = (&before.metadata, &after.metadata);
+        assert_eq!((&is.labels, &is.annotations, &is.finalizers), (&was.labels, &was.annotations, &was.finalizers));
+        assert_eq!((&is.uid, &is.creation_timestamp), (&was.uid, &was.creation_timestamp));
+        assert_eq!(after.spec, before.spec);
+    }
+}
+
+#[tokio::test]
 async fn a_csr_deleted_while_it_is_evaluated_is_forgotten() {
     let _serial = SERIAL.lock().await;
     let cp = control_plane().await;

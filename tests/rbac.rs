@@ -8,6 +8,7 @@ mod support;
 
 use std::time::{Duration, Instant};
 
+use k8s_openapi::api::authorization::v1::ResourceAttributes;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Namespace, Node, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
@@ -150,6 +151,16 @@ async fn the_deploy_rbac_is_enough_and_the_signers_rule_is_needed() {
     wait_access(&env.account, events("create"), true).await;
     for verb in ["patch", "update", "delete"] {
         wait_access(&env.account, events(verb), false).await;
+    }
+    // A decision is a patch of the approval subresource: the CSR itself and a whole replacement of
+    // its approval are not the controller's to write.
+    let csrs_access = |verb, subresource: Option<&str>| ResourceAttributes {
+        subresource: subresource.map(str::to_owned),
+        ..access(verb, "certificates.k8s.io", "certificatesigningrequests", None, None)
+    };
+    wait_access(&env.account, csrs_access("patch", Some("approval")), true).await;
+    for (verb, subresource) in [("update", Some("approval")), ("patch", None), ("update", None)] {
+        wait_access(&env.account, csrs_access(verb, subresource), false).await;
     }
     {
         // --events=all: the approval's event shows that the Role lets it create events.

@@ -4,9 +4,10 @@
 //! etcd + kube-apiserver (testenv), then measures:
 //!
 //! - **limit**: a bare kube-rs client in this process writes the Approved condition of N pending
-//!   kubelet-serving CSRs through the `approval` subresource (PUT carrying the resourceVersion,
-//!   exactly as the controller does), `concurrency` at a time: `T_limit`. The same again with one
-//!   Event created per CSR after its write, as the controller records them: `T_limit+events`.
+//!   kubelet-serving CSRs through the `approval` subresource (a merge patch carrying the
+//!   resourceVersion, exactly as the controller does), `concurrency` at a time: `T_limit`. The
+//!   same again with one Event created per CSR after its write, as the controller records them:
+//!   `T_limit+events`.
 //! - **catch-up**: N CSRs created while no controller runs, then the real release binary started
 //!   as a child process; `T_catchup` is the time from spawn to the last decision the bench's own
 //!   watch sees. The headline is `T_catchup / T_limit`.

@@ -142,9 +142,9 @@ async fn limit(bench: &Bench) -> Result<Limit> {
     Ok(Limit { seconds, writes_per_second: created.len() as f64 / seconds.max(1e-9), with_events_seconds })
 }
 
-/// One approval write exactly as the controller makes it ([`write_condition`]): the cached object
-/// plus the condition, through the `approval` subresource, preconditioned on its resourceVersion,
-/// the metadata only in the reply.
+/// One approval write exactly as the controller makes it ([`write_condition`]): the cached
+/// conditions plus the decision's, patched through the `approval` subresource, preconditioned on
+/// the resourceVersion, the metadata only in the reply.
 async fn approve(api: &Api<CertificateSigningRequest>, csr: &CertificateSigningRequest) -> Result<()> {
     let username = csr.spec.username.clone().unwrap_or_default();
     let decision = Decision {
