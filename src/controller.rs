@@ -89,8 +89,9 @@ pub(crate) async fn run<R, C>(
     // the apiserver's maximum object size would be hundreds of MiB in one page.
     let config = watcher::Config::default().streaming_lists();
     let config = if client_csrs { config } else { config.fields(&format!("spec.signerName={KUBELET_SERVING_SIGNER}")) };
-    // The cache keeps only what decisions need: no managedFields, and no PKCS#10 request once a
-    // CSR is decided. Every watch event carries the whole object, so nothing is lost.
+    // The cache keeps only what decisions and the write need (trim::trim): no labels, annotations
+    // or managedFields, no PKCS#10 request once a CSR is decided. Every watch event carries the
+    // whole object, so nothing is lost.
     let (store, writer) = reflector::store();
     let csrs = reflector::reflector(writer, watcher(ctx.api.clone(), config).modify(trim::trim));
     let controller = Controller::for_stream(csrs.applied_objects(), store);

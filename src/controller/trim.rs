@@ -1,16 +1,29 @@
 //! What the CSR cache keeps: only what decisions read, so the cache of a large cluster stays small.
 
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use crate::csr::MAX_REQUEST_BYTES;
 
-/// Drops what decisions never read from a watched CSR before it is cached: managedFields always;
-/// of a request larger than [`MAX_REQUEST_BYTES`], all but its first `MAX_REQUEST_BYTES + 1` bytes
-/// (the canonical gate refuses it on its length alone, so a hostile CSR costs the cache at most
-/// that); and, once an Approved or Denied condition is present (triage stops there), everything
-/// but the signer, the username and the conditions' types.
+/// Drops what decisions and the approval write never read from a watched CSR before it is cached:
+/// of its metadata all but the name, uid, resourceVersion and creation time (labels, annotations,
+/// finalizers and managedFields may be as large as an object is; the write is a patch of the
+/// conditions, so it needs none of them); `spec.extra` and `spec.uid`; of a request larger than
+/// [`MAX_REQUEST_BYTES`], all but its first `MAX_REQUEST_BYTES + 1` bytes (the canonical gate
+/// refuses it on its length alone, so a hostile CSR costs the cache at most that); and, once an
+/// Approved or Denied condition is present (triage stops there), everything but the signer, the
+/// username and the conditions' types. A pending CSR keeps its conditions whole: the write sends
+/// them back.
 pub(super) fn trim(csr: &mut CertificateSigningRequest) {
-    csr.metadata.managed_fields = None;
+    let metadata = std::mem::take(&mut csr.metadata);
+    csr.metadata = ObjectMeta {
+        name: metadata.name,
+        uid: metadata.uid,
+        resource_version: metadata.resource_version,
+        creation_timestamp: metadata.creation_timestamp,
+        ..ObjectMeta::default()
+    };
+    (csr.spec.extra, csr.spec.uid) = (None, None);
     let request = &mut csr.spec.request.0;
     if request.len() > MAX_REQUEST_BYTES + 1 {
         request.truncate(MAX_REQUEST_BYTES + 1);
@@ -26,7 +39,7 @@ pub(super) fn trim(csr: &mut CertificateSigningRequest) {
         // the username and the creation time. Nothing reads the rest of a decided CSR.
         let spec = &mut csr.spec;
         spec.request.0 = Vec::new();
-        (spec.groups, spec.usages, spec.extra, spec.uid) = (None, None, None, None);
+        (spec.groups, spec.usages) = (None, None);
         if let Some(status) = csr.status.as_mut() {
             status.certificate = None;
             for condition in status.conditions.iter_mut().flatten() {
@@ -45,16 +58,11 @@ mod tests {
         CertificateSigningRequest, CertificateSigningRequestCondition, CertificateSigningRequestSpec,
         CertificateSigningRequestStatus,
     };
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, ObjectMeta, Time};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, ObjectMeta, OwnerReference, Time};
 
     fn csr(conditions: &[&str]) -> CertificateSigningRequest {
         CertificateSigningRequest {
-            metadata: ObjectMeta {
-                name: Some("csr-1".into()),
-                managed_fields: Some(vec![ManagedFieldsEntry::default()]),
-                creation_timestamp: Some(Time(jiff::Timestamp::UNIX_EPOCH)),
-                ..ObjectMeta::default()
-            },
+            metadata: kept_metadata(),
             spec: CertificateSigningRequestSpec {
                 request: ByteString(b"request".to_vec()),
                 signer_name: "kubernetes.io/kubelet-serving".into(),
@@ -62,6 +70,7 @@ mod tests {
                 groups: Some(vec!["system:nodes".into()]),
                 usages: Some(vec!["server auth".into()]),
                 uid: Some("u".into()),
+                extra: Some([("k".to_owned(), vec!["v".to_owned()])].into()),
                 ..Default::default()
             },
             status: Some(CertificateSigningRequestStatus {
@@ -83,13 +92,45 @@ mod tests {
         }
     }
 
+    /// The metadata the cache keeps.
+    fn kept_metadata() -> ObjectMeta {
+        ObjectMeta {
+            name: Some("csr-1".into()),
+            uid: Some("uid-1".into()),
+            resource_version: Some("42".into()),
+            creation_timestamp: Some(Time(jiff::Timestamp::UNIX_EPOCH)),
+            ..ObjectMeta::default()
+        }
+    }
+
+    /// `csr` with everything in its metadata that the cache drops.
+    fn with_dropped_metadata(mut csr: CertificateSigningRequest) -> CertificateSigningRequest {
+        let strings = || Some([("k".to_owned(), "v".to_owned())].into());
+        csr.metadata = ObjectMeta {
+            labels: strings(),
+            annotations: strings(),
+            finalizers: Some(vec!["example.com/f".into()]),
+            owner_references: Some(vec![OwnerReference::default()]),
+            managed_fields: Some(vec![ManagedFieldsEntry::default()]),
+            generate_name: Some("csr-".into()),
+            generation: Some(1),
+            deletion_grace_period_seconds: Some(0),
+            deletion_timestamp: Some(Time(jiff::Timestamp::UNIX_EPOCH)),
+            namespace: Some("n".into()),
+            self_link: Some("/x".into()),
+            ..csr.metadata
+        };
+        csr
+    }
+
     #[test]
-    fn a_pending_csr_loses_only_its_managed_fields() {
-        let mut pending = csr(&["Other"]);
+    fn a_pending_csr_keeps_what_decisions_and_the_write_read() {
+        let mut pending = with_dropped_metadata(csr(&["Other"]));
         trim(&mut pending);
         let mut expected = csr(&["Other"]);
-        expected.metadata.managed_fields = None;
+        (expected.spec.extra, expected.spec.uid) = (None, None);
         assert_eq!(pending, expected);
+        assert_eq!(pending.metadata, kept_metadata());
     }
 
     #[test]
@@ -118,11 +159,12 @@ mod tests {
     #[test]
     fn a_decided_csr_keeps_what_triage_and_the_brake_read() {
         for decided in ["Approved", "Denied"] {
-            let mut csr = csr(&["Other", decided]);
+            let mut csr = with_dropped_metadata(csr(&["Other", decided]));
             trim(&mut csr);
-            assert_eq!(csr.metadata.managed_fields, None);
+            assert_eq!(csr.metadata, kept_metadata());
             assert!(csr.spec.request.0.is_empty());
-            assert_eq!((csr.spec.groups.as_ref(), csr.spec.usages.as_ref(), csr.spec.uid.as_ref()), (None, None, None));
+            assert_eq!((csr.spec.groups.as_ref(), csr.spec.usages.as_ref()), (None, None));
+            assert_eq!((csr.spec.uid.as_ref(), csr.spec.extra.as_ref()), (None, None));
             assert_eq!(csr.spec.signer_name, "kubernetes.io/kubelet-serving");
             assert_eq!(csr.spec.username.as_deref(), Some("system:node:n"));
             assert!(csr.metadata.creation_timestamp.is_some());
