@@ -325,6 +325,9 @@ fn cases() -> Vec<Case> {
         case("nxdomain after grace", good_csr(), (Deny, Reason::DNSNotResolved))
             .dns(&[("n1.nodes.example.com", Resolution::NotFound)])
             .at(minutes_after_creation(6)),
+        case("nxdomain as the grace period ends", good_csr(), (Deny, Reason::DNSNotResolved))
+            .dns(&[("n1.nodes.example.com", Resolution::NotFound)])
+            .at(minutes_after_creation(5)),
         case("nxdomain without creation time", good_csr(), (Deny, Reason::DNSNotResolved))
             .dns(&[("n1.nodes.example.com", Resolution::NotFound)])
             .sub(|s| s.created = None),
