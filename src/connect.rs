@@ -22,8 +22,17 @@ pub struct Connection {
     pub machines: Option<MachineCache>,
 }
 
-/// Builds a client from `kubeconfig`, else in-cluster config, else the default kubeconfig.
-pub async fn client(kubeconfig: Option<&Path>) -> Result<Client, ConnectError> {
+/// A client from `kubeconfig`, else in-cluster config, else the default kubeconfig, without the
+/// client's own retries of 429, 503 and 504: the controller retries every request with its own
+/// backoff (watches, writes, the Lease, evidence), and the client's retries would multiply each
+/// of its write attempts by up to four while an apiserver answers 503.
+async fn client(kubeconfig: Option<&Path>) -> Result<Client, ConnectError> {
+    let mut config = config(kubeconfig).await?;
+    config.default_retry = false;
+    Client::try_from(config).map_err(|e| ConnectError(e.to_string()))
+}
+
+async fn config(kubeconfig: Option<&Path>) -> Result<kube::Config, ConnectError> {
     let config = match kubeconfig {
         Some(path) => {
             let file = kube::config::Kubeconfig::read_from(path)
@@ -34,7 +43,7 @@ pub async fn client(kubeconfig: Option<&Path>) -> Result<Client, ConnectError> {
         }
         None => kube::Config::infer().await.map_err(|e| ConnectError(e.to_string()))?,
     };
-    Client::try_from(config).map_err(|e| ConnectError(e.to_string()))
+    Ok(config)
 }
 
 /// Connects with `kubeconfig` and, in machine mode, starts the caches, reading Machines through

@@ -2,16 +2,20 @@
 //!
 //! Writes go through the `approval` subresource with the cached resourceVersion as a precondition,
 //! so a replica working from a stale view gets a conflict, never a second decision. Only the leader
-//! evaluates and writes; standbys keep their watch warm and reconcile every CSR when they gain the
-//! Lease. [`step`] decides what a reconcile does; this module carries it out.
+//! evaluates and writes. Reconciliation is level-triggered ([`triggers`]): besides live watch
+//! events, every undecided CSR is reconciled after each list of the watch, whenever this replica
+//! becomes able to write, and every resync period. [`step`] decides what a reconcile does; this
+//! module carries it out.
 
 mod approval;
 mod events;
 mod memory;
+mod oldest;
 mod step;
+mod triggers;
 mod trim;
 
-pub use approval::write_condition;
+pub use approval::{WRITE_TIMEOUT, WriteError, write_condition};
 pub(crate) use events::Events;
 pub(crate) use memory::Memory;
 
@@ -22,35 +26,36 @@ use futures::{Stream, StreamExt};
 use jiff::Timestamp;
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use kube::runtime::controller::{Action, Controller};
+use kube::runtime::utils::StreamBackoff;
 use kube::runtime::{WatchStreamExt, reflector, watcher};
 use kube::{Api, Resource, ResourceExt};
+use tokio::sync::Notify;
 
+use crate::display::short_name;
 use crate::leader::Leadership;
 use crate::machines::MachineCache;
 use crate::metrics::{Metrics, WriteResult};
 use crate::policy::{
     ClusterView, Decision, KUBELET_SERVING_SIGNER, NODE_USER_PREFIX, PolicyConfig, Reason, Resolver, Submission,
-    evaluate,
+    evaluate, is_decided,
 };
+use crate::watch_backoff::WatchBackoff;
 use memory::CsrKey;
 use step::{Note, Step};
 
-const ERROR_BACKOFF: Duration = Duration::from_secs(5);
-const CONFLICT_REQUEUE: Duration = Duration::from_millis(200);
-const SYNC_POLL: Duration = Duration::from_millis(100);
 /// Machine and Node changes re-trigger waiting CSRs at most this often.
 const RETRIGGER_PERIOD: Duration = Duration::from_secs(1);
 
-/// A reconcile step that could not finish; the CSR is tried again later.
+/// A reconcile step that could not finish; the CSR is tried again after a backoff.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum ControllerError {
-    /// The approval write failed for a reason other than a conflict.
+    /// The approval write failed for a reason other than a conflict or a missing CSR.
     #[error("writing the decision on {name}: {source}")]
     Write {
-        /// The CSR.
+        /// The CSR's name as logged: escaped, and cut when long.
         name: String,
-        /// The API error.
-        source: kube::Error,
+        /// Why.
+        source: WriteError,
     },
 }
 
@@ -70,18 +75,32 @@ pub(crate) struct Context<R, C> {
     pub memory: Memory,
 }
 
-/// Runs the controller until `shutdown` resolves; in-flight reconciles finish first. In machine mode
-/// `machines` re-triggers the CSRs waiting on a Machine or Node whenever one changes.
-pub(crate) async fn run<R, C>(
+/// How the controller is run: concurrency, the pass triggers it does not make itself, and when to
+/// stop.
+pub(crate) struct Schedule<W, S> {
+    /// Bound on concurrent reconciles.
+    pub concurrency: u16,
+    /// Every undecided CSR is reconciled again at this interval.
+    pub resync_period: Duration,
+    /// Yields whenever this replica becomes able to write.
+    pub writable: W,
+    /// Resolves when the controller should stop taking work.
+    pub shutdown: S,
+}
+
+/// Runs the controller until `schedule.shutdown` resolves; in-flight reconciles finish first. In
+/// machine mode `machines` re-triggers the CSRs waiting on a Machine or Node whenever one changes.
+/// `on_synced` runs once the first list of the CSR watch (and the machine caches) are complete.
+pub(crate) async fn run<R, C, W, S>(
     ctx: Arc<Context<R, C>>,
-    concurrency: u16,
+    schedule: Schedule<W, S>,
     machines: Option<MachineCache>,
-    leader_gained: impl Stream<Item = ()> + Send + 'static,
-    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
     on_synced: impl FnOnce() + Send + 'static,
 ) where
     R: Resolver + 'static,
     C: ClusterView + 'static,
+    W: Stream<Item = ()> + Send + 'static,
+    S: Future<Output = ()> + Send + Sync + 'static,
 {
     let client_csrs = ctx.policy.machine.as_ref().is_some_and(|m| m.client_approval);
     // A streaming list (WatchList, on by default since Kubernetes 1.34) sends what exists one
@@ -93,37 +112,37 @@ pub(crate) async fn run<R, C>(
     // or managedFields, no PKCS#10 request once a CSR is decided. Every watch event carries the
     // whole object, so nothing is lost.
     let (store, writer) = reflector::store();
-    let csrs = reflector::reflector(writer, watcher(ctx.api.clone(), config).modify(trim::trim));
-    let controller = Controller::for_stream(csrs.applied_objects(), store);
-    let ready = controller.store();
+    let watch = StreamBackoff::new(watcher(ctx.api.clone(), config).modify(trim::trim), WatchBackoff::default());
+    let relisted = Arc::new(Notify::new());
+    let (synced, first_list) = tokio::sync::oneshot::channel();
+    let live = triggers::live_objects(reflector::reflector(writer, watch), relisted.clone(), synced);
+    let controller = Controller::for_stream(live, store.clone());
     let cache = machines.clone();
     tokio::spawn(async move {
-        // The store wakes only one of the tasks waiting for it (the controller's own runner), so
-        // ask again on a short period rather than wait for a wake-up that may never come.
-        loop {
-            match tokio::time::timeout(SYNC_POLL, ready.wait_until_ready()).await {
-                Ok(Ok(())) => break,
-                Ok(Err(_)) => return,
-                Err(_) => continue,
-            }
+        if first_list.await.is_err() {
+            return;
         }
         if let Some(cache) = cache {
             cache.synced().await;
         }
         on_synced();
     });
+    tokio::spawn(oldest::report(ctx.clone(), store.clone(), client_csrs));
+    let passes = triggers::passes(relisted, schedule.writable, schedule.resync_period);
+    let undecided = triggers::undecided_in_each_pass(passes, store.clone(), ctx.metrics.clone());
     let waiting = match &machines {
         Some(cache) => {
-            cache.attach_csrs(controller.store());
+            cache.attach_csrs(store);
             waiting_on_cluster(cache.changes(), ctx.clone()).boxed()
         }
         None => futures::stream::empty().boxed(),
     };
     let forget = ctx.clone();
     controller
-        .with_config(kube::runtime::controller::Config::default().concurrency(concurrency))
-        .reconcile_all_on(futures::stream::select(leader_gained, waiting))
-        .graceful_shutdown_on(shutdown)
+        .with_config(kube::runtime::controller::Config::default().concurrency(schedule.concurrency))
+        .reconcile_on(undecided)
+        .reconcile_all_on(waiting)
+        .graceful_shutdown_on(schedule.shutdown)
         .run(reconcile, error_policy, ctx)
         .for_each(|result| {
             if let Err(kube::runtime::controller::Error::ObjectNotFound(object)) = &result {
@@ -159,8 +178,10 @@ async fn reconcile<R: Resolver, C: ClusterView>(
     ctx: Arc<Context<R, C>>,
 ) -> Result<Action, ControllerError> {
     let name = csr.name_any();
+    let logged = short_name(&name);
     if !step::evaluates(ctx.leadership.is_leader(), ctx.dry_run) {
-        tracing::debug!(csr = %name, "not the leader: not evaluated");
+        ctx.leadership.skipped();
+        tracing::debug!(csr = %logged, "not the leader: not evaluated");
         return Ok(Action::await_change());
     }
     let sub = Submission::from(csr.as_ref());
@@ -169,20 +190,26 @@ async fn reconcile<R: Resolver, C: ClusterView>(
     ctx.metrics.observe_evaluation(started.elapsed());
     let decision = evaluation.decision;
     let node = sub.username.strip_prefix(NODE_USER_PREFIX).unwrap_or_default();
-    let key = CsrKey { name: &name, uid: csr.meta().uid.as_deref().unwrap_or_default() };
+    let key = CsrKey::of(&csr);
     let announced = ctx.memory.announced(key, decision.kind, decision.reason);
     match step::step(decision.kind, ctx.leadership.is_leader(), ctx.dry_run, announced) {
         Step::Forget => {
-            tracing::debug!(csr = %name, reason = %decision.reason, "ignored");
-            ctx.forget(&name);
+            tracing::debug!(csr = %logged, reason = %decision.reason, "ignored");
+            if is_decided(&csr) {
+                ctx.forget(&name);
+            } else {
+                ctx.memory.excuse(key);
+            }
             Ok(Action::await_change())
         }
         Step::Standby => {
-            tracing::debug!(csr = %name, decision = decision.kind.as_str(), "not the leader: waiting");
+            ctx.leadership.skipped();
+            tracing::debug!(csr = %logged, decision = decision.kind.as_str(), "not the leader: waiting");
             Ok(Action::await_change())
         }
-        Step::Write => ctx.write(&csr, &decision, node).await,
+        Step::Write => ctx.write(&csr, key, &decision, node).await,
         Step::Wait(note) => {
+            ctx.memory.excuse(key);
             if let Some(note) = note {
                 ctx.metrics.record_decision(decision.kind, decision.reason);
                 ctx.announce(&csr, key, &decision, node, note).await;
@@ -201,13 +228,13 @@ async fn reconcile<R: Resolver, C: ClusterView>(
     }
 }
 
-fn error_policy<R, C>(
-    _csr: Arc<CertificateSigningRequest>,
-    error: &ControllerError,
-    _ctx: Arc<Context<R, C>>,
-) -> Action {
-    tracing::warn!(%error, "reconcile failed; retrying");
-    Action::requeue(ERROR_BACKOFF)
+/// A failed write is tried again after its own backoff (0.5 s doubling to 8 s), until the CSR is
+/// decided or gone.
+fn error_policy<R, C>(csr: Arc<CertificateSigningRequest>, error: &ControllerError, ctx: Arc<Context<R, C>>) -> Action {
+    let delay = ctx.memory.next_write_retry(CsrKey::of(&csr));
+    ctx.metrics.set_waiting_retry(ctx.memory.waiting());
+    tracing::warn!(%error, retry_in = ?delay, "reconcile failed; retrying");
+    Action::requeue(delay)
 }
 
 /// Reasons a Machine or Node change can resolve.
@@ -218,7 +245,7 @@ fn waits_on_cluster(reason: Reason) -> bool {
 /// One log line per decision: `message` says what was done (`note`), `detail` why.
 fn log_decision(name: &str, node: &str, decision: &Decision, note: &str) {
     tracing::info!(
-        csr = %name,
+        csr = %short_name(name),
         node = %node,
         decision = decision.kind.as_str(),
         reason = %decision.reason,
@@ -229,37 +256,50 @@ fn log_decision(name: &str, node: &str, decision: &Decision, note: &str) {
 
 impl<R, C> Context<R, C> {
     /// Writes the condition through the approval subresource, preconditioned on the cached
-    /// resourceVersion.
+    /// resourceVersion. A conflict is read again after a backoff; a CSR gone is forgotten; a name
+    /// that fits into no URL is told once and tried again after the evaluation backoff; any other
+    /// failure is an error, which [`error_policy`] retries.
     async fn write(
         &self,
         csr: &CertificateSigningRequest,
+        key: CsrKey<'_>,
         decision: &Decision,
         node: &str,
     ) -> Result<Action, ControllerError> {
-        let name = csr.name_any();
+        let logged = short_name(key.name);
         match write_condition(&self.api, csr, decision).await {
-            Ok(_) => {
+            Ok(()) => {
                 self.metrics.record_write(WriteResult::Success);
                 self.metrics.record_decision(decision.kind, decision.reason);
-                log_decision(&name, node, decision, "written");
+                log_decision(key.name, node, decision, "written");
                 self.events.publish(csr.object_ref(&()), decision, "").await;
-                self.forget(&name);
+                self.forget(key.name);
                 Ok(Action::await_change())
             }
-            Err(kube::Error::Api(status)) if status.code == 409 => {
+            Err(error) if error.status() == Some(409) => {
                 self.metrics.record_write(WriteResult::Conflict);
-                tracing::debug!(csr = %name, "conflict: re-reading and deciding again");
-                Ok(Action::requeue(CONFLICT_REQUEUE))
+                let delay = self.memory.next_conflict_retry(key);
+                tracing::debug!(csr = %logged, retry_in = ?delay, "conflict: re-reading and deciding again");
+                Ok(Action::requeue(delay))
             }
-            Err(kube::Error::Api(status)) if status.code == 404 => {
+            Err(error) if error.status() == Some(404) => {
                 self.metrics.record_write(WriteResult::NotFound);
-                tracing::debug!(csr = %name, "gone before the decision was written: forgotten");
-                self.forget(&name);
+                tracing::debug!(csr = %logged, "gone before the decision was written: forgotten");
+                self.forget(key.name);
                 Ok(Action::await_change())
+            }
+            Err(error @ WriteError::Unaddressable { .. }) => {
+                self.metrics.record_write(WriteResult::Unaddressable);
+                let delay = self.memory.next_retry(key, false);
+                self.metrics.set_waiting_retry(self.memory.waiting());
+                if self.memory.mark_unaddressable(key) {
+                    tracing::error!(csr = %logged, %error, "cannot write the decision: no request can name this CSR");
+                }
+                Ok(Action::requeue(delay))
             }
             Err(source) => {
                 self.metrics.record_write(WriteResult::Error);
-                Err(ControllerError::Write { name, source })
+                Err(ControllerError::Write { name: logged.to_string(), source })
             }
         }
     }

@@ -6,6 +6,11 @@
 //! holder that cannot renew (apiserver unreachable, process stalled) therefore stops writing before
 //! its Lease can expire and another replica can take over.
 //!
+//! [`Leadership::writable`] tells the controller each time this replica becomes able to write
+//! again: it took the Lease, or its fence reopened after a renewal that came late (a stalled
+//! process, a slow apiserver). The controller reconciles every undecided CSR then, because the
+//! CSRs that arrived while it could not write were left alone.
+//!
 //! A replica the apiserver will not let touch its Lease (401 or 403) cannot take part in the
 //! election: the election task then ends with [`LeaderError`], and the caller stops.
 
@@ -14,14 +19,17 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime};
 
 use futures::StreamExt;
+use futures::stream::BoxStream;
 use k8s_openapi::api::coordination::v1::Lease;
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::utils::StreamBackoff;
+use kube::runtime::watcher;
 use kube::{Api, Client};
 use kube_lease_manager::{LeaseCreateMode, LeaseManager, LeaseManagerError, LeaseParams};
 use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
 
 use crate::config::LeaderConfig;
+use crate::watch_backoff::WatchBackoff;
 
 /// Leader election could not start or its task ended.
 #[derive(Debug, thiserror::Error)]
@@ -62,7 +70,13 @@ struct Fence {
     renewed: Mutex<Option<SystemTime>>,
     /// Signalled when the Lease is seen without a holder.
     released: Notify,
+    /// Set when work was left alone because this replica could not write.
+    skipped: AtomicBool,
 }
+
+/// How often [`Leadership::writable`] looks at the fence: the fence reopens on a renewal the
+/// Lease watch reports, so a quarter of a second adds little to the time a renewal takes.
+const FENCE_POLL: Duration = Duration::from_millis(250);
 
 impl Fence {
     /// The last renewal seen, also after a panic while it was held: the value is replaced whole,
@@ -86,6 +100,41 @@ impl Leadership {
         }
         let renewed = *fence.renewed();
         renewed.is_some_and(|at| SystemTime::now().duration_since(at).is_ok_and(|age| age < fence.renew_deadline))
+    }
+
+    /// Records that work was left alone because this replica could not write, so the next time it
+    /// can, [`Leadership::writable`] says so even if the fence never looked closed to it.
+    pub fn skipped(&self) {
+        if let Some(fence) = &self.fence {
+            fence.skipped.store(true, Ordering::Release);
+        }
+    }
+
+    /// Yields each time this replica becomes able to write: it took the Lease, its fence reopened,
+    /// or it can write again after [`Leadership::skipped`]. Never yields without election (such a
+    /// replica can always write).
+    pub fn writable(&self) -> BoxStream<'static, ()> {
+        if self.fence.is_none() {
+            return futures::stream::pending().boxed();
+        }
+        futures::stream::unfold((self.clone(), false), |(leadership, mut could)| async move {
+            loop {
+                tokio::time::sleep(FENCE_POLL).await;
+                let can = leadership.is_leader();
+                let skipped = can && leadership.take_skipped();
+                let became = can && (!could || skipped);
+                could = can;
+                if became {
+                    return Some(((), (leadership, could)));
+                }
+            }
+        })
+        .boxed()
+    }
+
+    /// Whether work was skipped since the last call (and clears it).
+    fn take_skipped(&self) -> bool {
+        self.fence.as_ref().is_some_and(|fence| fence.skipped.swap(false, Ordering::AcqRel))
     }
 
     /// A receiver that changes whenever the Lease manager gains or loses the Lease.
@@ -121,6 +170,7 @@ pub async fn start(client: Client, cfg: &LeaderConfig) -> Result<(Leadership, El
         changes: watch::Sender::new(false),
         renewed: Mutex::new(None),
         released: Notify::new(),
+        skipped: AtomicBool::new(false),
     });
     let (stop, stopped) = tokio::sync::oneshot::channel();
     let task = tokio::spawn(contend(lease, manager, fence.clone(), stopped, cfg.retry_period));
@@ -191,7 +241,8 @@ async fn contend(
 /// wakes [`contend`] when it has no holder.
 async fn observe(api: Api<Lease>, name: String, fence: Arc<Fence>) {
     let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
-    let mut leases = std::pin::pin!(watcher::watcher(api, config).default_backoff());
+    let leases = StreamBackoff::new(watcher::watcher(api, config), WatchBackoff::default());
+    let mut leases = std::pin::pin!(leases);
     while let Some(event) = leases.next().await {
         let lease = match event {
             Ok(watcher::Event::Apply(lease) | watcher::Event::InitApply(lease)) => lease,
@@ -239,5 +290,57 @@ impl Election {
                 Err(join) => Err(LeaderError::Ended(join.to_string())),
             },
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fenced(renew_deadline: Duration) -> (Leadership, Arc<Fence>) {
+        let fence = Arc::new(Fence {
+            identity: "me".into(),
+            renew_deadline,
+            holding: AtomicBool::new(false),
+            changes: watch::Sender::new(false),
+            renewed: Mutex::new(None),
+            released: Notify::new(),
+            skipped: AtomicBool::new(false),
+        });
+        (Leadership { fence: Some(fence.clone()) }, fence)
+    }
+
+    /// Whether `writable` yields within a few polls.
+    async fn yields(writable: &mut BoxStream<'static, ()>) -> bool {
+        tokio::time::timeout(FENCE_POLL * 4, writable.next()).await.is_ok()
+    }
+
+    #[tokio::test]
+    async fn writable_yields_on_taking_the_lease_on_a_reopened_fence_and_after_skipped_work() {
+        let (leadership, fence) = fenced(Duration::from_secs(10));
+        let mut writable = leadership.writable();
+        assert!(!yields(&mut writable).await, "not holding");
+        fence.holding.store(true, Ordering::Release);
+        assert!(!yields(&mut writable).await, "holding, but no renewal seen");
+        *fence.renewed() = Some(SystemTime::now());
+        assert!(yields(&mut writable).await, "took the Lease");
+        assert!(!yields(&mut writable).await, "nothing changed");
+        *fence.renewed() = SystemTime::now().checked_sub(Duration::from_secs(11));
+        assert!(!leadership.is_leader());
+        assert!(!yields(&mut writable).await, "the fence closed");
+        leadership.skipped();
+        *fence.renewed() = Some(SystemTime::now());
+        assert!(yields(&mut writable).await, "the fence reopened");
+        assert!(!yields(&mut writable).await, "the skip was consumed with the reopening");
+        leadership.skipped();
+        assert!(yields(&mut writable).await, "work was skipped while the fence looked open");
+    }
+
+    #[tokio::test]
+    async fn without_election_writable_never_yields_and_skips_are_ignored() {
+        let leadership = Leadership::always();
+        leadership.skipped();
+        assert!(leadership.is_leader());
+        assert!(!yields(&mut leadership.writable()).await);
     }
 }

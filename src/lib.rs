@@ -12,12 +12,16 @@ pub mod cluster;
 pub mod config;
 pub mod controller;
 pub mod csr;
+pub mod display;
 pub mod dns;
+pub mod logging;
 pub mod metrics;
 pub mod policy;
 pub mod runner;
 
+mod apiserver;
 mod connect;
 mod leader;
 mod machines;
 mod manifest;
+mod watch_backoff;

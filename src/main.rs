@@ -5,7 +5,8 @@ use std::process::ExitCode;
 use node_csr_approver::check::{self, CheckError};
 use node_csr_approver::cli::{Cli, Command};
 use node_csr_approver::config::{self, LogFormat};
-use node_csr_approver::runner;
+use node_csr_approver::display::Escaped;
+use node_csr_approver::{admin, logging, runner};
 
 /// Exit code for bad flags, env values or environment.
 const USAGE: u8 = 2;
@@ -16,18 +17,23 @@ fn main() -> ExitCode {
     let cli = Cli::parse_go_style(std::env::args_os());
     let settings = match config::validate(&cli.policy, &cli.run, &cli.machine) {
         Ok(settings) => settings,
-        Err(error) => return exit(USAGE, error),
+        Err(error) => {
+            // The operator's own flags and env vars, printed as given (a regex error spans lines).
+            eprintln!("error: {error}");
+            return ExitCode::from(USAGE);
+        }
     };
     if matches!(cli.command, Some(Command::Check(_))) {
-        init_logging(LogFormat::Text, "warn");
+        logging::init(LogFormat::Text, "warn");
         for warning in &settings.warnings {
-            eprintln!("warning: {}", warning.0);
+            eprintln!("warning: {}", Escaped(&warning.0));
         }
     } else {
-        init_logging(settings.run.log_format, &settings.run.log_filter);
+        logging::init(settings.run.log_format, &settings.run.log_filter);
         for warning in &settings.warnings {
             tracing::warn!("{}", warning.0);
         }
+        admin::raise_open_file_limit();
     }
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(runtime) => runtime,
@@ -51,19 +57,8 @@ fn main() -> ExitCode {
     }
 }
 
-/// Prints `error` and exits with `code`.
+/// Prints `error` (escaped: it may quote a file's contents or a name) and exits with `code`.
 fn exit(code: u8, error: impl std::fmt::Display) -> ExitCode {
-    eprintln!("error: {error}");
+    eprintln!("error: {}", Escaped(&error.to_string()));
     ExitCode::from(code)
-}
-
-/// JSON lines or text on stderr, filtered by an EnvFilter directive validated at startup.
-fn init_logging(format: LogFormat, filter: &str) {
-    let filter = tracing_subscriber::EnvFilter::new(filter);
-    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi);
-    match format {
-        LogFormat::Json => builder.json().flatten_event(true).init(),
-        LogFormat::Text => builder.init(),
-    }
 }

@@ -37,22 +37,55 @@ pub enum WriteResult {
     Conflict,
     /// The CSR was gone (deleted before the decision was written).
     NotFound,
-    /// Any other failure.
+    /// The CSR's name does not fit into a request URL, so nothing could be sent.
+    Unaddressable,
+    /// Any other failure: an error status, a broken connection, no answer in time.
     Error,
 }
 
 impl WriteResult {
     /// Every result, in label order.
-    pub const ALL: [WriteResult; 4] =
-        [WriteResult::Success, WriteResult::Conflict, WriteResult::NotFound, WriteResult::Error];
+    pub const ALL: [WriteResult; 5] = [
+        WriteResult::Success,
+        WriteResult::Conflict,
+        WriteResult::NotFound,
+        WriteResult::Unaddressable,
+        WriteResult::Error,
+    ];
 
-    /// The `result` label value: `success`, `conflict`, `not_found` or `error`.
+    /// The `result` label value: `success`, `conflict`, `not_found`, `unaddressable` or `error`.
     pub fn as_str(self) -> &'static str {
         match self {
             WriteResult::Success => "success",
             WriteResult::Conflict => "conflict",
             WriteResult::NotFound => "not_found",
+            WriteResult::Unaddressable => "unaddressable",
             WriteResult::Error => "error",
+        }
+    }
+}
+
+/// What started a pass over every undecided CSR.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum PassTrigger {
+    /// The CSR watch completed a list or relist.
+    Relist,
+    /// This replica became able to write.
+    Writable,
+    /// The resync period elapsed.
+    Periodic,
+}
+
+impl PassTrigger {
+    /// Every trigger, in label order.
+    pub const ALL: [PassTrigger; 3] = [PassTrigger::Relist, PassTrigger::Writable, PassTrigger::Periodic];
+
+    /// The `trigger` label value: `relist`, `writable` or `periodic`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PassTrigger::Relist => "relist",
+            PassTrigger::Writable => "writable",
+            PassTrigger::Periodic => "periodic",
         }
     }
 }
@@ -74,6 +107,11 @@ const FAILURE_KINDS: [&str; 4] = ["timeout", "servfail", "refused", "other"];
 struct DecisionLabels {
     decision: &'static str,
     reason: &'static str,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct TriggerLabels {
+    trigger: &'static str,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
@@ -100,6 +138,8 @@ pub struct Metrics {
     writes: Family<ResultLabels, Counter>,
     pending_node_csrs: Gauge,
     pending_limit: Gauge,
+    oldest_undecided: Gauge,
+    passes: Family<TriggerLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -152,8 +192,24 @@ impl Metrics {
         }
         registry.register(
             "writes",
-            "Writes to the approval subresource, by result (success, conflict, not_found, error)",
+            "Writes to the approval subresource, by result (success, conflict, not_found, unaddressable, error)",
             writes.clone(),
+        );
+        let oldest_undecided = Gauge::default();
+        registry.register_with_unit(
+            "oldest_undecided_csr_age",
+            "Age of the oldest CSR this replica must decide and has not (0 when none, and on standbys)",
+            Unit::Seconds,
+            oldest_undecided.clone(),
+        );
+        let passes = Family::<TriggerLabels, Counter>::default();
+        for trigger in PassTrigger::ALL {
+            passes.get_or_create_owned(&TriggerLabels { trigger: trigger.as_str() });
+        }
+        registry.register(
+            "reconcile_passes",
+            "Passes over every undecided CSR, by trigger (relist, writable, periodic)",
+            passes.clone(),
         );
 
         let pending_node_csrs = Gauge::default();
@@ -180,7 +236,19 @@ impl Metrics {
             writes,
             pending_node_csrs,
             pending_limit,
+            oldest_undecided,
+            passes,
         }
+    }
+
+    /// Sets the age of the oldest CSR this replica must decide and has not.
+    pub fn set_oldest_undecided(&self, age: Duration) {
+        self.oldest_undecided.set(i64::try_from(age.as_secs()).unwrap_or(i64::MAX));
+    }
+
+    /// Counts one pass over every undecided CSR.
+    pub fn record_pass(&self, trigger: PassTrigger) {
+        self.passes.get_or_create(&TriggerLabels { trigger: trigger.as_str() }).inc();
     }
 
     /// Sets the pending brake's count and limit (machine mode).
@@ -269,6 +337,8 @@ mod tests {
         metrics.record_write(WriteResult::Conflict);
         metrics.set_leader(true);
         metrics.set_waiting_retry(3);
+        metrics.set_oldest_undecided(Duration::from_millis(90_500));
+        metrics.record_pass(PassTrigger::Writable);
         let text = metrics.encode().unwrap();
         assert!(text.contains("node_csr_approver_decisions_total{decision=\"deny\",reason=\"HostnameMismatch\"} 1\n"));
         assert!(text.contains("node_csr_approver_writes_total{result=\"conflict\"} 1\n"));
@@ -276,6 +346,10 @@ mod tests {
         assert!(text.contains("node_csr_approver_dns_failures_total{kind=\"timeout\"} 0\n"));
         assert!(text.contains("node_csr_approver_leader 1\n"));
         assert!(text.contains("node_csr_approver_csrs_waiting_retry 3\n"));
+        assert!(text.contains("node_csr_approver_oldest_undecided_csr_age_seconds 90\n"), "{text}");
+        assert!(text.contains("node_csr_approver_reconcile_passes_total{trigger=\"writable\"} 1\n"));
+        assert!(text.contains("node_csr_approver_reconcile_passes_total{trigger=\"relist\"} 0\n"));
+        assert!(text.contains("node_csr_approver_writes_total{result=\"unaddressable\"} 0\n"));
         assert!(text.ends_with("# EOF\n"));
         assert!(!text.contains("..\n"), "help texts end with exactly one period: {text}");
     }

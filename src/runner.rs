@@ -7,7 +7,6 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
 use kube::runtime::events::Reporter;
 use kube::{Api, Client};
 use tokio::signal::unix::{Signal, SignalKind, signal};
@@ -57,7 +56,10 @@ pub async fn run(settings: Settings) -> Result<(), RunError> {
     let servers = AdminServers::start(&cfg, readiness.clone(), metrics.clone()).await?;
     let (leadership, mut election) = elect(&client, &cfg).await?;
     metrics.set_leader(leadership.is_leader());
-    let leader_gained = leader_gained(&leadership, metrics.clone());
+    if let Some(changes) = leadership.changes() {
+        tokio::spawn(report_leader(changes, metrics.clone()));
+    }
+    let writable = leadership.writable();
 
     let resolver = MeteredResolver::new(HickoryResolver::new(dns.servers.as_deref(), dns.timeout)?, metrics.clone());
     let instance = cfg.leader.as_ref().map(|l| l.identity.clone());
@@ -82,19 +84,19 @@ pub async fn run(settings: Settings) -> Result<(), RunError> {
         tracing::info!("CSR watch synced: ready");
         readiness.set_ready();
     };
-    let controller = controller::run(
-        ctx,
-        cfg.concurrency,
-        machines,
-        leader_gained,
-        async move {
+    let schedule = controller::Schedule {
+        concurrency: cfg.concurrency,
+        resync_period: cfg.resync_period,
+        writable,
+        shutdown: async move {
             let _ = controller_stopped.await;
         },
-        on_synced,
-    );
+    };
+    let controller = controller::run(ctx, schedule, machines, on_synced);
     tracing::info!(
         concurrency = cfg.concurrency,
         dry_run = cfg.dry_run,
+        resync_period = %humantime::format_duration(cfg.resync_period),
         leader_election = cfg.leader.is_some(),
         "started"
     );
@@ -218,23 +220,11 @@ async fn report_pending_brake(cache: MachineCache, delta: u32, metrics: Metrics)
     }
 }
 
-/// A stream that yields each time this replica gains the Lease, and keeps the leader gauge true.
-fn leader_gained(leadership: &Leadership, metrics: Metrics) -> futures::stream::BoxStream<'static, ()> {
-    let Some(changes) = leadership.changes() else { return futures::stream::empty().boxed() };
-    stream_of_changes(changes)
-        .filter_map(move |leader| {
-            metrics.set_leader(leader);
-            futures::future::ready(leader.then_some(()))
-        })
-        .boxed()
-}
-
-fn stream_of_changes(changes: watch::Receiver<bool>) -> impl futures::Stream<Item = bool> + Send {
-    futures::stream::unfold(changes, |mut changes| async move {
-        changes.changed().await.ok()?;
-        let now = *changes.borrow_and_update();
-        Some((now, changes))
-    })
+/// Keeps the leader gauge equal to whether the Lease manager holds the Lease.
+async fn report_leader(mut changes: watch::Receiver<bool>, metrics: Metrics) {
+    while changes.changed().await.is_ok() {
+        metrics.set_leader(*changes.borrow_and_update());
+    }
 }
 
 async fn election_failed(election: &mut Option<leader::Election>) -> leader::LeaderError {

@@ -6,8 +6,12 @@ use std::net::Ipv4Addr;
 use anyhow::{Context, Result};
 use testkit::{Key, Request};
 
-/// The most nodes a run can have: addresses are numbered inside 10.0.0.0/16.
+/// The most nodes a run can have: addresses are numbered inside 10.0.0.0/16, above 10.0.0.0/24.
 pub const MAX_NODES: usize = 65_000;
+
+/// The first node address counts from 10.0.1.1: 10.0.0.0/24 is the test apiserver's Service
+/// range, whose addresses (10.0.0.1 is the `kubernetes` Service) no node may claim.
+const FIRST_NODE: u32 = 0x0101;
 
 /// One node and the serving request it sends.
 #[derive(Debug, Clone)]
@@ -23,9 +27,9 @@ pub struct NodeRequest {
     pub pem: String,
 }
 
-/// The address of node `i`: 10.0.x.y counted from 10.0.0.1.
+/// The address of node `i`: 10.0.x.y counted from 10.0.1.1.
 pub fn node_ip(i: usize) -> Ipv4Addr {
-    let n = (i + 1) as u32;
+    let n = i as u32 + FIRST_NODE;
     Ipv4Addr::new(10, 0, (n >> 8) as u8, (n & 0xff) as u8)
 }
 
@@ -64,9 +68,9 @@ mod tests {
 
     #[test]
     fn addresses_are_distinct_and_inside_the_prefix() {
-        assert_eq!(node_ip(0), Ipv4Addr::new(10, 0, 0, 1));
-        assert_eq!(node_ip(255), Ipv4Addr::new(10, 0, 1, 0));
-        assert_eq!(node_ip(MAX_NODES - 1), Ipv4Addr::new(10, 0, 253, 232));
+        assert_eq!(node_ip(0), Ipv4Addr::new(10, 0, 1, 1));
+        assert_eq!(node_ip(254), Ipv4Addr::new(10, 0, 1, 255));
+        assert_eq!(node_ip(MAX_NODES - 1), Ipv4Addr::new(10, 0, 254, 232));
         let requests = generate(5).unwrap();
         assert_eq!(requests.len(), 5);
         assert_eq!(requests[4].node, "node-4");

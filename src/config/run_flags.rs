@@ -46,6 +46,9 @@ pub struct RunArgs {
     /// Interval between renewals and acquisition attempts [default: 2s]
     #[arg(long, global = true, env = "RETRY_PERIOD")]
     pub retry_period: Option<String>,
+    /// Every undecided CSR is evaluated again at this interval, besides after each list of the CSR watch and whenever this replica becomes able to write, 1s..=1h [default: 1m]
+    #[arg(long, global = true, env = "RESYNC_PERIOD")]
+    pub resync_period: Option<String>,
     /// On SIGTERM/SIGINT, how long in-flight work may take to finish [default: 20s]
     #[arg(long, global = true, env = "DRAIN_TIMEOUT")]
     pub drain_timeout: Option<String>,
@@ -128,6 +131,8 @@ pub struct RunConfig {
     pub dry_run: bool,
     /// Leader election, when enabled.
     pub leader: Option<LeaderConfig>,
+    /// How often every undecided CSR is evaluated again, whatever else happened.
+    pub resync_period: Duration,
     /// How long shutdown waits for in-flight work.
     pub drain_timeout: Duration,
     /// Address of the health endpoints, Go-style (`:8081`).
@@ -159,6 +164,8 @@ impl RunArgs {
             },
             dry_run: field!(self.dry_run).boolean(false)?,
             leader,
+            resync_period: field!(self.resync_period)
+                .duration((Duration::from_secs(1), Duration::from_secs(3600)), Duration::from_secs(60))?,
             drain_timeout: field!(self.drain_timeout)
                 .duration((Duration::ZERO, Duration::from_secs(3600)), Duration::from_secs(20))?,
             health_address: bind_address(field!(self.health_probe_bind_address), ":8081")?.ok_or_else(|| {
@@ -286,6 +293,19 @@ mod tests {
             assert!(EventLevel::All.publishes(kind), "{kind:?}");
             assert_eq!(EventLevel::Problems.publishes(kind), kind != Approve, "{kind:?}");
             assert!(!EventLevel::None.publishes(kind), "{kind:?}");
+        }
+    }
+
+    #[test]
+    fn the_resync_period_defaults_to_a_minute_and_stays_within_a_second_and_an_hour() {
+        let period =
+            |value: Option<&str>| RunArgs { resync_period: value.map(Into::into), ..RunArgs::default() }.validate();
+        assert_eq!(period(None).unwrap().resync_period, Duration::from_secs(60));
+        assert_eq!(period(Some("1s")).unwrap().resync_period, Duration::from_secs(1));
+        assert_eq!(period(Some("1h")).unwrap().resync_period, Duration::from_secs(3600));
+        for bad in ["0s", "999ms", "61m", "often"] {
+            let error = period(Some(bad)).unwrap_err();
+            assert_eq!((error.flag.as_str(), error.env.as_str()), ("--resync-period", "RESYNC_PERIOD"), "{bad}");
         }
     }
 

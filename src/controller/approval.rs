@@ -1,12 +1,15 @@
 //! The approval write: a merge patch of the CSR's conditions through the `approval` subresource,
-//! and messages cut to what the apiserver stores.
+//! addressed by the CSR's name encoded as one path segment, and messages cut to what the
+//! apiserver stores.
+
+use std::time::Duration;
 
 use http::HeaderValue;
 use jiff::Timestamp;
 use k8s_openapi::api::certificates::v1::{CertificateSigningRequest, CertificateSigningRequestCondition};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{Patch, PatchParams};
 use kube::{Api, Resource, ResourceExt};
+use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 use serde_json::{Value, json};
 
 use crate::policy::{Decision, DecisionKind};
@@ -18,6 +21,44 @@ pub(super) const MAX_MESSAGE_BYTES: usize = 1024;
 /// (meta.k8s.io/v1 PartialObjectMetadata) instead of the whole CSR and its request.
 const METADATA_ONLY: &str = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1";
 
+/// How long one write may take before it counts as failed (and is retried): the client sets no
+/// read timeout, and an apiserver that stopped answering mid-write would otherwise hold the CSR.
+pub const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// What is percent-encoded in a path segment: everything but RFC 3986's unreserved characters,
+/// so `?`, `#`, `/`, `%`, spaces and control characters in a name stay inside its segment.
+const PATH_SEGMENT: &AsciiSet = &NON_ALPHANUMERIC.remove(b'-').remove(b'.').remove(b'_').remove(b'~');
+
+/// Why a decision could not be written.
+#[derive(Debug, thiserror::Error)]
+pub enum WriteError {
+    /// The cached CSR has no resourceVersion to precondition the write on.
+    #[error("the CSR has no resourceVersion to precondition the write on")]
+    NoResourceVersion,
+    /// The CSR's name does not fit into a request URL (a URI holds at most 64 KiB).
+    #[error("a name of {bytes} bytes does not fit into a request URL")]
+    Unaddressable {
+        /// The name's length in bytes.
+        bytes: usize,
+    },
+    /// No answer within [`WRITE_TIMEOUT`].
+    #[error("no answer within {}", humantime::format_duration(WRITE_TIMEOUT))]
+    TimedOut,
+    /// The apiserver answered with an error, or the request failed on its way.
+    #[error(transparent)]
+    Api(#[from] kube::Error),
+}
+
+impl WriteError {
+    /// The HTTP status the apiserver answered with, if it answered.
+    pub fn status(&self) -> Option<u16> {
+        match self {
+            WriteError::Api(kube::Error::Api(status)) => Some(status.code),
+            _ => None,
+        }
+    }
+}
+
 /// Writes the decision's condition: a JSON merge patch ([`condition_patch`]) to the `approval`
 /// subresource, preconditioned on the cached resourceVersion. A patch leaves the labels,
 /// annotations and finalizers others keep on the CSR as they are (the subresource takes metadata
@@ -27,18 +68,27 @@ pub async fn write_condition(
     api: &Api<CertificateSigningRequest>,
     csr: &CertificateSigningRequest,
     decision: &Decision,
-) -> Result<(), kube::Error> {
-    let patch = condition_patch(csr, decision).ok_or_else(|| {
-        kube::Error::BuildRequest(kube::core::request::Error::Validation(format!(
-            "CSR {} has no resourceVersion to precondition the write on",
-            csr.name_any()
-        )))
-    })?;
-    let mut request = kube::core::Request::new(CertificateSigningRequest::url_path(&(), None))
-        .patch_subresource("approval", &csr.name_any(), &PatchParams::default(), &Patch::Merge(patch))
-        .map_err(kube::Error::BuildRequest)?;
-    request.headers_mut().insert(http::header::ACCEPT, HeaderValue::from_static(METADATA_ONLY));
-    api.clone().into_client().request_text(request).await.map(drop)
+) -> Result<(), WriteError> {
+    let patch = condition_patch(csr, decision).ok_or(WriteError::NoResourceVersion)?;
+    let name = csr.name_any();
+    let uri = http::Uri::try_from(approval_path(&name)).map_err(|_| WriteError::Unaddressable { bytes: name.len() })?;
+    let body = serde_json::to_vec(&patch).map_err(kube::Error::SerdeError)?;
+    let request = http::Request::patch(uri)
+        .header(http::header::ACCEPT, HeaderValue::from_static(METADATA_ONLY))
+        .header(http::header::CONTENT_TYPE, HeaderValue::from_static("application/merge-patch+json"))
+        .body(body)
+        .map_err(|error| kube::Error::BuildRequest(kube::core::request::Error::BuildRequest(error)))?;
+    let client = api.clone().into_client();
+    match tokio::time::timeout(WRITE_TIMEOUT, client.request_text(request)).await {
+        Ok(answer) => answer.map(drop).map_err(WriteError::Api),
+        Err(_) => Err(WriteError::TimedOut),
+    }
+}
+
+/// The path of a CSR's `approval` subresource, its name one percent-encoded path segment.
+fn approval_path(name: &str) -> String {
+    let collection = CertificateSigningRequest::url_path(&(), None);
+    format!("{collection}/{}/approval", utf8_percent_encode(name, PATH_SEGMENT))
 }
 
 /// The body of the approval write: the cached conditions and the decision's, and the cached
@@ -146,6 +196,31 @@ mod tests {
                 assert!(added.last_update_time.is_some() && added.last_transition_time.is_some());
             }
         }
+    }
+
+    #[test]
+    fn a_name_is_one_path_segment_whatever_it_holds() {
+        let base = "/apis/certificates.k8s.io/v1/certificatesigningrequests";
+        for (name, segment) in [
+            ("csr-a.b_c~1", "csr-a.b_c~1"),
+            ("a?x", "a%3Fx"),
+            ("a#x", "a%23x"),
+            ("a/b", "a%2Fb"),
+            ("a%2Fb", "a%252Fb"),
+            ("a b\n\u{1b}", "a%20b%0A%1B"),
+            ("ä", "%C3%A4"),
+        ] {
+            let path = approval_path(name);
+            assert_eq!(path, format!("{base}/{segment}/approval"), "{name:?}");
+            let uri = http::Uri::try_from(path).unwrap();
+            assert_eq!(uri.query(), None, "{name:?}");
+        }
+    }
+
+    #[test]
+    fn a_name_too_long_for_a_uri_is_unaddressable_not_a_panic() {
+        assert!(http::Uri::try_from(approval_path(&"a".repeat(60_000))).is_ok());
+        assert!(http::Uri::try_from(approval_path(&"a".repeat(70_000))).is_err());
     }
 
     #[test]

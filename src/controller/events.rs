@@ -70,7 +70,7 @@ impl Events {
                     let name = event.regarding.name.clone().unwrap_or_default();
                     let body = k8s_event(event, &reporter);
                     if let Err(error) = api.create(&PostParams::default(), &body).await {
-                        tracing::warn!(csr = %name, %error, "publishing an event");
+                        tracing::warn!(csr = %crate::display::short_name(&name), %error, "publishing an event");
                     }
                 }
             })

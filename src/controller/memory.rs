@@ -1,9 +1,12 @@
 //! What the controller remembers about the CSRs it has not finished with: retry attempts (and so
-//! the backoff), whether a CSR waits on a Machine or Node, and which decisions were announced.
+//! the backoffs), whether a CSR waits on a Machine or Node, which decisions were announced, and
+//! which CSRs are left alone on purpose (held for a human, or not the approver's).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
+
+use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 
 use crate::policy::{DecisionKind, Reason};
 
@@ -11,6 +14,15 @@ use crate::policy::{DecisionKind, Reason};
 const RETRY_BASE: Duration = Duration::from_secs(2);
 /// ... up to this.
 const RETRY_CAP: Duration = Duration::from_secs(60);
+/// The first delay after a failed write; each further failure doubles it...
+const WRITE_RETRY_BASE: Duration = Duration::from_millis(500);
+/// ... up to this: short, so CSRs whose writes failed during an apiserver outage are written
+/// within seconds of its return.
+const WRITE_RETRY_CAP: Duration = Duration::from_secs(8);
+/// The first delay after a conflict; each further conflict on the same CSR doubles it...
+const CONFLICT_RETRY_BASE: Duration = Duration::from_millis(200);
+/// ... up to this, so a CSR that keeps conflicting is never written in a tight loop.
+const CONFLICT_RETRY_CAP: Duration = Duration::from_secs(30);
 
 /// A CSR as the memory knows it: its name and uid (a CSR re-created under the same name starts
 /// afresh).
@@ -22,12 +34,28 @@ pub(super) struct CsrKey<'a> {
     pub uid: &'a str,
 }
 
+impl CsrKey<'_> {
+    /// The key of `csr`.
+    pub(super) fn of(csr: &CertificateSigningRequest) -> CsrKey<'_> {
+        CsrKey {
+            name: csr.metadata.name.as_deref().unwrap_or_default(),
+            uid: csr.metadata.uid.as_deref().unwrap_or_default(),
+        }
+    }
+}
+
 /// What is remembered about one CSR.
 #[derive(Debug, Default)]
 struct Entry {
     uid: String,
     attempts: u32,
+    write_failures: u32,
+    conflicts: u32,
     waiting_on_cluster: bool,
+    /// Held for a human, or not the approver's: no decision of ours is outstanding.
+    excused: bool,
+    /// The name was found not to fit into a request URL (and that was logged).
+    unaddressable: bool,
     announced: HashSet<(DecisionKind, Reason)>,
 }
 
@@ -51,14 +79,55 @@ impl Memory {
     pub(super) fn next_retry(&self, csr: CsrKey<'_>, on_cluster: bool) -> Duration {
         self.entry(csr, |entry| {
             entry.waiting_on_cluster = on_cluster;
+            entry.excused = false;
             entry.attempts = entry.attempts.saturating_add(1);
             backoff(entry.attempts)
         })
     }
 
-    /// How many CSRs wait on a retry.
+    /// Counts one more failed write of this CSR and returns the delay before the next one.
+    pub(super) fn next_write_retry(&self, csr: CsrKey<'_>) -> Duration {
+        self.entry(csr, |entry| {
+            entry.write_failures = entry.write_failures.saturating_add(1);
+            doubling(WRITE_RETRY_BASE, entry.write_failures, WRITE_RETRY_CAP)
+        })
+    }
+
+    /// Counts one more conflict on this CSR and returns the delay before it is read again.
+    pub(super) fn next_conflict_retry(&self, csr: CsrKey<'_>) -> Duration {
+        self.entry(csr, |entry| {
+            entry.conflicts = entry.conflicts.saturating_add(1);
+            doubling(CONFLICT_RETRY_BASE, entry.conflicts, CONFLICT_RETRY_CAP)
+        })
+    }
+
+    /// Records that this CSR's name does not fit into a URL; true the first time.
+    pub(super) fn mark_unaddressable(&self, csr: CsrKey<'_>) -> bool {
+        self.entry(csr, |entry| !std::mem::replace(&mut entry.unaddressable, true))
+    }
+
+    /// Records that no decision of ours is outstanding for this CSR: it is held for a human, or
+    /// not the approver's to decide. Cleared by the next retry.
+    pub(super) fn excuse(&self, csr: CsrKey<'_>) {
+        self.entry(csr, |entry| entry.excused = true);
+    }
+
+    /// Whether this CSR is held for a human or not the approver's (see [`Memory::excuse`]).
+    pub(super) fn is_excused(&self, csr: CsrKey<'_>) -> bool {
+        self.lock().get(csr.name).is_some_and(|entry| entry.uid == csr.uid && entry.excused)
+    }
+
+    /// How many CSRs wait on a retry (of their evaluation or of their write).
     pub(super) fn waiting(&self) -> usize {
-        self.lock().values().filter(|entry| entry.attempts > 0).count()
+        self.lock()
+            .values()
+            .filter(|entry| entry.attempts > 0 || entry.write_failures > 0 || entry.conflicts > 0)
+            .count()
+    }
+
+    /// Drops what is remembered about CSRs that no longer exist (`exists` says which do).
+    pub(super) fn retain(&self, exists: impl Fn(CsrKey<'_>) -> bool) {
+        self.lock().retain(|name, entry| exists(CsrKey { name, uid: &entry.uid }));
     }
 
     /// True when some CSR's last evaluation waited on a Machine, a Node or the pending brake.
@@ -89,7 +158,12 @@ impl Memory {
 
 /// The delay before retry number `attempt` (from 1): 2 s, 4 s, 8 s, … at most 60 s.
 fn backoff(attempt: u32) -> Duration {
-    RETRY_BASE.saturating_mul(1 << attempt.min(16).saturating_sub(1)).min(RETRY_CAP)
+    doubling(RETRY_BASE, attempt, RETRY_CAP)
+}
+
+/// `base` doubled for each attempt after the first (from 1), at most `cap`.
+fn doubling(base: Duration, attempt: u32, cap: Duration) -> Duration {
+    base.saturating_mul(1 << attempt.min(16).saturating_sub(1)).min(cap)
 }
 
 #[cfg(test)]
@@ -118,6 +192,58 @@ mod tests {
         assert!(memory.forget("csr-a"));
         assert!(!memory.forget("csr-a"));
         assert_eq!(memory.waiting(), 1);
+    }
+
+    #[test]
+    fn failed_writes_and_conflicts_back_off_on_their_own_short_scales() {
+        let memory = Memory::default();
+        let writes: Vec<u64> = (0..7).map(|_| memory.next_write_retry(A).as_millis() as u64).collect();
+        assert_eq!(writes, [500, 1000, 2000, 4000, 8000, 8000, 8000]);
+        let conflicts: Vec<u64> = (0..10).map(|_| memory.next_conflict_retry(A).as_millis() as u64).collect();
+        assert_eq!(conflicts, [200, 400, 800, 1600, 3200, 6400, 12800, 25600, 30000, 30000]);
+        assert_eq!(memory.waiting(), 1);
+        assert_eq!(memory.next_retry(A, false), Duration::from_secs(2), "evaluation retries count apart");
+        assert_eq!(doubling(WRITE_RETRY_BASE, u32::MAX, WRITE_RETRY_CAP), WRITE_RETRY_CAP);
+    }
+
+    #[test]
+    fn a_conflict_or_a_failed_write_alone_counts_as_waiting() {
+        let memory = Memory::default();
+        memory.next_conflict_retry(A);
+        memory.next_write_retry(CsrKey { name: "csr-b", uid: "2" });
+        memory.excuse(CsrKey { name: "csr-c", uid: "3" });
+        assert_eq!(memory.waiting(), 2);
+    }
+
+    #[test]
+    fn an_unaddressable_name_is_told_once_per_csr() {
+        let memory = Memory::default();
+        assert!(memory.mark_unaddressable(A));
+        assert!(!memory.mark_unaddressable(A));
+        assert!(memory.mark_unaddressable(CsrKey { name: "csr-a", uid: "2" }));
+    }
+
+    #[test]
+    fn an_excuse_holds_for_its_uid_until_the_next_retry() {
+        let memory = Memory::default();
+        assert!(!memory.is_excused(A));
+        memory.excuse(A);
+        assert!(memory.is_excused(A));
+        assert!(!memory.is_excused(CsrKey { name: "csr-a", uid: "2" }));
+        memory.next_retry(A, false);
+        assert!(!memory.is_excused(A));
+    }
+
+    #[test]
+    fn entries_of_csrs_that_are_gone_are_dropped() {
+        let memory = Memory::default();
+        memory.excuse(A);
+        memory.excuse(CsrKey { name: "csr-b", uid: "2" });
+        memory.next_retry(CsrKey { name: "csr-c", uid: "3" }, false);
+        memory.retain(|csr| csr.name == "csr-b" || (csr.name == "csr-c" && csr.uid == "other"));
+        assert!(memory.is_excused(CsrKey { name: "csr-b", uid: "2" }));
+        assert!(!memory.is_excused(A));
+        assert_eq!(memory.waiting(), 0);
     }
 
     #[test]

@@ -1,0 +1,94 @@
+//! What makes the controller look at a CSR. Live watch events name the CSR they changed; besides
+//! them, a *pass* reconciles every undecided CSR in the cache, after each completed list or relist
+//! of the watch (its objects reach the cache only when the list completes), whenever this replica
+//! becomes able to write, and every resync period. So the controller is level-triggered: a CSR
+//! whose event was missed, skipped or forgotten is found by the next pass.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::{Stream, StreamExt};
+use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::watcher::{self, Event};
+use tokio::sync::{Notify, oneshot};
+
+use crate::metrics::{Metrics, PassTrigger};
+use crate::policy::is_decided;
+
+/// The objects of live watch events, from `events` as the cache applied them. A completed list
+/// or relist signals `relisted` (and `synced`, the first time) instead of yielding its objects:
+/// they are in the cache only from then on, so a pass after it finds every one. Watch errors
+/// are logged (a warning when the watch starts failing, one line when it recovers) and dropped:
+/// the watch recovers by itself after its backoff.
+pub(super) fn live_objects(
+    events: impl Stream<Item = Result<Event<CertificateSigningRequest>, watcher::Error>> + Send,
+    relisted: Arc<Notify>,
+    synced: oneshot::Sender<()>,
+) -> impl Stream<Item = Result<CertificateSigningRequest, watcher::Error>> + Send {
+    let mut synced = Some(synced);
+    let mut failing = false;
+    events.filter_map(move |event| {
+        let object = match event {
+            Err(error) => {
+                if !std::mem::replace(&mut failing, true) {
+                    tracing::warn!(%error, "watching CSRs failed; retrying");
+                } else {
+                    tracing::debug!(%error, "watching CSRs failed again; retrying");
+                }
+                None
+            }
+            Ok(event) => {
+                if std::mem::replace(&mut failing, false) {
+                    tracing::info!("watching CSRs again");
+                }
+                match event {
+                    Event::Apply(csr) => Some(Ok(csr)),
+                    Event::InitDone => {
+                        tracing::debug!("CSR list complete: every undecided CSR is evaluated");
+                        relisted.notify_one();
+                        if let Some(synced) = synced.take() {
+                            let _ = synced.send(());
+                        }
+                        None
+                    }
+                    Event::Init | Event::InitApply(_) | Event::Delete(_) => None,
+                }
+            }
+        };
+        futures::future::ready(object)
+    })
+}
+
+/// The pass triggers: `relisted`, `writable` and every `resync` period.
+pub(super) fn passes(
+    relisted: Arc<Notify>,
+    writable: impl Stream<Item = ()> + Send + 'static,
+    resync: Duration,
+) -> impl Stream<Item = PassTrigger> + Send {
+    let relists = futures::stream::unfold(relisted, |relisted| async move {
+        relisted.notified().await;
+        Some((PassTrigger::Relist, relisted))
+    });
+    let periodic = futures::stream::unfold((), move |()| async move {
+        tokio::time::sleep(resync).await;
+        Some((PassTrigger::Periodic, ()))
+    });
+    futures::stream::select(relists, futures::stream::select(writable.map(|()| PassTrigger::Writable), periodic))
+}
+
+/// For each pass of `triggers`, a reference to every undecided CSR in `store` (counted in
+/// `metrics`). Decided CSRs stay in the cache until they are deleted, and are not looked at.
+pub(super) fn undecided_in_each_pass(
+    triggers: impl Stream<Item = PassTrigger> + Send + 'static,
+    store: Store<CertificateSigningRequest>,
+    metrics: Metrics,
+) -> impl Stream<Item = ObjectRef<CertificateSigningRequest>> + Send {
+    triggers.flat_map(move |trigger| {
+        metrics.record_pass(trigger);
+        let undecided: Vec<_> =
+            store.state().iter().filter(|csr| !is_decided(csr)).map(|csr| ObjectRef::from_obj(csr.as_ref())).collect();
+        tracing::debug!(trigger = trigger.as_str(), undecided = undecided.len(), "reconciling every undecided CSR");
+        futures::stream::iter(undecided)
+    })
+}
