@@ -13,6 +13,7 @@ use support::Request;
 use support::cluster::{
     Approver, Csrs, SERIAL, conditions, control_plane, create_serving_csr, metric, unique, wait_decided,
 };
+use support::lease::{holder, wait_holder};
 use testdns::{DnsServer, Records};
 use testenv::ControlPlane;
 
@@ -64,25 +65,6 @@ async fn replicas(kubeconfig: &std::path::Path, lease: &str, timing: &[&str], ex
         approver.wait_ready().await;
     }
     started
-}
-
-async fn holder(admin: &Client, lease: &str) -> Option<String> {
-    let lease = Api::<Lease>::namespaced(admin.clone(), "default").get_opt(lease).await.unwrap()?;
-    lease.spec.and_then(|s| s.holder_identity).filter(|h| !h.is_empty())
-}
-
-/// Waits until some replica other than `not` holds the Lease; returns the index of its
-/// replica-<i> name.
-async fn wait_holder(admin: &Client, lease: &str, not: Option<usize>, deadline: Instant) -> Option<usize> {
-    while Instant::now() < deadline {
-        let index =
-            holder(admin, lease).await.and_then(|h| h.strip_prefix("replica-")?.split('_').next()?.parse().ok());
-        if index.is_some() && index != not {
-            return index;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    None
 }
 
 /// Waits until `approver`'s successful writes reach `want` (a write is counted just after the

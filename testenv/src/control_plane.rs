@@ -262,11 +262,39 @@ impl ControlPlane {
     /// ready. Data survives. Do this on a control plane of your own ([`ControlPlane::start`]),
     /// never on the shared one, whose other users would see the outage.
     pub async fn restart_apiserver(&self) -> Result<(), Error> {
-        let owned = self.owned.as_ref().ok_or(Error::NotOwned("restart_apiserver"))?;
-        let mut apiserver = owned.apiserver.lock().await;
-        drop(apiserver.take());
-        *apiserver = Some(owned.launch.start(&self.kubeconfig).await?);
+        self.owned.as_ref().ok_or(Error::NotOwned("restart_apiserver"))?;
+        self.stop_apiserver().await?;
+        self.start_apiserver().await
+    }
+
+    /// Stops kube-apiserver (SIGKILL to its process group) and returns once it is gone, so its port
+    /// refuses connections; etcd and the data stay. Does nothing when it is stopped already. Only
+    /// on a control plane of your own, as [`ControlPlane::restart_apiserver`].
+    pub async fn stop_apiserver(&self) -> Result<(), Error> {
+        let owned = self.owned.as_ref().ok_or(Error::NotOwned("stop_apiserver"))?;
+        drop(owned.apiserver.lock().await.take());
         Ok(())
+    }
+
+    /// Starts kube-apiserver again after [`ControlPlane::stop_apiserver`], on the same port and
+    /// etcd, and waits until it is ready. Does nothing when it runs. On failure the error, including
+    /// the tail of its log, is also printed to stderr.
+    pub async fn start_apiserver(&self) -> Result<(), Error> {
+        let owned = self.owned.as_ref().ok_or(Error::NotOwned("start_apiserver"))?;
+        let mut apiserver = owned.apiserver.lock().await;
+        if apiserver.is_none() {
+            let started = owned.launch.start(&self.kubeconfig).await;
+            if let Err(error) = &started {
+                eprintln!("testenv: {error}");
+            }
+            *apiserver = Some(started?);
+        }
+        Ok(())
+    }
+
+    /// The admin kubeconfig, for what testenv runs in front of the apiserver.
+    pub(crate) fn admin_kubeconfig(&self) -> &Kubeconfig {
+        &self.kubeconfig
     }
 }
 

@@ -41,6 +41,11 @@ pub(crate) fn for_user(server: &str, ca: &Path, user: AuthInfo) -> Kubeconfig {
     single(cluster, user)
 }
 
+/// A kubeconfig for a plain-HTTP server at `server` (no TLS) with no credentials.
+pub(crate) fn plain(server: &str) -> Kubeconfig {
+    single(Cluster { server: Some(server.to_owned()), ..Cluster::default() }, AuthInfo::default())
+}
+
 /// A kubeconfig for the same cluster as `base`, authenticating with the bearer `token`.
 pub(crate) fn for_token(base: &Kubeconfig, token: &str) -> Result<Kubeconfig, Error> {
     let cluster = server_cluster(base)?.clone();

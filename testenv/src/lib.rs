@@ -27,6 +27,9 @@
 //! the apiserver verifies kubelet serving certificates with the cluster CA, and accepts bootstrap
 //! tokens ([`ControlPlane::create_bootstrap_token`]) for TLS bootstrapping.
 //!
+//! [`FaultProxy`] sits in front of the apiserver and fails approval writes, cuts watches, expires
+//! their resourceVersion (410) or holds requests up, on command, counting what passes.
+//!
 //! [`Oracle`] runs the Go tool `csr-oracle`, which reads a CSR's request bytes exactly as
 //! kube-apiserver and the signer do.
 //!
@@ -39,6 +42,7 @@ mod bootstrap;
 mod control_plane;
 mod error;
 mod etcd;
+mod fault_proxy;
 mod kube_apiserver;
 mod kube_controller_manager;
 mod kubeconfig;
@@ -53,6 +57,7 @@ mod tools;
 
 pub use control_plane::ControlPlane;
 pub use error::Error;
+pub use fault_proxy::{Block, FaultProxy, Write, WriteFault};
 pub use kube_controller_manager::Signer;
 pub use kubelet::{Kubelet, KubeletCredentials, KubeletOptions, SANDBOX_UID, host_address};
 pub use oracle::{GoView, Oracle};

@@ -1,16 +1,20 @@
-//! Helm chart helpers: `helm template`/`helm lint` runs, a small kustomize for `deploy/`, the
-//! normalization both are compared under, server-side apply of rendered objects, and the real
-//! binary started exactly as a rendered Deployment's container.
+//! Helm chart helpers: `helm template`/`helm lint` runs and the `ci/` values files, a small
+//! kustomize for `deploy/`, the normalization both are compared under, server-side apply of
+//! rendered objects (with the monitoring CRDs and a restricted namespace), and the real binary
+//! started exactly as a rendered Deployment's container.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
 
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{DynamicObject, GroupVersionKind, Patch, PatchParams};
 use kube::discovery::{Scope, pinned_kind};
 use kube::{Api, Client};
-use serde_json::Value;
+use serde_json::{Value, json};
+
+use super::cluster::unique;
 
 /// The repository root.
 pub fn root() -> &'static Path {
@@ -20,6 +24,15 @@ pub fn root() -> &'static Path {
 /// The chart directory.
 pub fn chart() -> PathBuf {
     root().join("charts/node-csr-approver")
+}
+
+/// The values files in the chart's `ci/`, which the tests render.
+pub const VALUES_FILES: [&str; 4] =
+    ["standalone-values.yaml", "ha-values.yaml", "go-chart-values.yaml", "all-features-values.yaml"];
+
+/// The path of `ci/<name>`.
+pub fn values_file(name: &str) -> String {
+    chart().join("ci").join(name).to_str().unwrap().to_owned()
 }
 
 /// The `helm` binary that `scripts/build-tools.sh` builds.
@@ -49,6 +62,19 @@ pub fn render(release: &str, namespace: &str, args: &[&str]) -> Result<Vec<Value
 /// Every YAML document of `text` that is not empty.
 pub fn parse_documents(text: &str) -> Vec<Value> {
     serde_saphyr::from_multiple::<Value>(text).unwrap().into_iter().filter(|doc| !doc.is_null()).collect()
+}
+
+/// Renders release `approver` in namespace csr-system with the required regex given literally and
+/// `args`.
+pub fn render_with(args: &[&str]) -> Result<Vec<Value>, String> {
+    let mut all = vec!["--set-literal", "providerRegex=^[a-z0-9-]+\\.nodes\\.example\\.com$"];
+    all.extend_from_slice(args);
+    render("approver", "csr-system", &all)
+}
+
+/// The kind of each object, in order.
+pub fn kinds(objects: &[Value]) -> Vec<&str> {
+    objects.iter().map(|o| o["kind"].as_str().unwrap()).collect()
 }
 
 /// The first object of `kind`, if any.
@@ -186,6 +212,37 @@ pub async fn apply(client: &Client, object: &Value, dry_run: bool) -> Result<(),
     }
     let name = object["metadata"]["name"].as_str().unwrap();
     api.patch(name, &params, &Patch::Apply(object)).await.map(drop).map_err(|e| format!("{:?}: {e}", identity(object)))
+}
+
+/// A permissive monitoring.coreos.com/v1 CRD of `kind` (ServiceMonitor, PrometheusRule), so the
+/// apiserver knows the kind (its fields are not checked).
+pub fn monitoring_crd(kind: &str) -> CustomResourceDefinition {
+    let singular = kind.to_lowercase();
+    let plural = format!("{singular}s");
+    serde_json::from_value(json!({
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": format!("{plural}.monitoring.coreos.com")},
+        "spec": {
+            "group": "monitoring.coreos.com",
+            "scope": "Namespaced",
+            "names": {"kind": kind, "plural": plural, "singular": singular, "listKind": format!("{kind}List")},
+            "versions": [{"name": "v1", "served": true, "storage": true, "schema": {"openAPIV3Schema": {
+                "type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]
+        }
+    }))
+    .unwrap()
+}
+
+/// A namespace where the restricted Pod Security Standard is enforced.
+pub async fn restricted_namespace(admin: &kube::Client) -> String {
+    let name = unique("chart");
+    let namespace = json!({
+        "apiVersion": "v1", "kind": "Namespace",
+        "metadata": {"name": name, "labels": {"pod-security.kubernetes.io/enforce": "restricted"}}
+    });
+    apply(admin, &namespace, false).await.unwrap();
+    name
 }
 
 /// The real binary started as the rendered Deployment's container would be: its `command`/`args`

@@ -14,6 +14,8 @@ use testenv::ControlPlane;
 
 use super::{Request, SERVING_USAGES};
 
+pub use super::json::json_keys;
+
 pub use testkit::http::get as http_get;
 pub use testkit::policy::{PREFIXES, REGEX};
 
@@ -42,9 +44,10 @@ struct Ports {
 }
 
 impl Approver {
-    /// Starts the binary with `--kubeconfig kubeconfig`, the test regex and prefixes, admin
-    /// endpoints on ports of the kernel's choosing (read back from the log) and `extra`
-    /// arguments; its environment holds only PATH and `env`.
+    /// Starts the binary (`$NODE_CSR_APPROVER_BIN` when set, else this workspace's) with
+    /// `--kubeconfig kubeconfig`, the test regex and prefixes, admin endpoints on ports of the
+    /// kernel's choosing (read back from the log) and `extra` arguments; its environment holds only
+    /// PATH and `env`.
     pub fn start(kubeconfig: &Path, extra: &[&str], env: &[(&str, &str)]) -> Approver {
         Approver::start_with(kubeconfig, REGEX, PREFIXES, extra, env)
     }
@@ -57,8 +60,9 @@ impl Approver {
         extra: &[&str],
         env: &[(&str, &str)],
     ) -> Approver {
-        let binary = Path::new(env!("CARGO_BIN_EXE_node-csr-approver"));
-        let mut command = testkit::approver::command(binary, kubeconfig, regex, prefixes);
+        let built = PathBuf::from(env!("CARGO_BIN_EXE_node-csr-approver"));
+        let binary = std::env::var_os(testkit::approver::BINARY_ENV).map_or(built, PathBuf::from);
+        let mut command = testkit::approver::command(&binary, kubeconfig, regex, prefixes);
         command.envs(env.iter().copied()).args(["--log-format", "json", "--log-level", "info,node_csr_approver=debug"]);
         command.args(extra);
         Approver::spawn(command)
@@ -211,33 +215,6 @@ pub fn log_lines(text: &str) -> Vec<serde_json::Value> {
     text.lines()
         .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("not a JSON log line ({e}): {line}")))
         .collect()
-}
-
-/// The keys of a JSON object in the order written, duplicates kept (`serde_json::Value` keeps
-/// only the last of duplicate keys).
-pub fn json_keys(line: &str) -> Vec<String> {
-    struct Keys(Vec<String>);
-    impl<'de> serde::Deserialize<'de> for Keys {
-        fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Keys, D::Error> {
-            struct Visit;
-            impl<'de> serde::de::Visitor<'de> for Visit {
-                type Value = Keys;
-                fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                    f.write_str("a JSON object")
-                }
-                fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Keys, A::Error> {
-                    let mut keys = Vec::new();
-                    while let Some(key) = map.next_key::<String>()? {
-                        map.next_value::<serde::de::IgnoredAny>()?;
-                        keys.push(key);
-                    }
-                    Ok(Keys(keys))
-                }
-            }
-            deserializer.deserialize_map(Visit)
-        }
-    }
-    serde_json::from_str::<Keys>(line).unwrap().0
 }
 
 /// Unique CSR names for one test, deleted from the cluster when this is dropped (also when the

@@ -5,6 +5,8 @@
 
 pub mod chart;
 pub mod cluster;
+pub mod json;
+pub mod lease;
 pub mod table;
 
 use node_csr_approver::policy::Submission;

@@ -1,0 +1,24 @@
+//! Fault scenarios: the real binary against a real kube-apiserver of each test's own, each replica
+//! reaching it through a fault proxy of its own (`testenv::FaultProxy`): an apiserver outage, a
+//! watch expired with 410, a stalled or killed leader, failing approval writes, hostile CSR names.
+//! Each creates CSRs concurrently through node impersonation, legitimate ones and forged ones, and
+//! asserts that every CSR ends with exactly one Approved or Denied condition as it must, within a
+//! bound once the fault is over (printed), by few approval writes, all made through the approval
+//! subresource while the Lease named their replica.
+//!
+//! `NODE_CSR_APPROVER_BIN` runs another build of the binary (for example an older one). The tests
+//! take turns (one control plane at a time); run with `--nocapture` to see the measurements.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod harness;
+mod verdict;
+
+mod apiserver;
+mod leader;
+mod names;
+mod watches;
+mod writes;
