@@ -3,7 +3,9 @@
 //! Bind addresses use the Go tool's syntax (`:8080`, `127.0.0.1:8080`, `[::1]:8081`), so
 //! `METRICS_BIND_ADDRESS` and `HEALTH_PROBE_BIND_ADDRESS` values carry over. Validate them at
 //! startup with [`parse_bind_address`], bind with [`bind`], then run [`serve_health`] and
-//! [`serve_metrics`] until their shutdown future completes.
+//! [`serve_metrics`] until their shutdown future completes. Both bound every connection's time
+//! ([`HEADER_READ_TIMEOUT`], [`MAX_CONNECTION_AGE`]) and how many each server holds
+//! ([`MAX_CONNECTIONS`]), so clients that connect and send nothing cannot stall the process.
 
 use std::future::Future;
 use std::io;
@@ -19,6 +21,12 @@ use axum::routing::get;
 use tokio::net::TcpListener;
 
 use crate::metrics::Metrics;
+
+mod serve;
+
+pub use serve::{
+    CLOSE_GRACE, HEADER_READ_TIMEOUT, MAX_CONNECTION_AGE, MAX_CONNECTIONS, REPORT_INTERVAL, raise_open_file_limit,
+};
 
 /// The `Content-Type` of `/metrics` responses.
 pub const OPENMETRICS_CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -166,25 +174,26 @@ pub async fn bind(addr: &str) -> Result<TcpListener, AdminError> {
 }
 
 /// Serves `/healthz` (always 200 `ok`) and `/readyz` (200 `ok` once ready, else 503) until
-/// `shutdown` completes, then finishes the requests in flight.
+/// `shutdown` completes, then closes the port and lets the connections finish their responses
+/// (at most [`CLOSE_GRACE`]).
 pub async fn serve_health(
     listener: TcpListener,
     readiness: Readiness,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), AdminError> {
     let router = Router::new().route("/healthz", get(healthz)).route("/readyz", get(readyz)).with_state(readiness);
-    axum::serve(listener, router).with_graceful_shutdown(shutdown).await.map_err(AdminError::Serve)
+    serve::serve(listener, router, "health", shutdown).await
 }
 
-/// Serves `/metrics` as OpenMetrics text until `shutdown` completes, then finishes the requests
-/// in flight.
+/// Serves `/metrics` as OpenMetrics text until `shutdown` completes, then closes the port as
+/// [`serve_health`] does.
 pub async fn serve_metrics(
     listener: TcpListener,
     metrics: Metrics,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), AdminError> {
     let router = Router::new().route("/metrics", get(metrics_handler)).with_state(metrics);
-    axum::serve(listener, router).with_graceful_shutdown(shutdown).await.map_err(AdminError::Serve)
+    serve::serve(listener, router, "metrics", shutdown).await
 }
 
 async fn healthz() -> &'static str {
@@ -210,5 +219,48 @@ mod tests {
     fn any_host_is_wildcard() {
         assert_eq!(parse_target(":8080").unwrap(), BindTarget::AnyHost(8080));
         assert_eq!(parse_target("localhost:1").unwrap(), BindTarget::Exact("127.0.0.1:1".parse().unwrap()));
+    }
+
+    #[test]
+    fn parse_bind_address_accepts_go_forms() {
+        let cases = [
+            (":8080", "[::]:8080"),
+            (":0", "[::]:0"),
+            ("0.0.0.0:8080", "0.0.0.0:8080"),
+            ("127.0.0.1:0", "127.0.0.1:0"),
+            ("localhost:8081", "127.0.0.1:8081"),
+            ("[::1]:8081", "[::1]:8081"),
+            ("[::]:9090", "[::]:9090"),
+        ];
+        for (text, expected) in cases {
+            let parsed = parse_bind_address(text).unwrap_or_else(|e| panic!("{text}: {e}"));
+            assert_eq!(parsed, expected.parse::<SocketAddr>().unwrap(), "{text}");
+        }
+    }
+
+    #[test]
+    fn parse_bind_address_rejects_bad_forms() {
+        assert!(matches!(parse_bind_address(""), Err(AdminError::EmptyAddress)));
+        assert!(matches!(parse_bind_address("  "), Err(AdminError::EmptyAddress)));
+        for text in [
+            "0",
+            "8080",
+            "127.0.0.1",
+            ":",
+            ":http",
+            ":+80",
+            ":65536",
+            ":-1",
+            "::1:8080",
+            "[::1]",
+            "[10.0.0.1]:80",
+            "example.com:8080",
+            "256.0.0.1:80",
+            "127.0.0.1:80:80",
+        ] {
+            let err = parse_bind_address(text).expect_err(text);
+            assert!(matches!(err, AdminError::InvalidAddress { .. }), "{text}: {err}");
+            assert!(err.to_string().contains(&format!("{text:?}")), "the message names the address: {err}");
+        }
     }
 }
