@@ -2,23 +2,31 @@
 //! every check's result, as text for people or JSON lines for tools.
 
 use std::io::Write;
+use std::net::IpAddr;
 use std::path::PathBuf;
 
 use clap::{Args, ValueEnum};
 use jiff::Timestamp;
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
-use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::core::v1::{Node, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 use serde::Serialize;
 
+use crate::apiserver::{is_apiserver_service, is_apiserver_slice, service_addresses, slice_addresses};
 use crate::cluster::{KubeCluster, StaticCluster};
+use crate::config::MachineSource;
 use crate::config::Settings;
 use crate::connect::{ConnectError, connect};
+use crate::display::Escaped;
 use crate::dns::{DnsError, HickoryResolver};
-use crate::machines::machine_from_json;
-use crate::manifest::{Input, InputError, read_objects};
-use crate::policy::{
-    ClusterView, Evaluation, NodeInfo, Outcome, PolicyConfig, Resolver, Submission, counts_as_pending, evaluate,
-};
+use crate::machines::{machine_from_json, pending_in};
+use crate::manifest::{Input, InputError, Object, read_objects};
+use crate::policy::{ClusterView, Evaluation, NodeInfo, Outcome, PolicyConfig, Resolver, Submission, evaluate};
+
+/// What `--objects` may hold besides Nodes and Machines.
+const APISERVER_OBJECTS: &str = "the default/kubernetes Service or its EndpointSlices";
+/// How long `check NAME` waits for the apiserver's addresses before reporting anyway.
+const APISERVER_SYNC: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Arguments of `check`.
 #[derive(Debug, Clone, Args)]
@@ -30,7 +38,7 @@ pub struct CheckArgs {
     /// CertificateSigningRequests as YAML or JSON (an object, a List or several documents); - for stdin
     #[arg(short, long, value_name = "PATH")]
     pub file: Option<PathBuf>,
-    /// Nodes and Machines (machine.openshift.io, cluster.x-k8s.io) standing in for the cluster, as YAML or JSON
+    /// Nodes, Machines (machine.openshift.io, cluster.x-k8s.io), the default/kubernetes Service and its EndpointSlices standing in for the cluster, as YAML or JSON
     #[arg(long, value_name = "PATH", requires = "file")]
     pub objects: Option<PathBuf>,
     /// The time used for age-based rules, RFC 3339 (default: now)
@@ -64,9 +72,10 @@ pub struct Inputs {
 }
 
 impl CheckArgs {
-    /// Reads `--file` (only CertificateSigningRequests) and `--objects` (only Nodes); with no
-    /// `--file`, nothing.
-    pub fn read_inputs(&self) -> Result<Inputs, InputError> {
+    /// Reads `--file` (only CertificateSigningRequests) and `--objects` (only Nodes, Machines (of
+    /// those only the ones `source` watches), the `default/kubernetes` Service and its
+    /// EndpointSlices); with no `--file`, nothing.
+    pub fn read_inputs(&self, source: Option<&MachineSource>) -> Result<Inputs, InputError> {
         let Some(file) = &self.file else {
             return Ok(Inputs { csrs: Vec::new(), cluster: StaticCluster::default() });
         };
@@ -78,29 +87,49 @@ impl CheckArgs {
                 object.parse::<CertificateSigningRequest>(&input).map(|csr| Submission::from(&csr))
             })
             .collect::<Result<Vec<_>, _>>()?;
-        let (mut nodes, mut machines) = (Vec::new(), Vec::new());
+        let (mut nodes, mut machines, mut apiserver) = (Vec::new(), Vec::new(), Vec::new());
         if let Some(path) = &self.objects {
             let input = Input::from_arg(path);
             for object in read_objects(&input)? {
                 if object.kind == "Node" {
                     nodes.push(NodeInfo::from(&object.parse::<Node>(&input)?));
-                } else if let Some(machine) = machine_from_json(&object.value) {
-                    machines.push(machine);
+                } else if let Some(addresses) = apiserver_object(&input, &object)? {
+                    apiserver.extend(addresses);
+                } else if let Some(machine) = machine_from_json(&object.value, source) {
+                    machines.extend(machine);
                 } else {
                     return Err(InputError::Document {
                         input: input.clone(),
                         document: object.document,
-                        message: format!("a {} where a Node or a Machine was expected", object.kind),
+                        message: format!("a {} where a Node, a Machine, {APISERVER_OBJECTS} was expected", object.kind),
                     });
                 }
             }
         }
         let now = self.now.unwrap_or_else(Timestamp::now);
-        let pending = csrs
-            .iter()
-            .filter(|csr| counts_as_pending(&csr.signer_name, csr.decided.is_some(), csr.created, now))
-            .count();
-        Ok(Inputs { csrs, cluster: StaticCluster::new(nodes, machines, pending) })
+        let pending = pending_in(&csrs, source, now);
+        Ok(Inputs { csrs, cluster: StaticCluster::new(nodes, machines, pending).with_apiserver(apiserver) })
+    }
+}
+
+/// The apiserver's addresses from `object` when it is a Service or an EndpointSlice: only
+/// `default/kubernetes` and its slices are accepted, any other is an error.
+fn apiserver_object(input: &Input, object: &Object) -> Result<Option<Vec<IpAddr>>, InputError> {
+    let other = |what: &str| InputError::Document {
+        input: input.clone(),
+        document: object.document,
+        message: format!("{what}: only {APISERVER_OBJECTS} may stand in for the cluster"),
+    };
+    match object.kind.as_str() {
+        "Service" => match object.parse::<Service>(input)? {
+            service if is_apiserver_service(&service) => Ok(Some(service_addresses(&service))),
+            _ => Err(other("a Service other than default/kubernetes")),
+        },
+        "EndpointSlice" => match object.parse::<EndpointSlice>(input)? {
+            slice if is_apiserver_slice(&slice) => Ok(Some(slice_addresses(&slice))),
+            _ => Err(other("an EndpointSlice not labelled kubernetes.io/service-name=kubernetes in default")),
+        },
+        _ => Ok(None),
     }
 }
 
@@ -131,7 +160,7 @@ pub async fn command(args: &CheckArgs, settings: &Settings, out: &mut impl Write
     let now = args.now.unwrap_or_else(Timestamp::now);
     let policy = &settings.policy;
     if args.names.is_empty() {
-        let inputs = args.read_inputs()?;
+        let inputs = args.read_inputs(settings.machines.as_ref())?;
         return Ok(run(&inputs.csrs, policy, &resolver, &inputs.cluster, now, args.output, out).await?);
     }
     let connection = connect(settings.run.kubeconfig.as_deref(), settings.machines.as_ref()).await?;
@@ -140,6 +169,8 @@ pub async fn command(args: &CheckArgs, settings: &Settings, out: &mut impl Write
         cache.synced().await;
     }
     let cluster = KubeCluster::new(connection.client, connection.machines);
+    // Until listed, a CSR with an IP SAN is reported as a retry (ClusterUnavailable).
+    let _ = tokio::time::timeout(APISERVER_SYNC, cluster.apiserver_synced()).await;
     Ok(run(&csrs, policy, &resolver, &cluster, now, args.output, out).await?)
 }
 
@@ -196,10 +227,13 @@ fn outcome_parts(outcome: &Outcome) -> (&'static str, &str) {
     }
 }
 
+/// The text report: the CSR's name, the message and every detail escaped ([`Escaped`]), so a
+/// name cannot start a line of its own or drive the terminal; the request's values are quoted
+/// and escaped by `{:?}`.
 fn write_text(out: &mut impl Write, name: &str, evaluation: &Evaluation) -> std::io::Result<()> {
     let decision = &evaluation.decision;
-    writeln!(out, "{name}: {} ({})", decision.kind.as_str(), decision.reason)?;
-    writeln!(out, "  {}", decision.message)?;
+    writeln!(out, "{}: {} ({})", Escaped(name), decision.kind.as_str(), decision.reason)?;
+    writeln!(out, "  {}", Escaped(&decision.message))?;
     if let Some(request) = &evaluation.request {
         writeln!(
             out,
@@ -210,7 +244,7 @@ fn write_text(out: &mut impl Write, name: &str, evaluation: &Evaluation) -> std:
     writeln!(out, "  {:<22} {:<6} DETAIL", "CHECK", "RESULT")?;
     for row in &evaluation.checks {
         let (result, detail) = outcome_parts(&row.outcome);
-        writeln!(out, "  {:<22} {:<6} {detail}", row.check.as_str(), result)?;
+        writeln!(out, "  {:<22} {:<6} {}", row.check.as_str(), result, Escaped(detail))?;
     }
     writeln!(out)
 }

@@ -2,25 +2,34 @@
 //! set of objects read from files ([`StaticCluster`], for `check --objects`).
 
 use std::collections::HashMap;
+use std::net::IpAddr;
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Node;
 
+use crate::apiserver::ApiserverWatch;
 use crate::machines::MachineCache;
 use crate::policy::{ClusterError, ClusterView, Load, MachineInfo, NodeAddress, NodeInfo};
 
 /// The live cluster: one GET per Node asked for; Machines and the brake's counts from the watched
-/// caches of machine mode.
+/// caches of machine mode; the apiserver's addresses from their own watch ([`ApiserverWatch`]).
 #[derive(Clone)]
 pub struct KubeCluster {
     nodes: kube::Api<Node>,
     machines: Option<MachineCache>,
+    apiserver: ApiserverWatch,
 }
 
 impl KubeCluster {
-    /// Reads Nodes through `client`, and Machines from `machines` in machine mode.
+    /// Reads Nodes through `client`, and Machines from `machines` in machine mode; starts watching
+    /// the apiserver's Service and EndpointSlices (so it must be called on a Tokio runtime).
     pub fn new(client: kube::Client, machines: Option<MachineCache>) -> KubeCluster {
-        KubeCluster { nodes: kube::Api::all(client), machines }
+        KubeCluster { nodes: kube::Api::all(client.clone()), machines, apiserver: ApiserverWatch::start(client) }
+    }
+
+    /// Resolves once the apiserver's addresses have been listed.
+    pub async fn apiserver_synced(&self) {
+        self.apiserver.synced().await;
     }
 }
 
@@ -37,6 +46,10 @@ impl ClusterView for KubeCluster {
     async fn load(&self) -> Result<Load, ClusterError> {
         self.machines.as_ref().map_or(Ok(Load::default()), MachineCache::load)
     }
+
+    async fn apiserver_addresses(&self) -> Result<Vec<IpAddr>, ClusterError> {
+        self.apiserver.addresses()
+    }
 }
 
 /// A fixed set of objects standing in for the cluster (`check --objects`).
@@ -45,6 +58,7 @@ pub struct StaticCluster {
     nodes: HashMap<String, NodeInfo>,
     machines: Vec<Arc<MachineInfo>>,
     pending: usize,
+    apiserver: Vec<IpAddr>,
 }
 
 impl StaticCluster {
@@ -58,7 +72,14 @@ impl StaticCluster {
             nodes: nodes.into_iter().map(|n| (n.name.clone(), n)).collect(),
             machines: machines.into_iter().map(Arc::new).collect(),
             pending,
+            apiserver: Vec::new(),
         }
+    }
+
+    /// The same cluster with these apiserver addresses (from the `default/kubernetes` Service and
+    /// its EndpointSlices given; none when they were not).
+    pub fn with_apiserver(self, addresses: impl IntoIterator<Item = IpAddr>) -> StaticCluster {
+        StaticCluster { apiserver: addresses.into_iter().collect(), ..self }
     }
 }
 
@@ -73,6 +94,10 @@ impl ClusterView for StaticCluster {
 
     async fn load(&self) -> Result<Load, ClusterError> {
         Ok(Load { pending: self.pending, machines: self.machines.len(), nodes: self.nodes.len() })
+    }
+
+    async fn apiserver_addresses(&self) -> Result<Vec<IpAddr>, ClusterError> {
+        Ok(self.apiserver.clone())
     }
 }
 

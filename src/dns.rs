@@ -9,9 +9,11 @@ use hickory_resolver::config::{ConnectionConfig, NameServerConfig, ResolveHosts,
 use hickory_resolver::net::runtime::TokioRuntimeProvider;
 use hickory_resolver::net::{DnsError as HickoryDnsError, NetError, NoRecords};
 use hickory_resolver::proto::op::ResponseCode;
-use hickory_resolver::proto::rr::{Name, RData, RecordType};
+use hickory_resolver::proto::rr::{Name, RecordType};
 
 use crate::policy::{DnsFailure, Resolution, Resolver};
+
+mod owned;
 
 /// The system resolver configuration read by [`HickoryResolver::new`] when no servers are given.
 pub const SYSTEM_RESOLV_CONF: &str = "/etc/resolv.conf";
@@ -51,9 +53,10 @@ pub enum DnsError {
 /// A [`Resolver`] backed by hickory-resolver.
 ///
 /// Names are always looked up as absolute names: the configuration's search list and domain are
-/// never used, and neither is `/etc/hosts`. A and AAAA are queried concurrently, each bounded by
-/// the configured timeout. Negative answers are cached for at most 2 s, positive ones for at
-/// most 30 s, [`CACHE_ENTRIES`] answers at most.
+/// never used, and neither is `/etc/hosts`. Only A and AAAA records owned by the name, or by a name
+/// on the CNAME chain that starts at it, count as its addresses. A and AAAA are queried
+/// concurrently, each bounded by the configured timeout. Negative answers are cached for at most
+/// 2 s, positive ones for at most 30 s, [`CACHE_ENTRIES`] answers at most.
 #[derive(Debug, Clone)]
 pub struct HickoryResolver {
     inner: TokioResolver,
@@ -109,6 +112,9 @@ impl HickoryResolver {
         options.negative_max_ttl = Some(NEGATIVE_MAX_TTL);
         options.positive_max_ttl = Some(POSITIVE_MAX_TTL);
         options.cache_size = CACHE_ENTRIES;
+        // The CNAME records of a chain the resolver follows itself stay in the answers: without
+        // them the addresses at its end would have no link to the name asked about.
+        options.preserve_intermediates = true;
         let inner = TokioResolver::builder_with_config(config, TokioRuntimeProvider::default())
             .with_options(options)
             .build()
@@ -118,19 +124,12 @@ impl HickoryResolver {
 
     /// Looks up one record type; `Ok(empty)` means NXDOMAIN or no records of that type.
     async fn lookup(&self, name: Name, record_type: RecordType) -> Result<Vec<IpAddr>, DnsFailure> {
-        let result = tokio::time::timeout(self.timeout, self.inner.lookup(name, record_type)).await;
+        let result = tokio::time::timeout(self.timeout, self.inner.lookup(name.clone(), record_type)).await;
         match result {
             Err(_elapsed) => Err(DnsFailure::Timeout),
             Ok(Err(error)) => classify(error).map(|()| Vec::new()),
-            Ok(Ok(lookup)) => Ok(lookup
-                .answers()
-                .iter()
-                .filter_map(|record| match (&record.data, record_type) {
-                    (RData::A(a), RecordType::A) => Some(IpAddr::V4(a.0)),
-                    (RData::AAAA(aaaa), RecordType::AAAA) => Some(IpAddr::V6(aaaa.0)),
-                    _ => None,
-                })
-                .collect()),
+            // Only the answer section, and in it only records of `name` and its CNAME chain.
+            Ok(Ok(lookup)) => Ok(owned::owned_addresses(&name, record_type, lookup.answers())),
         }
     }
 }

@@ -1,7 +1,8 @@
 //! Machine mode's watched caches: Machines of the configured APIs, Node names, and the pending CSRs
 //! the brake counts. Nothing is listed per CSR; lookups read the caches.
 
-use std::sync::{Arc, OnceLock};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -11,12 +12,17 @@ use k8s_openapi::api::core::v1::Node;
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
 use kube::core::PartialObjectMeta;
 use kube::runtime::reflector::{self, Store};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::utils::StreamBackoff;
+use kube::runtime::watcher;
 use kube::{Api, Client, ResourceExt};
 use tokio::sync::watch;
 
 use crate::config::{MachineApi, MachineSource};
-use crate::policy::{ClusterError, Load, MachineInfo, NodeAddress, counts_as_pending, is_decided};
+use crate::policy::{
+    ClusterError, Load, MachineInfo, MachinePolicy, NodeAddress, Submission, capped_pending, counts_as_pending,
+    pending_count, pending_node,
+};
+use crate::watch_backoff::WatchBackoff;
 
 /// How often readiness of the caches is re-checked.
 const SYNC_POLL: Duration = Duration::from_millis(100);
@@ -27,6 +33,11 @@ pub struct MachineCache {
     machines: Vec<Store<DynamicObject>>,
     nodes: Store<PartialObjectMeta<Node>>,
     csrs: Arc<OnceLock<Store<CertificateSigningRequest>>>,
+    /// The rules the brake's count reads.
+    rules: Arc<MachinePolicy>,
+    /// The node name each pending CSR counts under, by uid (a request never changes), so a
+    /// bootstrap request is read once, not on every count.
+    pending_nodes: Arc<Mutex<HashMap<String, String>>>,
     changes: watch::Receiver<u64>,
 }
 
@@ -49,18 +60,30 @@ impl MachineCache {
             };
             let writer = reflector::store::Writer::new(resource);
             let reader = writer.as_reader();
-            let stream =
-                reflector::reflector(writer, watcher::watcher(api, watcher::Config::default()).default_backoff());
+            let stream = reflector::reflector(
+                writer,
+                StreamBackoff::new(watcher::watcher(api, watcher::Config::default()), WatchBackoff::default()),
+            );
             tokio::spawn(notify_on_change(stream, tx.clone()));
             machines.push(reader);
         }
         let (nodes, writer) = reflector::store();
         let node_stream = reflector::reflector(
             writer,
-            watcher::watcher(Api::<PartialObjectMeta<Node>>::all(client), watcher::Config::default()).default_backoff(),
+            StreamBackoff::new(
+                watcher::watcher(Api::<PartialObjectMeta<Node>>::all(client), watcher::Config::default()),
+                WatchBackoff::default(),
+            ),
         );
         tokio::spawn(notify_on_change(node_stream, tx));
-        MachineCache { machines, nodes, csrs: Arc::new(OnceLock::new()), changes }
+        MachineCache {
+            machines,
+            nodes,
+            csrs: Arc::new(OnceLock::new()),
+            rules: Arc::new(source.rules.clone()),
+            pending_nodes: Arc::default(),
+            changes,
+        }
     }
 
     /// Lets the brake count pending CSRs from the controller's cache.
@@ -95,20 +118,29 @@ impl MachineCache {
             .collect()
     }
 
-    /// The brake's inputs: pending node CSRs younger than an hour, Machines and Nodes.
+    /// The brake's inputs: the pending node CSRs ([`counts_as_pending`], at most
+    /// [`crate::policy::PENDING_PER_NODE`] per node name), Machines and Nodes.
     pub fn load(&self) -> Result<Load, ClusterError> {
         let csrs = self.csrs.get().ok_or_else(|| ClusterError("the CSR cache is not attached yet".into()))?;
         let now = Timestamp::now();
-        let pending = csrs
-            .state()
-            .iter()
-            .filter(|csr| {
-                let created = csr.metadata.creation_timestamp.as_ref().map(|t| t.0);
-                counts_as_pending(&csr.spec.signer_name, is_decided(csr), created, now)
-            })
-            .count();
+        let mut known = self.pending_nodes.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut seen = HashMap::new();
+        let mut pending = Vec::new();
+        for csr in csrs.state() {
+            let sub = Submission::from(csr.as_ref());
+            if !counts_as_pending(&sub, &self.rules, now) {
+                continue;
+            }
+            let uid = csr.metadata.uid.as_ref();
+            let node = uid.and_then(|uid| known.remove(uid)).unwrap_or_else(|| pending_node(&sub, &self.rules));
+            if let Some(uid) = uid {
+                seen.insert(uid.clone(), node.clone());
+            }
+            pending.push(node);
+        }
+        *known = seen;
         let machines = self.machines.iter().map(|store| store.state().len()).sum();
-        Ok(Load { pending, machines, nodes: self.nodes.state().len() })
+        Ok(Load { pending: capped_pending(pending), machines, nodes: self.nodes.state().len() })
     }
 }
 
@@ -161,9 +193,11 @@ pub fn machine_info(id: String, created: Option<Timestamp>, status: Option<&serd
     MachineInfo { id, created, node_ref, addresses }
 }
 
-/// Reads a Machine of either API from its JSON form (as `check --objects` gives it); `None` when
-/// it is not a Machine of a supported API.
-pub fn machine_from_json(value: &serde_json::Value) -> Option<MachineInfo> {
+/// Reads a Machine of either API group from its JSON form (as `check --objects` gives it): `None`
+/// when it is not a Machine of a supported group; `Some(None)` when it is one the running controller
+/// does not watch (machine mode off, or not of a configured `--machine-api` GROUP/VERSION, or
+/// outside `--machine-namespace`), so `check` decides without it as the controller would.
+pub fn machine_from_json(value: &serde_json::Value, source: Option<&MachineSource>) -> Option<Option<MachineInfo>> {
     let api_version = value.get("apiVersion")?.as_str()?;
     let group = api_version.split('/').next()?;
     if value.get("kind")?.as_str()? != "Machine" || !MachineApi::ALL.iter().any(|api| api.group() == group) {
@@ -173,6 +207,19 @@ pub fn machine_from_json(value: &serde_json::Value) -> Option<MachineInfo> {
     let text = |v: Option<&serde_json::Value>| v.and_then(|v| v.as_str()).map(str::to_owned);
     let name = text(metadata.get("name"))?;
     let namespace = text(metadata.get("namespace")).unwrap_or_default();
+    let watched = source.is_some_and(|source| {
+        source.apis.iter().any(|api| api.api_version() == api_version)
+            && source.namespace.as_ref().is_none_or(|ns| *ns == namespace)
+    });
+    if !watched {
+        return Some(None);
+    }
     let created = text(metadata.get("creationTimestamp")).and_then(|t| t.parse().ok());
-    Some(machine_info(format!("{namespace}/{name}"), created, value.get("status")))
+    Some(Some(machine_info(format!("{namespace}/{name}"), created, value.get("status"))))
+}
+
+/// The pending brake's count over CSRs read from a file (`check --file`) at `now`, as the
+/// controller counts its cache; 0 outside machine mode.
+pub fn pending_in(csrs: &[Submission], source: Option<&MachineSource>, now: Timestamp) -> usize {
+    source.map_or(0, |source| pending_count(csrs, &source.rules, now))
 }

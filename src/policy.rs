@@ -2,6 +2,7 @@
 //! No kube client and no sockets here; evidence arrives through the ports in [`ports`]
 //! ([`Resolver`], [`ClusterView`]), which the I/O modules implement.
 
+mod cluster_identity;
 mod evidence;
 mod kubelet_serving;
 mod machine_checks;
@@ -21,7 +22,10 @@ use crate::csr::CsrFacts;
 
 pub use evidence::{Evidence, Lookup, Needs, gather};
 pub use kubelet_serving::{NODE_USER_PREFIX, NODES_GROUP, SIGNER as KUBELET_SERVING_SIGNER};
-pub use machine_checks::{brake_limit, counts_as_pending, same_dns_name, same_ip};
+pub use machine_checks::{
+    PENDING_PER_NODE, brake_limit, capped_pending, counts_as_pending, pending_count, pending_node, same_dns_name,
+    same_ip,
+};
 pub use node_client::SIGNER as KUBELET_CLIENT_SIGNER;
 pub use node_name::is_dns_subdomain;
 pub use ports::{

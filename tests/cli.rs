@@ -83,7 +83,7 @@ fn json_reports_carry_every_check() {
     let legit = reports.iter().find(|r| r["name"] == "legit-n1").unwrap();
     assert!(legit["message"].as_str().unwrap().contains("system:node:n1"));
     let checks = legit["checks"].as_array().unwrap();
-    assert_eq!(checks.len(), 21);
+    assert_eq!(checks.len(), 23);
     let request = &legit["request"];
     assert_eq!(request["common_names"], serde_json::json!(["system:node:n1"]));
     assert_eq!(request["organizations"], serde_json::json!(["system:nodes"]));
@@ -177,40 +177,33 @@ fn assert_config_error(args: &[&str], env: &[(&str, &str)], flag: &str, var: &st
 
 #[test]
 fn every_invalid_value_stops_with_exit_2_naming_flag_env_and_value() {
-    let cases: &[(&str, &str, &str)] = &[
-        ("--provider-regex", "PROVIDER_REGEX", "node-(["),
-        ("--provider-ip-prefixes", "PROVIDER_IP_PREFIXES", "10.0.0.0/33"),
-        ("--provider-ip-prefixes", "PROVIDER_IP_PREFIXES", "10.0.0.0/8,,fd00::/8"),
-        ("--provider-ip-prefixes", "PROVIDER_IP_PREFIXES", "10.0.0.0/8, nonsense"),
-        ("--max-expiration-sec", "MAX_EXPIRATION_SEC", "31708801"),
-        ("--max-expiration-sec", "MAX_EXPIRATION_SEC", "599"),
-        ("--max-expiration-sec", "MAX_EXPIRATION_SEC", "a year"),
-        ("--allowed-dns-names", "ALLOWED_DNS_NAMES", "0"),
-        ("--allowed-dns-names", "ALLOWED_DNS_NAMES", "1001"),
-        ("--allowed-ip-addresses", "ALLOWED_IP_ADDRESSES", "1001"),
-        ("--allowed-ip-addresses", "ALLOWED_IP_ADDRESSES", "-1"),
-        ("--bypass-dns-resolution", "BYPASS_DNS_RESOLUTION", "yes"),
-        ("--bypass-hostname-check", "BYPASS_HOSTNAME_CHECK", "on"),
-        ("--ignore-non-system-node", "IGNORE_NON_SYSTEM_NODE", "2"),
-        ("--skip-deny-step", "SKIP_DENY_STEP", "nope"),
-        ("--verify-node-addresses", "VERIFY_NODE_ADDRESSES", "tRUE"),
-        ("--level", "LEVEL", "11"),
-        ("--hostname-match", "HOSTNAME_MATCH", "suffix"),
-        ("--dns-server", "DNS_SERVERS", "dns.example.com"),
-        ("--dns-timeout", "DNS_TIMEOUT", "2 parsecs"),
-        ("--dns-timeout", "DNS_TIMEOUT", "0s"),
-        ("--dns-grace-period", "DNS_GRACE_PERIOD", "-5m"),
-        ("--dns-grace-period", "DNS_GRACE_PERIOD", "25h"),
-        ("--machine-api", "MACHINE_API", "machine.openshift.io/v1"),
-        ("--machine-namespace", "MACHINE_NAMESPACE", "Not_A_Namespace"),
-        ("--node-client-approval", "NODE_CLIENT_APPROVAL", "maybe"),
-        ("--bootstrapper-username", "BOOTSTRAPPER_USERNAME", "system:node:*"),
-        ("--bootstrapper-username", "BOOTSTRAPPER_USERNAME", "system:*"),
-        ("--bootstrapper-groups", "BOOTSTRAPPER_GROUPS", "system:authenticated,,x"),
-        ("--max-pending-delta", "MAX_PENDING_DELTA", "-1"),
-        ("--machine-approver-config", "MACHINE_APPROVER_CONFIG", "/nonexistent/config.yaml"),
+    let cases: &[(&str, &str, &[&str])] = &[
+        ("--provider-regex", "PROVIDER_REGEX", &["node-(["]),
+        ("--provider-ip-prefixes", "PROVIDER_IP_PREFIXES", &["10.0.0.0/33", "10.0.0.0/8,,fd00::/8"]),
+        ("--provider-ip-prefixes", "PROVIDER_IP_PREFIXES", &["10.0.0.0/8, nonsense"]),
+        ("--max-expiration-sec", "MAX_EXPIRATION_SEC", &["31708801", "599", "a year"]),
+        ("--allowed-dns-names", "ALLOWED_DNS_NAMES", &["0", "1001"]),
+        ("--allowed-ip-addresses", "ALLOWED_IP_ADDRESSES", &["1001", "-1"]),
+        ("--bypass-dns-resolution", "BYPASS_DNS_RESOLUTION", &["yes"]),
+        ("--bypass-hostname-check", "BYPASS_HOSTNAME_CHECK", &["on"]),
+        ("--ignore-non-system-node", "IGNORE_NON_SYSTEM_NODE", &["2"]),
+        ("--skip-deny-step", "SKIP_DENY_STEP", &["nope"]),
+        ("--verify-node-addresses", "VERIFY_NODE_ADDRESSES", &["tRUE"]),
+        ("--level", "LEVEL", &["11"]),
+        ("--hostname-match", "HOSTNAME_MATCH", &["suffix"]),
+        ("--dns-server", "DNS_SERVERS", &["dns.example.com"]),
+        ("--dns-timeout", "DNS_TIMEOUT", &["2 parsecs", "0s"]),
+        ("--dns-grace-period", "DNS_GRACE_PERIOD", &["-5m", "25h"]),
+        ("--cluster-domain", "CLUSTER_DOMAIN", &["cluster..local", "*.local", "svc_local"]),
+        ("--machine-api", "MACHINE_API", &["machine.openshift.io/v1"]),
+        ("--machine-namespace", "MACHINE_NAMESPACE", &["Not_A_Namespace"]),
+        ("--node-client-approval", "NODE_CLIENT_APPROVAL", &["maybe"]),
+        ("--bootstrapper-username", "BOOTSTRAPPER_USERNAME", &["system:node:*", "system:*"]),
+        ("--bootstrapper-groups", "BOOTSTRAPPER_GROUPS", &["system:authenticated,,x"]),
+        ("--max-pending-delta", "MAX_PENDING_DELTA", &["-1"]),
+        ("--machine-approver-config", "MACHINE_APPROVER_CONFIG", &["/nonexistent/config.yaml"]),
     ];
-    for (flag, var, value) in cases {
+    for (flag, var, value) in cases.iter().flat_map(|(flag, var, values)| values.iter().map(move |v| (flag, var, v))) {
         let as_flag = format!("{flag}={value}");
         // Machine-mode flags are validated once machine mode is on.
         let machine_mode: &[&str] =
@@ -222,9 +215,7 @@ fn every_invalid_value_stops_with_exit_2_naming_flag_env_and_value() {
 
 #[test]
 fn a_missing_or_empty_provider_regex_stops_with_exit_2() {
-    let mut command = binary();
-    command.args(["check", "--file"]).arg(repo("examples/csrs.yaml"));
-    let output = run(&mut command);
+    let output = run(binary().args(["check", "--file"]).arg(repo("examples/csrs.yaml")));
     assert_eq!(output.status.code(), Some(2));
     let err = stderr(&output);
     assert!(err.contains("--provider-regex") && err.contains("PROVIDER_REGEX") && err.contains("required"), "{err}");
@@ -281,12 +272,8 @@ fn go_spellings_of_the_flags_mean_what_clap_spellings_mean() {
 
 #[test]
 fn usage_errors_exit_2() {
-    for args in [
-        &["check"][..],
-        &["check", "-f", "x", "--output", "xml"],
-        &["check", "-f", "x", "--now", "yesterday"],
-        &["frobnicate"],
-    ] {
+    let bad_values = [&["check", "-f", "x", "--output", "xml"][..], &["check", "-f", "x", "--now", "yesterday"]];
+    for args in [&["check"][..], &["frobnicate"]].into_iter().chain(bad_values) {
         let output = run(binary().args(args).env("PROVIDER_REGEX", REGEX));
         assert_eq!(output.status.code(), Some(2), "{args:?}: {}", stderr(&output));
     }
@@ -383,4 +370,32 @@ fn check_decides_bootstrap_csrs_against_machines_from_a_file() {
     std::fs::write(&config, "nodeClientCert:\n  disabled: true\n").unwrap();
     let flag = format!("--machine-approver-config={}", config.display());
     assert_eq!(decide(&[&flag]), ("ignore".to_owned(), "SignerNotHandled".to_owned()));
+}
+
+#[test]
+fn text_output_escapes_names_that_would_forge_lines_or_drive_the_terminal() {
+    let examples = std::fs::read_to_string(repo("examples/csrs.yaml")).unwrap();
+    let mut csr = serde_saphyr::from_str::<serde_json::Value>(&examples).unwrap()["items"][0].take();
+    csr["metadata"]["name"] = "evil\nlegit-n1: approve (AutoApproved)\u{1b}[2K\u{202e}".into();
+    csr["spec"]["username"] = "system:node:n1\r\u{1b}]0;x\u{7}".into();
+    let file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(file.path(), csr.to_string()).unwrap();
+    let output = run(binary().args(["check", "-o", "text", "--provider-regex", REGEX, "--file"]).arg(file.path()));
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let text = String::from_utf8(output.stdout).unwrap();
+    assert!(text.starts_with(r"evil\nlegit-n1: approve (AutoApproved)\u{1b}[2K\u{202e}: deny ("), "{text}");
+    assert!(!text.lines().skip(1).any(|l| l.starts_with("legit-n1")), "{text}");
+    assert!(!text.chars().any(|c| c != '\n' && node_csr_approver::display::needs_escape(c)), "{text:?}");
+    assert!(text.contains(r"system:node:n1\r\u{1b}]0;x\u{7}"), "the username in the message: {text}");
+}
+
+#[test]
+fn text_log_lines_escape_what_they_quote() {
+    let kubeconfig = "/nonexistent/x\n2026-01-01T00:00:00Z  INFO forged line\u{1b}[2K";
+    let output = run(binary().args(["--provider-regex", REGEX, "--log-format", "text", "--kubeconfig", kubeconfig]));
+    assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
+    let err = stderr(&output);
+    let line = err.lines().find(|l| l.contains("stopped")).unwrap_or_else(|| panic!("{err}"));
+    assert!(line.contains(r"/nonexistent/x\n2026-01-01T00:00:00Z  INFO forged line\u{1b}[2K"), "{err}");
+    assert!(!err.lines().any(|l| l.starts_with("2026-01-01")) && !err.contains('\u{1b}'), "{err:?}");
 }

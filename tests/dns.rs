@@ -2,13 +2,18 @@
 // Test helpers outside #[test] functions unwrap too; clippy.toml only covers the tests.
 #![allow(clippy::unwrap_used)]
 
+mod support;
+
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
+use node_csr_approver::cluster::StaticCluster;
 use node_csr_approver::dns::HickoryResolver;
-use node_csr_approver::policy::{DnsFailure, Resolution, Resolver};
-use testdns::{DnsServer, Mode, QueryType, Records};
+use node_csr_approver::metrics::{MeteredResolver, Metrics};
+use node_csr_approver::policy::{DecisionKind, DnsFailure, PolicyConfig, Reason, Resolution, Resolver, evaluate};
+use support::{Request, config, minutes_after_creation, serving};
+use testdns::{DnsServer, Mode, QueryType, Records, Section};
 
 const TIMEOUT: Duration = Duration::from_millis(500);
 
@@ -76,6 +81,104 @@ async fn cname_to_a_missing_name_is_not_found() {
     let records = Records::new().cname("alias.example.com", "gone.example.com");
     let (_server, resolver) = server(records).await;
     assert_eq!(resolver.resolve("alias.example.com").await, Resolution::NotFound);
+}
+
+/// The same chain, each link asked for by the resolver itself: the server answers one CNAME at a
+/// time, and the CNAMEs the resolver collected tie the addresses at the end to the name asked about.
+#[tokio::test]
+async fn cname_chain_followed_by_the_resolver_counts_as_addresses() {
+    let records = Records::new()
+        .follow_cnames(false)
+        .cname("alias.example.com", "middle.example.net")
+        .cname("middle.example.net", "n1.example.com")
+        .a("n1.example.com", "10.0.0.1")
+        .aaaa("n1.example.com", "fd00::1");
+    let (server, resolver) = server(records).await;
+    assert_eq!(resolver.resolve("alias.example.com").await, addresses(&["10.0.0.1", "fd00::1"]));
+    assert!(server.queries_for("n1.example.com") >= 2, "the resolver followed the chain");
+}
+
+/// A resolver or forwarder that passes other records along adds no address: only the name's own
+/// records count, whatever else the answer section holds, and the additional section never counts.
+#[tokio::test]
+async fn records_of_other_owners_are_ignored() {
+    let records = Records::new()
+        .a("n1.example.com", "10.0.0.1")
+        .aaaa("n1.example.com", "fd00::1")
+        .extra_a("n1.example.com", Section::Answer, "evil.example.net", "10.6.6.6")
+        .extra_aaaa("n1.example.com", Section::Answer, "evil.example.net", "fd66::6")
+        .extra_a("n1.example.com", Section::Answer, "n10.example.com", "10.6.6.10")
+        .extra_a("n1.example.com", Section::Additional, "evil.example.net", "10.6.6.7")
+        .extra_a("n1.example.com", Section::Additional, "n1.example.com", "10.6.6.8")
+        .extra_aaaa("n1.example.com", Section::Additional, "n1.example.com", "fd66::8");
+    let (_server, resolver) = server(records).await;
+    assert_eq!(resolver.resolve("n1.example.com").await, addresses(&["10.0.0.1", "fd00::1"]));
+}
+
+/// An address of the name itself that comes only in the additional section is no answer.
+#[tokio::test]
+async fn an_address_only_in_the_additional_section_is_not_found() {
+    let records = Records::new().extra_a("n1.example.com", Section::Additional, "n1.example.com", "10.6.6.6");
+    let (_server, resolver) = server(records).await;
+    assert_eq!(resolver.resolve("n1.example.com").await, Resolution::NotFound);
+}
+
+/// The chain starts at the name asked about: a CNAME and addresses of names off it add nothing.
+#[tokio::test]
+async fn an_owner_off_the_cname_chain_does_not_count() {
+    let records = Records::new()
+        .cname("alias.example.com", "n1.example.com")
+        .a("n1.example.com", "10.0.0.1")
+        .extra_cname("alias.example.com", Section::Answer, "other.example.com", "evil.example.net")
+        .extra_a("alias.example.com", Section::Answer, "evil.example.net", "10.6.6.6")
+        .extra_a("alias.example.com", Section::Answer, "n1.example.com.evil.example.net", "10.6.6.7");
+    let (_server, resolver) = server(records).await;
+    assert_eq!(resolver.resolve("alias.example.com").await, addresses(&["10.0.0.1"]));
+}
+
+/// A second CNAME for a name on the chain makes it ambiguous: neither target is followed.
+#[tokio::test]
+async fn a_name_with_two_cnames_ends_the_chain() {
+    let records = Records::new()
+        .cname("alias.example.com", "n1.example.com")
+        .a("n1.example.com", "10.0.0.1")
+        .extra_cname("alias.example.com", Section::Answer, "alias.example.com", "evil.example.net")
+        .extra_a("alias.example.com", Section::Answer, "evil.example.net", "10.6.6.6");
+    let (_server, resolver) = server(records).await;
+    assert_eq!(resolver.resolve("alias.example.com").await, Resolution::NotFound);
+}
+
+/// The decision and the lookup metrics for an ordinary name, and for one whose answers carry the
+/// IP SAN only in a record of another owner.
+#[tokio::test]
+async fn decisions_and_metrics_rest_on_the_owned_addresses() {
+    let records = Records::new().a("n1.nodes.example.com", "10.0.0.11").a("n2.nodes.example.com", "10.0.0.12").extra_a(
+        "n2.nodes.example.com",
+        Section::Answer,
+        "n3.nodes.example.com",
+        "10.0.0.13",
+    );
+    let (_server, resolver) = server(records).await;
+    let metrics = Metrics::new();
+    let resolver = MeteredResolver::new(resolver, metrics.clone());
+    let cfg = PolicyConfig { bypass_dns_resolution: false, ..config() };
+    let decide = |node: &str, ip: &str| {
+        let sub = serving(node, &Request::node(node).dns(&format!("{node}.nodes.example.com")).ip(ip).pem());
+        let (cfg, resolver) = (&cfg, &resolver);
+        async move {
+            let evaluation = evaluate(&sub, cfg, resolver, &StaticCluster::default(), minutes_after_creation(1)).await;
+            (evaluation.decision.kind, evaluation.decision.reason)
+        }
+    };
+    assert_eq!(decide("n1", "10.0.0.11").await, (DecisionKind::Approve, Reason::AutoApproved));
+    assert_eq!(decide("n2", "10.0.0.12").await, (DecisionKind::Approve, Reason::AutoApproved));
+    assert_eq!(decide("n2", "10.0.0.13").await, (DecisionKind::Deny, Reason::IPNotResolved));
+    let text = metrics.encode().unwrap();
+    assert!(text.contains("node_csr_approver_dns_lookup_duration_seconds_count 3\n"), "{text}");
+    assert!(
+        !text.lines().any(|l| l.starts_with("node_csr_approver_dns_failures_total{") && !l.ends_with(" 0")),
+        "{text}"
+    );
 }
 
 #[tokio::test]

@@ -3,6 +3,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[path = "machine_policy/brake.rs"]
+mod brake;
 mod support;
 
 use std::collections::BTreeSet;
@@ -79,6 +81,7 @@ fn evidence(machines: Vec<Arc<MachineInfo>>) -> Evidence {
         node: Some(Lookup::Missing),
         load: Some(Ok(Load { pending: 1, machines: machines.len(), nodes: 0 })),
         machines: Some(Ok(machines)),
+        apiserver: Some(Ok(Vec::new())),
         ..Evidence::default()
     }
 }
@@ -215,6 +218,13 @@ fn cases() -> Vec<Case> {
             claimed(),
             (Approve, Reason::AutoApproved),
         ),
+        case(
+            "serving without system:authenticated",
+            serving_n1(Request::node("n1").dns("n1.nodes.example.com").ip("10.0.0.11")),
+            claimed(),
+            (DecisionKind::Deny, Reason::NotInNodesGroup),
+        )
+        .sub(|s| s.groups.retain(|g| g != "system:authenticated")),
         case(
             "ipv6 written differently",
             serving_n1(Request::node("n1").dns("n1.nodes.example.com").ip("fd00:0:0::0011")),

@@ -27,8 +27,14 @@ const DECIDE: Duration = Duration::from_secs(20);
 const NAMESPACE: &str = "node-csr-approver";
 /// The only Lease the leases Role names.
 const LEASE: &str = "node-csr-approver";
-const ALWAYS: [&str; 5] =
-    ["serviceaccount.yaml", "clusterrole.yaml", "clusterrolebinding.yaml", "role-events.yaml", "role-leases.yaml"];
+const ALWAYS: [&str; 6] = [
+    "serviceaccount.yaml",
+    "clusterrole.yaml",
+    "clusterrolebinding.yaml",
+    "role-events.yaml",
+    "role-apiserver.yaml",
+    "role-leases.yaml",
+];
 
 fn legit(node: &str, ip: &str) -> Request {
     Request::node(node).dns(&format!("{node}.nodes.example.com")).ip(ip)
@@ -241,6 +247,52 @@ async fn verify_node_addresses_reads_real_nodes_with_the_nodes_role_and_only_wit
     assert_eq!(decided.first().and_then(|c| c.reason.as_deref()), Some("NodeAddressMismatch"), "{decided:?}");
     delete_bindings(admin, "clusterrole-nodes.yaml").await;
     nodes.delete(&node, &DeleteParams::default()).await.unwrap();
+}
+
+/// The apiserver Role lets the account read exactly Services and EndpointSlices in `default`
+/// (the watches narrow them to `default/kubernetes` by selector), nothing else; without it a CSR
+/// with an IP SAN is retried, never approved; with it, approved.
+#[tokio::test]
+async fn the_apiserver_role_reads_services_and_endpointslices_in_default_and_is_needed() {
+    let _serial = SERIAL.lock().await;
+    let cp = control_plane().await;
+    let env = ServiceAccountEnv::install(cp).await;
+    let admin = &env.admin;
+    let service = |verb, namespace| access(verb, "", "services", namespace, None);
+    let slices = |verb, namespace| access(verb, "discovery.k8s.io", "endpointslices", namespace, None);
+    for verb in ["get", "list", "watch"] {
+        wait_access(&env.account, service(verb, Some("default")), true).await;
+        wait_access(&env.account, slices(verb, Some("default")), true).await;
+        wait_access(&env.account, service(verb, Some("kube-system")), false).await;
+        wait_access(&env.account, slices(verb, Some("kube-system")), false).await;
+        wait_access(&env.account, service(verb, None), false).await;
+        wait_access(&env.account, slices(verb, None), false).await;
+    }
+    for verb in ["create", "update", "patch", "delete"] {
+        wait_access(&env.account, service(verb, Some("default")), false).await;
+        wait_access(&env.account, slices(verb, Some("default")), false).await;
+    }
+    wait_access(&env.account, access("list", "", "endpoints", Some("default"), None), false).await;
+
+    delete_bindings(admin, "role-apiserver.yaml").await;
+    wait_access(&env.account, service("list", Some("default")), false).await;
+    let csrs = Csrs::new(cp.kubeconfig_path());
+    let node = unique("n");
+    let (early, late) = (csrs.name("apiserver-early"), csrs.name("apiserver-late"));
+    {
+        let mut approver = env.approver(&["--bypass-dns-resolution"]);
+        approver.wait_ready().await;
+        create_serving_csr(cp, &early, &node, &legit(&node, "10.0.0.61")).await;
+        assert!(wait_event(admin, &early, "ClusterUnavailable", DECIDE).await.is_some(), "{}", approver.logs());
+        assert!(conditions(admin, &early).await.is_empty(), "decided without the apiserver's addresses");
+    }
+    apply_rbac(admin, "role-apiserver.yaml", |_| {}).await;
+    wait_access(&env.account, service("watch", Some("default")), true).await;
+    let mut approver = env.approver(&["--bypass-dns-resolution"]);
+    approver.wait_ready().await;
+    create_serving_csr(cp, &late, &node, &legit(&node, "10.0.0.61")).await;
+    let decided = wait_decided(admin, &late, DECIDE).await;
+    assert_eq!(decided.first().map(|c| c.type_.as_str()), Some("Approved"), "{decided:?}\n{}", approver.logs());
 }
 
 #[tokio::test]

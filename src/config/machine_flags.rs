@@ -83,6 +83,8 @@ pub struct MachineSource {
     pub namespace: Option<String>,
     /// The cluster holding them, if not the CSRs' cluster.
     pub kubeconfig: Option<PathBuf>,
+    /// The machine-mode rules, which the pending brake's count reads.
+    pub rules: MachinePolicy,
 }
 
 /// The part of OpenShift's machine-approver-config this approver reads.
@@ -135,16 +137,15 @@ impl MachineArgs {
             };
             client_approval &= !file.node_client_cert.disabled;
         }
-        Ok(Some((
-            MachinePolicy {
-                client_approval,
-                bootstrapper: bootstrapper(field!(self.bootstrapper_username))?,
-                bootstrapper_groups: groups(field!(self.bootstrapper_groups))?,
-                max_pending_delta: u32::try_from(field!(self.max_pending_delta).number(0..=10_000, 100)?)
-                    .unwrap_or(100),
-            },
-            MachineSource { apis, namespace, kubeconfig: field!(self.machine_kubeconfig).path() },
-        )))
+        let rules = MachinePolicy {
+            client_approval,
+            bootstrapper: bootstrapper(field!(self.bootstrapper_username))?,
+            bootstrapper_groups: groups(field!(self.bootstrapper_groups))?,
+            max_pending_delta: u32::try_from(field!(self.max_pending_delta).number(0..=10_000, 100)?).unwrap_or(100),
+        };
+        let source =
+            MachineSource { apis, namespace, kubeconfig: field!(self.machine_kubeconfig).path(), rules: rules.clone() };
+        Ok(Some((rules, source)))
     }
 }
 

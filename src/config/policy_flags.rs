@@ -10,7 +10,7 @@ use ipnet::IpNet;
 use super::ConfigError;
 use super::anchoring;
 use super::flags::{Field, field};
-use crate::policy::{HostnameMatch, PolicyConfig};
+use crate::policy::{HostnameMatch, PolicyConfig, is_dns_subdomain};
 
 /// The hard cap on a certificate lifetime this approver accepts: 367 days, in seconds.
 const MAX_EXPIRATION_CAP_SECS: i64 = 367 * 24 * 3600;
@@ -25,6 +25,8 @@ const DEFAULT_IP_ADDRESSES: i64 = 16;
 const DNS_TIMEOUT_RANGE: (Duration, Duration) = (Duration::from_millis(10), Duration::from_secs(60));
 const DNS_GRACE_MAX: Duration = Duration::from_secs(24 * 3600);
 const REGEX_SIZE_LIMIT: usize = 1 << 20;
+/// The default of `--cluster-domain`, as kubeadm and most distributions set it.
+const DEFAULT_CLUSTER_DOMAIN: &str = "cluster.local";
 
 /// The validated resolver settings.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -87,6 +89,9 @@ pub struct PolicyArgs {
     /// Require every SAN to be one of the Node's status.addresses or its name [default: false]
     #[arg(long, env = "VERIFY_NODE_ADDRESSES", global = true, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
     pub verify_node_addresses: Option<String>,
+    /// The cluster's DNS domain: DNS SANs under svc.<domain> are always denied [default: cluster.local]
+    #[arg(long, env = "CLUSTER_DOMAIN", global = true)]
+    pub cluster_domain: Option<String>,
 }
 
 impl PolicyArgs {
@@ -137,8 +142,17 @@ impl PolicyArgs {
             dns_grace_period: field!(self.dns_grace_period)
                 .duration((Duration::ZERO, DNS_GRACE_MAX), Duration::from_secs(300))?,
             verify_node_addresses: field!(self.verify_node_addresses).boolean(false)?,
+            cluster_domain: cluster_domain(field!(self.cluster_domain))?,
             machine: None,
         };
+        if policy.verify_node_addresses && policy.bypass_dns_resolution {
+            warnings.push(Warning(
+                "--verify-node-addresses with --bypass-dns-resolution: IP SANs are checked only against the Node's \
+                 status.addresses, which a kubelet reports itself without a cloud provider: a node that adds another \
+                 node's IP to its status gets a certificate for it"
+                    .into(),
+            ));
+        }
         let dns = DnsConfig {
             servers: dns_servers(field!(self.dns_servers))?,
             timeout: field!(self.dns_timeout).duration(DNS_TIMEOUT_RANGE, Duration::from_secs(2))?,
@@ -181,6 +195,20 @@ fn hostname_match(field: Field<'_, Option<String>>) -> Result<HostnameMatch, Con
         None | Some("strict") => Ok(HostnameMatch::Strict),
         Some("prefix") => Ok(HostnameMatch::Prefix),
         Some(_) => Err(field.error(field.text().unwrap_or_default(), "expected strict or prefix")),
+    }
+}
+
+/// A DNS name, lowercased and without one trailing dot.
+fn cluster_domain(field: Field<'_, Option<String>>) -> Result<String, ConfigError> {
+    let Some(text) = field.text() else {
+        return Ok(DEFAULT_CLUSTER_DOMAIN.to_owned());
+    };
+    let domain = text.trim().to_ascii_lowercase();
+    let domain = domain.strip_suffix('.').unwrap_or(&domain);
+    if is_dns_subdomain(domain) {
+        Ok(domain.to_owned())
+    } else {
+        Err(field.error(text, "not a DNS name such as cluster.local"))
     }
 }
 
@@ -227,6 +255,20 @@ mod tests {
         assert_eq!(server("fd00::1"), Some("[fd00::1]:53".parse().unwrap()));
         assert_eq!(server("dns.example.com"), None);
         assert_eq!(server("10.0.0.1:0"), None);
+    }
+
+    #[test]
+    fn the_cluster_domain_is_a_lowercase_dns_name() {
+        let domain = |value: Option<&str>| {
+            let args = PolicyArgs { cluster_domain: value.map(str::to_owned), ..PolicyArgs::default() };
+            cluster_domain(field!(args.cluster_domain)).ok()
+        };
+        assert_eq!(domain(None).as_deref(), Some("cluster.local"));
+        assert_eq!(domain(Some(" Corp.Example. ")).as_deref(), Some("corp.example"));
+        assert_eq!(domain(Some("")), None);
+        assert_eq!(domain(Some(".")), None);
+        assert_eq!(domain(Some("a..b")), None);
+        assert_eq!(domain(Some("*.local")), None);
     }
 
     #[test]

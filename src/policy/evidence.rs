@@ -1,7 +1,9 @@
-//! Evidence from outside the process (DNS answers, the Node, Machines, the brake's counts),
+//! Evidence from outside the process (DNS answers, the Node, Machines, the brake's counts, the
+//! apiserver's addresses),
 //! gathered concurrently once per evaluation, before the pure decision.
 
 use std::collections::BTreeMap;
+use std::net::IpAddr;
 use std::sync::Arc;
 
 use super::ports::{ClusterView, Load, MachineInfo, NodeInfo, Resolution, Resolver};
@@ -28,6 +30,10 @@ pub struct Evidence {
     pub machines: Option<Result<Vec<Arc<MachineInfo>>, String>>,
     /// The pending brake's counts, in machine mode.
     pub load: Option<Result<Load, String>>,
+    /// The apiserver's addresses (the `default/kubernetes` Service's ClusterIPs and its
+    /// EndpointSlices' addresses), when asked for; `None` (not looked up) is retried, never
+    /// read as "no addresses".
+    pub apiserver: Option<Result<Vec<IpAddr>, String>>,
 }
 
 /// What must be gathered for one CSR.
@@ -39,9 +45,12 @@ pub struct Needs {
     pub node: Option<String>,
     /// Whether Machines and the brake's counts are needed.
     pub machines: bool,
+    /// Whether the apiserver's addresses are needed (the request has IP SANs).
+    pub apiserver: bool,
 }
 
-/// Gathers `needs` concurrently: every DNS name, the Node and the Machines at once.
+/// Gathers `needs` concurrently: every DNS name, the Node, the Machines and the apiserver's
+/// addresses at once.
 pub async fn gather<R: Resolver, C: ClusterView>(needs: &Needs, resolver: &R, cluster: &C) -> Evidence {
     let lookups = futures::future::join_all(
         needs.dns_names.iter().map(|name| async move { (name.clone(), resolver.resolve(name).await) }),
@@ -61,6 +70,10 @@ pub async fn gather<R: Resolver, C: ClusterView>(needs: &Needs, resolver: &R, cl
         let (machines, load) = futures::join!(cluster.machines(), cluster.load());
         (Some(machines.map_err(|e| e.to_string())), Some(load.map_err(|e| e.to_string())))
     };
-    let (dns, node, (machines, load)) = futures::join!(lookups, node, machines);
-    Evidence { dns: dns.into_iter().collect(), node, machines, load }
+    let apiserver = async {
+        needs.apiserver.then_some(())?;
+        Some(cluster.apiserver_addresses().await.map_err(|e| e.to_string()))
+    };
+    let (dns, node, (machines, load), apiserver) = futures::join!(lookups, node, machines, apiserver);
+    Evidence { dns: dns.into_iter().collect(), node, machines, load, apiserver }
 }

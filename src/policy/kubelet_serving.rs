@@ -7,10 +7,10 @@ use std::time::Duration;
 use crate::csr::CsrFacts;
 
 use super::evidence::{Evidence, Needs};
-use super::machine_checks;
 use super::report::{Check, Failure, Report};
 use super::rules::{HostnameMatch, PolicyConfig};
 use super::{Reason, Submission, node_name};
+use super::{cluster_identity, machine_checks};
 
 mod evidence_checks;
 
@@ -22,16 +22,21 @@ pub const SIGNER: &str = "kubernetes.io/kubelet-serving";
 pub const NODE_USER_PREFIX: &str = "system:node:";
 /// The group every node identity belongs to.
 pub const NODES_GROUP: &str = "system:nodes";
+/// The group the apiserver adds to every authenticated identity (impersonated ones too).
+const AUTHENTICATED_GROUP: &str = "system:authenticated";
+/// The groups a serving CSR's `spec.groups` must contain, as cluster-machine-approver requires.
+const REQUIRED_GROUPS: [&str; 2] = [NODES_GROUP, AUTHENTICATED_GROUP];
 const REQUIRED_USAGES: [&str; 2] = ["digital signature", "server auth"];
 const OPTIONAL_USAGES: [&str; 1] = ["key encipherment"];
 /// The checks on the request that need no evidence, in order.
-const STATIC_REQUEST_CHECKS: [Check; 11] = [
+const STATIC_REQUEST_CHECKS: [Check; 12] = [
     Check::Subject,
     Check::Usages,
     Check::SanTypes,
     Check::SanPresent,
     Check::DnsNameCount,
     Check::IpAddressCount,
+    Check::ClusterIdentity,
     Check::DnsNameSyntax,
     Check::IpAddressSyntax,
     Check::Hostname,
@@ -77,6 +82,12 @@ pub(crate) fn stage(sub: &Submission, cfg: &PolicyConfig) -> Staged {
     report.record(Check::SanPresent, san_present(&facts));
     report.record(Check::DnsNameCount, dns_name_count(&facts, cfg.allowed_dns_names));
     report.record(Check::IpAddressCount, ip_address_count(&facts, cfg.allowed_ip_addresses));
+    // Before every check a flag can weaken, and before the syntax checks so a trailing dot is no
+    // way around it.
+    report.record(
+        Check::ClusterIdentity,
+        cluster_identity::reserved_sans(&facts.dns_names, &facts.ip_addresses, &cfg.cluster_domain),
+    );
     let dns_names: Vec<String> = facts.dns_names.iter().map(|n| n.to_ascii_lowercase()).collect();
     report.record(Check::DnsNameSyntax, dns_name_syntax(&dns_names));
     report.record(Check::IpAddressSyntax, ip_address_syntax(&facts.ip_addresses));
@@ -106,6 +117,7 @@ impl Staged {
             dns_names: if cfg.bypass_dns_resolution { Vec::new() } else { parsed.dns_names.clone() },
             node: cfg.verify_node_addresses.then(|| parsed.node.clone()),
             machines: cfg.machine.is_some(),
+            apiserver: !parsed.facts.ip_addresses.is_empty(),
         };
         Some(needs)
     }
@@ -114,6 +126,13 @@ impl Staged {
     pub(crate) fn finish(self, cfg: &PolicyConfig, evidence: Option<&Evidence>, age: Option<Duration>) -> Report {
         let Staged { mut report, request, expiration } = self;
         let usable = request.as_ref().zip(evidence);
+        match usable {
+            Some((parsed, evidence)) => report.record(
+                Check::ApiserverAddresses,
+                cluster_identity::apiserver_addresses(&parsed.facts.ip_addresses, evidence.apiserver.as_ref()),
+            ),
+            None => report.skip(Check::ApiserverAddresses, "not looked up: an earlier check failed"),
+        }
         match usable {
             Some(_) if cfg.bypass_dns_resolution => {
                 for check in [Check::DnsResolves, Check::ResolvedIpPrefixes, Check::IpResolved] {
@@ -174,11 +193,14 @@ pub(crate) fn node_name(username: &str, cfg: &PolicyConfig) -> Result<String, Fa
     }
 }
 
+/// `spec.groups` holds both [`REQUIRED_GROUPS`]; a denial names the groups that are missing.
 fn groups(groups: &[String]) -> Result<String, Failure> {
-    if groups.iter().any(|g| g == NODES_GROUP) {
-        Ok(format!("{NODES_GROUP} present"))
+    let missing: Vec<&str> =
+        REQUIRED_GROUPS.into_iter().filter(|required| !groups.iter().any(|g| g == required)).collect();
+    if missing.is_empty() {
+        Ok(format!("{NODES_GROUP} and {AUTHENTICATED_GROUP} present"))
     } else {
-        Err(Failure::deny(Reason::NotInNodesGroup, format!("groups {groups:?} do not contain {NODES_GROUP:?}")))
+        Err(Failure::deny(Reason::NotInNodesGroup, format!("groups {groups:?} do not contain {missing:?}")))
     }
 }
 

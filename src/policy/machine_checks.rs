@@ -1,17 +1,19 @@
 //! Node and Machine address matching, and the checks machine mode shares between signers.
 
+use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::Arc;
-use std::time::Duration;
 
-use jiff::Timestamp;
+use jiff::{SignedDuration, Timestamp};
 
-use super::Reason;
-use super::kubelet_serving::SIGNER as SERVING_SIGNER;
+use crate::csr::CsrFacts;
+
+use super::kubelet_serving::{NODES_GROUP, SIGNER as SERVING_SIGNER};
 use super::node_client::SIGNER as CLIENT_SIGNER;
 use super::ports::{Load, MachineInfo};
 use super::report::Failure;
 use super::rules::MachinePolicy;
+use super::{Reason, Submission};
 
 const DNS_ADDRESS_TYPES: [&str; 3] = ["InternalDNS", "ExternalDNS", "Hostname"];
 const IP_ADDRESS_TYPES: [&str; 2] = ["InternalIP", "ExternalIP"];
@@ -84,16 +86,60 @@ pub(crate) fn serving_sans_belong(
 }
 
 /// Pending CSRs older than this do not count towards the brake.
-const PENDING_WINDOW: Duration = Duration::from_secs(3600);
+const PENDING_WINDOW: SignedDuration = SignedDuration::from_secs(3600);
+/// Pending CSRs stamped up to this far after the approver's clock still count (clocks differ).
+const FUTURE_SKEW: SignedDuration = SignedDuration::from_secs(10);
+/// The most pending CSRs one node name adds to the brake's count, so one node cannot pull it.
+pub const PENDING_PER_NODE: usize = 3;
 
-/// Whether a CSR counts towards the pending brake at `now`: a node CSR (either kubelet signer),
-/// not yet decided, created within the last hour.
-pub fn counts_as_pending(signer: &str, decided: bool, created: Option<Timestamp>, now: Timestamp) -> bool {
-    [SERVING_SIGNER, CLIENT_SIGNER].contains(&signer)
-        && !decided
-        && created.is_some_and(|created| {
-            now.duration_since(created).try_into().is_ok_and(|age: Duration| age < PENDING_WINDOW)
+/// Whether a CSR counts towards the pending brake at `now`: undecided, of a signer this approver
+/// decides (kubelet serving; kubelet client when node-client approval is on), from a node (the
+/// bootstrapper, or with `system:nodes` in its groups), created less than an hour before `now` and
+/// at most 10 s after it.
+pub fn counts_as_pending(sub: &Submission, rules: &MachinePolicy, now: Timestamp) -> bool {
+    let decidable = sub.signer_name == SERVING_SIGNER || (sub.signer_name == CLIENT_SIGNER && rules.client_approval);
+    let from_node = rules.bootstrapper.matches(&sub.username) || sub.groups.iter().any(|g| g == NODES_GROUP);
+    decidable
+        && from_node
+        && sub.decided.is_none()
+        && sub.created.is_some_and(|created| {
+            let age = now.duration_since(created);
+            age < PENDING_WINDOW && age >= -FUTURE_SKEW
         })
+}
+
+/// The node name a pending CSR counts under: the requester's username (`system:node:<name>`), or
+/// for the bootstrapper the request's one common name (the username when it has not exactly one or
+/// cannot be read).
+pub fn pending_node(sub: &Submission, rules: &MachinePolicy) -> String {
+    if rules.bootstrapper.matches(&sub.username)
+        && let Ok(facts) = CsrFacts::from_pem(&sub.request)
+        && let [common_name] = facts.common_names.as_slice()
+    {
+        return common_name.clone();
+    }
+    sub.username.clone()
+}
+
+/// The brake's count from the node names of the pending CSRs: each name counts at most
+/// [`PENDING_PER_NODE`] times.
+pub fn capped_pending<S: AsRef<str>>(nodes: impl IntoIterator<Item = S>) -> usize {
+    let mut per_node: HashMap<String, usize> = HashMap::new();
+    for node in nodes {
+        *per_node.entry(node.as_ref().to_owned()).or_default() += 1;
+    }
+    per_node.values().map(|&n| n.min(PENDING_PER_NODE)).sum()
+}
+
+/// The brake's count over `csrs` at `now` ([`counts_as_pending`], [`pending_node`], [`capped_pending`]).
+pub fn pending_count<'a>(
+    csrs: impl IntoIterator<Item = &'a Submission>,
+    rules: &MachinePolicy,
+    now: Timestamp,
+) -> usize {
+    capped_pending(
+        csrs.into_iter().filter(|sub| counts_as_pending(sub, rules, now)).map(|sub| pending_node(sub, rules)),
+    )
 }
 
 /// The most pending node CSRs the brake lets through: max(Machines, Nodes) + `delta`.
@@ -128,21 +174,6 @@ pub(crate) fn pending_brake(load: &Option<Result<Load, String>>, cfg: &MachinePo
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn pending_means_an_undecided_node_csr_younger_than_an_hour() {
-        let now: Timestamp = "2026-01-01T12:00:00Z".parse().unwrap();
-        let ago = |secs: i64| Some(now - jiff::SignedDuration::from_secs(secs));
-        for signer in [SERVING_SIGNER, CLIENT_SIGNER] {
-            assert!(counts_as_pending(signer, false, ago(0), now));
-            assert!(counts_as_pending(signer, false, ago(3599), now));
-            assert!(!counts_as_pending(signer, false, ago(3600), now), "an hour old no longer counts");
-            assert!(!counts_as_pending(signer, true, ago(10), now), "decided");
-            assert!(!counts_as_pending(signer, false, None, now), "no creation time");
-            assert!(!counts_as_pending(signer, false, ago(-10), now), "created in the future");
-        }
-        assert!(!counts_as_pending("example.com/other", false, ago(10), now), "another signer");
-    }
 
     #[test]
     fn the_brake_limit_is_the_larger_count_plus_the_delta() {

@@ -84,7 +84,7 @@ impl Staged {
         if self.report.first_failure().is_some() {
             return None;
         }
-        Some(Needs { dns_names: Vec::new(), node: Some(node.clone()), machines: true })
+        Some(Needs { dns_names: Vec::new(), node: Some(node.clone()), machines: true, apiserver: false })
     }
 
     /// Runs the evidence checks (skipped when `evidence` is `None`) and returns the full report.

@@ -1,6 +1,7 @@
 //! The ports of the decision core: the traits through which evidence arrives ([`Resolver`] for
-//! DNS, [`ClusterView`] for Nodes, Machines and the pending brake's counts) and the types they
-//! return. `dns`, `cluster` and `machines` implement them; nothing here does I/O.
+//! DNS, [`ClusterView`] for Nodes, Machines, the pending brake's counts and the apiserver's
+//! addresses) and the types they return. `dns`, `cluster` and `machines` implement them; nothing
+//! here does I/O.
 
 use std::future::Future;
 use std::net::IpAddr;
@@ -106,6 +107,10 @@ pub trait ClusterView: Send + Sync {
 
     /// The inputs of the pending brake.
     fn load(&self) -> impl Future<Output = Result<Load, ClusterError>> + Send;
+
+    /// The apiserver's addresses: the ClusterIPs of the `default/kubernetes` Service and the
+    /// addresses of its EndpointSlices. An error (not yet synced, unreadable) is retried.
+    fn apiserver_addresses(&self) -> impl Future<Output = Result<Vec<IpAddr>, ClusterError>> + Send;
 }
 
 #[cfg(test)]

@@ -47,7 +47,7 @@ reasons! {
     NotANode,
     /// The node name in spec.username or the subject CN is not a lowercase RFC 1123 subdomain, as Node names must be.
     InvalidNodeName,
-    /// spec.groups does not contain system:nodes.
+    /// spec.groups does not contain both system:nodes and system:authenticated (the message names the missing group).
     NotInNodesGroup,
     /// spec.request is not one canonical CERTIFICATE REQUEST PEM block (at most 16 KiB) of strict DER with one reading and a verifying signature.
     MalformedRequest,
@@ -63,6 +63,8 @@ reasons! {
     TooManyDNSNames,
     /// The request carries more IP SANs than --allowed-ip-addresses.
     TooManyIPAddresses,
+    /// A SAN names the apiserver or an address no node owns, whatever the flags: kubernetes, kubernetes.default, kubernetes.default.svc, svc.<--cluster-domain> and under it, localhost and under it; a loopback, unspecified, link-local, multicast or broadcast IP; a ClusterIP of the default/kubernetes Service or an address of its EndpointSlices.
+    ClusterIdentity,
     /// A DNS SAN is not a valid hostname (or is a wildcard or an IP address).
     InvalidDNSName,
     /// An IP SAN is an IPv4-mapped or IPv4-compatible IPv6 address (::/96, ::ffff:0:0/96), which the signer would not write as requested.

@@ -11,7 +11,7 @@ pub enum Check {
     Pending,
     /// spec.username is system:node:<name>.
     Username,
-    /// spec.groups contains system:nodes.
+    /// spec.groups contains system:nodes and system:authenticated.
     Groups,
     /// spec.request parses and its signature verifies.
     Request,
@@ -27,6 +27,8 @@ pub enum Check {
     DnsNameCount,
     /// No more IP SANs than allowed.
     IpAddressCount,
+    /// No SAN names the apiserver, svc.<cluster domain>, localhost or a reserved address.
+    ClusterIdentity,
     /// Every DNS SAN is a valid hostname.
     DnsNameSyntax,
     /// Every IP SAN is a plain IPv4 or IPv6 address.
@@ -37,6 +39,8 @@ pub enum Check {
     ProviderRegex,
     /// Every IP SAN lies in the allowed prefixes.
     IpPrefixes,
+    /// No IP SAN is an address of the apiserver (the default/kubernetes Service, its EndpointSlices).
+    ApiserverAddresses,
     /// Every DNS SAN resolves.
     DnsResolves,
     /// Every resolved address lies in the allowed prefixes.
@@ -80,11 +84,13 @@ impl Check {
             Check::SanPresent => "san-present",
             Check::DnsNameCount => "dns-name-count",
             Check::IpAddressCount => "ip-address-count",
+            Check::ClusterIdentity => "cluster-identity",
             Check::DnsNameSyntax => "dns-name-syntax",
             Check::IpAddressSyntax => "ip-address-syntax",
             Check::Hostname => "hostname",
             Check::ProviderRegex => "provider-regex",
             Check::IpPrefixes => "ip-prefixes",
+            Check::ApiserverAddresses => "apiserver-addresses",
             Check::DnsResolves => "dns-resolves",
             Check::ResolvedIpPrefixes => "resolved-ip-prefixes",
             Check::IpResolved => "ip-resolved",

@@ -42,6 +42,9 @@ pub struct PolicyConfig {
     pub dns_grace_period: Duration,
     /// Require every SAN to be one of the Node's addresses or its name.
     pub verify_node_addresses: bool,
+    /// The cluster's DNS domain, lowercase and without a trailing dot: DNS SANs under
+    /// `svc.<cluster_domain>` are denied.
+    pub cluster_domain: String,
     /// Machine-mode rules, when machine mode is on.
     pub machine: Option<MachinePolicy>,
 }

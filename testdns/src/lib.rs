@@ -4,14 +4,17 @@
 //! [`Records`] that can be changed while it runs. It is built on hickory-server with a small
 //! request handler:
 //!
-//! - a known name answers its records of the asked type, following CNAMEs inside the data;
+//! - a known name answers its records of the asked type, following CNAMEs inside the data (or,
+//!   with [`Records::follow_cnames`] off, only the first CNAME, for the resolver to follow);
 //! - a known name without records of that type answers NOERROR with no records (and an SOA);
 //! - an unknown name answers NXDOMAIN (with an SOA, so resolvers cache the negative answer).
 //!
 //! Its [`Mode`] can make it answer SERVFAIL or REFUSED to everything, or stop answering at all
 //! while still holding its port ([`DnsServer::pause`] / [`DnsServer::resume`]);
 //! [`Records::fault`] does the same for one name and query type only. [`DnsServer::set_delay`]
-//! holds every answer back for a while, so lookups stay in flight.
+//! holds every answer back for a while, so lookups stay in flight. [`Records::extra_a`] and its
+//! siblings send records of other owners along with a name's answers, in the answer or the
+//! additional section, as a resolver or forwarder passing records along would.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), testdns::Error> {
@@ -22,10 +25,11 @@
 //! ```
 #![forbid(unsafe_code)]
 
+mod records;
+
 use std::collections::HashMap;
-use std::fmt::Display;
 use std::io;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::Duration;
@@ -33,16 +37,15 @@ use std::time::Duration;
 use hickory_server::Server;
 use hickory_server::net::runtime::Time;
 use hickory_server::proto::op::{Edns, Header, HeaderCounts, Metadata, ResponseCode};
-use hickory_server::proto::rr::rdata::{A, AAAA, CNAME, SOA};
-use hickory_server::proto::rr::{LowerName, Name, RData, Record, RecordType};
+use hickory_server::proto::rr::LowerName;
 use hickory_server::server::{Request, RequestHandler, ResponseHandler, ResponseInfo};
 use hickory_server::zone_handler::MessageResponseBuilder;
 
+pub use records::{Mode, QueryType, Records, Section};
+use records::{Reply, parse_name};
+
 /// Default TTL of answers and of negative answers (the SOA minimum), in seconds.
 pub const DEFAULT_TTL: u32 = 300;
-
-/// Longest CNAME chain followed inside the data; longer chains (or loops) answer SERVFAIL.
-const MAX_CNAME_CHAIN: usize = 8;
 
 /// How long an idle TCP connection is kept open.
 const TCP_IDLE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -61,247 +64,6 @@ pub enum Error {
     Thread(String),
 }
 
-/// DNS data to serve: a builder of A, AAAA and CNAME records.
-///
-/// Names are absolute whether or not they end with a dot, and compare case-insensitively.
-/// Invalid names or addresses are reported by the method that takes the records
-/// ([`DnsServer::start`], [`DnsServer::set_records`], [`DnsServer::add`]).
-#[derive(Debug, Clone)]
-pub struct Records {
-    ttl: u32,
-    names: HashMap<LowerName, Node>,
-    errors: Vec<String>,
-}
-
-#[derive(Debug, Clone, Default)]
-struct Node {
-    name: Name,
-    a: Vec<Ipv4Addr>,
-    aaaa: Vec<Ipv6Addr>,
-    cname: Option<Name>,
-    faults: Vec<(RecordType, Mode)>,
-}
-
-impl Default for Records {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl Records {
-    /// No records, TTL [`DEFAULT_TTL`].
-    pub fn new() -> Self {
-        Self { ttl: DEFAULT_TTL, names: HashMap::new(), errors: Vec::new() }
-    }
-
-    /// Sets the TTL of every answer and of negative answers (SOA TTL and minimum), in seconds.
-    pub fn ttl(mut self, seconds: u32) -> Self {
-        self.ttl = seconds;
-        self
-    }
-
-    /// Adds an A record, e.g. `.a("n1.example.com", "10.0.0.1")` (the address may also be an
-    /// [`Ipv4Addr`]).
-    pub fn a(mut self, name: &str, address: impl Display) -> Self {
-        let address = address.to_string();
-        match address.parse::<Ipv4Addr>() {
-            Ok(address) => {
-                if let Some(node) = self.node(name) {
-                    node.a.push(address);
-                }
-            }
-            Err(e) => self.errors.push(format!("A {name}: {address:?}: {e}")),
-        }
-        self
-    }
-
-    /// Adds an AAAA record, e.g. `.aaaa("n1.example.com", "fd00::1")` (the address may also be
-    /// an [`Ipv6Addr`]).
-    pub fn aaaa(mut self, name: &str, address: impl Display) -> Self {
-        let address = address.to_string();
-        match address.parse::<Ipv6Addr>() {
-            Ok(address) => {
-                if let Some(node) = self.node(name) {
-                    node.aaaa.push(address);
-                }
-            }
-            Err(e) => self.errors.push(format!("AAAA {name}: {address:?}: {e}")),
-        }
-        self
-    }
-
-    /// Adds an A or AAAA record depending on the address family.
-    pub fn ip(self, name: &str, address: IpAddr) -> Self {
-        match address {
-            IpAddr::V4(v4) => self.a(name, v4),
-            IpAddr::V6(v6) => self.aaaa(name, v6),
-        }
-    }
-
-    /// Makes `name` an alias of `target` (which may or may not be in the data).
-    pub fn cname(mut self, name: &str, target: &str) -> Self {
-        match parse_name(target) {
-            Ok(target) => {
-                if let Some(node) = self.node(name) {
-                    node.cname = Some(target);
-                }
-            }
-            Err(e) => self.errors.push(e),
-        }
-        self
-    }
-
-    /// Declares `name` as existing without any record: queries answer NOERROR with no records.
-    pub fn exists(mut self, name: &str) -> Self {
-        self.node(name);
-        self
-    }
-
-    /// Makes queries for `name` and `query_type` fail as `mode` says (SERVFAIL, REFUSED or no
-    /// answer at all) while other types of the name are answered; [`Mode::Answer`] clears it.
-    pub fn fault(mut self, name: &str, query_type: QueryType, mode: Mode) -> Self {
-        let record_type = query_type.record_type();
-        if let Some(node) = self.node(name) {
-            node.faults.retain(|(t, _)| *t != record_type);
-            node.faults.push((record_type, mode));
-        }
-        self
-    }
-
-    /// Number of names in the data.
-    pub fn len(&self) -> usize {
-        self.names.len()
-    }
-
-    /// Whether the data holds no name.
-    pub fn is_empty(&self) -> bool {
-        self.names.is_empty()
-    }
-
-    fn node(&mut self, name: &str) -> Option<&mut Node> {
-        match parse_name(name) {
-            Ok(name) => Some(self.names.entry(LowerName::new(&name)).or_insert(Node { name, ..Node::default() })),
-            Err(e) => {
-                self.errors.push(e);
-                None
-            }
-        }
-    }
-
-    fn check(&self) -> Result<(), Error> {
-        if self.errors.is_empty() { Ok(()) } else { Err(Error::InvalidRecords(self.errors.join("; "))) }
-    }
-
-    /// The reply to one query: a fault set for the name and type, or the answer.
-    fn reply(&self, name: &Name, query_type: RecordType) -> Reply {
-        let fault = self.names.get(&LowerName::new(name)).and_then(|node| {
-            node.faults.iter().find(|(record_type, _)| *record_type == query_type).map(|(_, mode)| *mode)
-        });
-        if let Some(reply) = fault.and_then(Reply::imposed_by) {
-            return reply;
-        }
-        let (code, answers) = self.answer(name, query_type);
-        // RFC 2308: negative answers (also at the end of a CNAME chain) carry the SOA.
-        let negative = code == ResponseCode::NXDomain
-            || (code == ResponseCode::NoError
-                && !answers.iter().any(|r| r.record_type() == query_type || query_type == RecordType::ANY));
-        let soa = negative.then(|| Box::new(self.soa()));
-        Reply::Answer { code, answers, soa }
-    }
-
-    /// The answer to one query: response code and answer records.
-    fn answer(&self, query_name: &Name, query_type: RecordType) -> (ResponseCode, Vec<Record>) {
-        let mut answers = Vec::new();
-        let mut owner = query_name.clone();
-        for _ in 0..=MAX_CNAME_CHAIN {
-            let Some(node) = self.names.get(&LowerName::new(&owner)) else {
-                // RFC 6604: the response code is that of the last name in the chain.
-                return (ResponseCode::NXDomain, answers);
-            };
-            let record = |data: RData| Record::from_rdata(owner.clone(), self.ttl, data);
-            if let Some(target) = &node.cname {
-                if matches!(query_type, RecordType::CNAME | RecordType::ANY) {
-                    answers.push(record(RData::CNAME(CNAME(target.clone()))));
-                    return (ResponseCode::NoError, answers);
-                }
-                answers.push(record(RData::CNAME(CNAME(target.clone()))));
-                owner = target.clone();
-                continue;
-            }
-            if matches!(query_type, RecordType::A | RecordType::ANY) {
-                answers.extend(node.a.iter().map(|a| record(RData::A(A(*a)))));
-            }
-            if matches!(query_type, RecordType::AAAA | RecordType::ANY) {
-                answers.extend(node.aaaa.iter().map(|a| record(RData::AAAA(AAAA(*a)))));
-            }
-            return (ResponseCode::NoError, answers);
-        }
-        (ResponseCode::ServFail, Vec::new())
-    }
-
-    fn soa(&self) -> Record {
-        let soa = SOA::new(
-            Name::from_labels(["ns", "testdns"]).unwrap_or_else(|_| Name::root()),
-            Name::from_labels(["hostmaster", "testdns"]).unwrap_or_else(|_| Name::root()),
-            1,
-            3600,
-            600,
-            86400,
-            self.ttl,
-        );
-        Record::from_rdata(Name::root(), self.ttl, RData::SOA(soa))
-    }
-}
-
-fn parse_name(name: &str) -> Result<Name, String> {
-    let mut parsed = Name::from_ascii(name).map_err(|e| format!("name {name:?}: {e}"))?;
-    parsed.set_fqdn(true);
-    Ok(parsed)
-}
-
-/// A query type that [`Records::fault`] can make fail.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum QueryType {
-    /// IPv4 address queries.
-    A,
-    /// IPv6 address queries.
-    Aaaa,
-}
-
-impl QueryType {
-    fn record_type(self) -> RecordType {
-        match self {
-            Self::A => RecordType::A,
-            Self::Aaaa => RecordType::AAAA,
-        }
-    }
-}
-
-/// How the server treats every query.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[repr(u8)]
-pub enum Mode {
-    /// Answer from the records (the default).
-    Answer = 0,
-    /// Never answer; the port stays bound, so clients time out.
-    Unresponsive = 1,
-    /// Answer SERVFAIL.
-    ServFail = 2,
-    /// Answer REFUSED.
-    Refused = 3,
-}
-
-impl Mode {
-    fn from_u8(value: u8) -> Self {
-        match value {
-            1 => Self::Unresponsive,
-            2 => Self::ServFail,
-            3 => Self::Refused,
-            _ => Self::Answer,
-        }
-    }
-}
-
 /// State shared between the [`DnsServer`] handle and its request handler.
 #[derive(Debug)]
 struct Shared {
@@ -314,28 +76,6 @@ struct Shared {
 }
 
 struct Handler(Arc<Shared>);
-
-/// What to do with one request.
-enum Reply {
-    /// Send nothing.
-    Silent,
-    /// An error response without records.
-    Error(ResponseCode),
-    /// An authoritative answer.
-    Answer { code: ResponseCode, answers: Vec<Record>, soa: Option<Box<Record>> },
-}
-
-impl Reply {
-    /// The reply a mode imposes, or `None` to answer from the records.
-    fn imposed_by(mode: Mode) -> Option<Self> {
-        match mode {
-            Mode::Answer => None,
-            Mode::Unresponsive => Some(Self::Silent),
-            Mode::ServFail => Some(Self::Error(ResponseCode::ServFail)),
-            Mode::Refused => Some(Self::Error(ResponseCode::Refused)),
-        }
-    }
-}
 
 impl Handler {
     fn plan(&self, request: &Request) -> Reply {
@@ -372,7 +112,7 @@ impl RequestHandler for Handler {
         let result = match self.plan(request) {
             Reply::Silent => return no_response(request),
             Reply::Error(code) => response_handle.send_response(builder.error_msg(&request.metadata, code)).await,
-            Reply::Answer { code, answers, soa } => {
+            Reply::Answer { code, answers, soa, additionals } => {
                 let edns = request.edns.as_ref().map(|request_edns| {
                     let mut edns = Edns::new();
                     edns.set_max_payload(request_edns.max_payload().max(512));
@@ -385,7 +125,8 @@ impl RequestHandler for Handler {
                 let mut metadata = Metadata::response_from_request(&request.metadata);
                 metadata.authoritative = true;
                 metadata.response_code = code;
-                response_handle.send_response(builder.build(metadata, answers.iter(), [], soa.as_deref(), [])).await
+                let response = builder.build(metadata, answers.iter(), [], soa.as_deref(), additionals.iter());
+                response_handle.send_response(response).await
             }
         };
         result.unwrap_or_else(|error| {
@@ -427,7 +168,7 @@ impl DnsServer {
     /// of the current tokio runtime: it answers only while that runtime runs, so a caller that
     /// blocks its thread (on a current-thread runtime) should use [`DnsServer::start_on_thread`].
     pub async fn start(records: Records) -> Result<Self, Error> {
-        records.check()?;
+        records.check().map_err(Error::InvalidRecords)?;
         let (udp, tcp) = bind_loopback()?;
         let addr = udp.local_addr()?;
         let shared = new_shared(records);
@@ -438,7 +179,7 @@ impl DnsServer {
     /// Like [`DnsServer::start`], but serves from a dedicated thread with its own runtime, so it
     /// works from synchronous code and does not compete with the caller's runtime.
     pub fn start_on_thread(records: Records) -> Result<Self, Error> {
-        records.check()?;
+        records.check().map_err(Error::InvalidRecords)?;
         let (udp, tcp) = bind_loopback()?;
         Self::serve_on_thread(records, udp, tcp)
     }
@@ -447,7 +188,7 @@ impl DnsServer {
     /// e.g. port 53 of a loopback address, for a client that only reads `/etc/resolv.conf`
     /// (binding port 53 needs root or `CAP_NET_BIND_SERVICE`).
     pub fn start_on_thread_at(records: Records, addr: SocketAddr) -> Result<Self, Error> {
-        records.check()?;
+        records.check().map_err(Error::InvalidRecords)?;
         let udp = std::net::UdpSocket::bind(addr)?;
         let tcp = std::net::TcpListener::bind(udp.local_addr()?)?;
         udp.set_nonblocking(true)?;
@@ -516,27 +257,16 @@ impl DnsServer {
 
     /// Replaces all records.
     pub fn set_records(&self, records: Records) -> Result<(), Error> {
-        records.check()?;
+        records.check().map_err(Error::InvalidRecords)?;
         *self.records_mut() = records;
         Ok(())
     }
 
-    /// Adds records (merged into existing names; the TTL of `records` is ignored).
+    /// Adds records (merged into existing names; the TTL and CNAME-following of `records` are
+    /// ignored).
     pub fn add(&self, records: Records) -> Result<(), Error> {
-        records.check()?;
-        let mut current = self.records_mut();
-        for (key, node) in records.names {
-            let existing = current.names.entry(key).or_insert(Node { name: node.name.clone(), ..Node::default() });
-            existing.a.extend(node.a);
-            existing.aaaa.extend(node.aaaa);
-            if node.cname.is_some() {
-                existing.cname = node.cname;
-            }
-            for (record_type, mode) in node.faults {
-                existing.faults.retain(|(t, _)| *t != record_type);
-                existing.faults.push((record_type, mode));
-            }
-        }
+        records.check().map_err(Error::InvalidRecords)?;
+        self.records_mut().merge(records);
         Ok(())
     }
 

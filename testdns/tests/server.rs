@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use hickory_server::proto::op::{Message, Query, ResponseCode};
 use hickory_server::proto::rr::{Name, RData, RecordType};
-use testdns::{DnsServer, Error, Mode, QueryType, Records};
+use testdns::{DnsServer, Error, Mode, QueryType, Records, Section};
 
 /// Sends one query and returns the response, or `None` if none came within 300 ms.
 fn ask(addr: SocketAddr, name: &str, record_type: RecordType, tcp: bool) -> Option<Message> {
@@ -100,6 +100,43 @@ async fn follows_cnames_within_the_data() {
     assert_eq!(response.metadata.response_code, ResponseCode::NoError);
     assert!(matches!(response.answers[0].data, RData::CNAME(_)));
     assert_eq!(addresses(&response), vec!["10.0.0.1".parse::<IpAddr>().unwrap()]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cnames_can_be_left_to_the_resolver() {
+    let server = DnsServer::start(sample().follow_cnames(false)).await.unwrap();
+    let response = ask_async(server.addr(), "alias.example.com.", RecordType::A, false).await.unwrap();
+    assert_eq!(response.metadata.response_code, ResponseCode::NoError);
+    assert_eq!(response.answers.len(), 1, "{response:?}");
+    assert!(
+        matches!(&response.answers[0].data, RData::CNAME(target) if target.0 == Name::from_str("n1.example.com.").unwrap())
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn extra_records_of_other_owners_go_along_in_their_section() {
+    let records = sample()
+        .extra_a("n1.example.com", Section::Answer, "evil.example.net", "10.6.6.6")
+        .extra_cname("n1.example.com", Section::Answer, "other.example.net", "evil.example.net")
+        .extra_aaaa("n1.example.com", Section::Additional, "evil.example.net", "fd66::6")
+        .extra_a("only-extra.example.com", Section::Additional, "only-extra.example.com", "10.0.0.7");
+    let server = DnsServer::start(records).await.unwrap();
+    let evil = Name::from_str("evil.example.net.").unwrap();
+    for record_type in [RecordType::A, RecordType::AAAA] {
+        let response = ask_async(server.addr(), "n1.example.com.", record_type, false).await.unwrap();
+        // The extra answers go first, then the name's own.
+        assert_eq!(response.answers[0].name, evil, "{response:?}");
+        assert!(matches!(response.answers[1].data, RData::CNAME(_)), "{response:?}");
+        assert_eq!(response.answers.len(), 3, "{response:?}");
+        assert_eq!(response.additionals.len(), 1, "{response:?}");
+        assert_eq!(response.additionals[0].name, evil);
+    }
+    // A name with extras only exists, without records of its own.
+    let response = ask_async(server.addr(), "only-extra.example.com.", RecordType::A, false).await.unwrap();
+    assert_eq!(response.metadata.response_code, ResponseCode::NoError);
+    assert!(response.answers.is_empty() && has_soa(&response) && response.additionals.len() == 1);
+    let bad = DnsServer::start(Records::new().extra_aaaa("n1.example.com", Section::Answer, "x.net", "10.0.0.1")).await;
+    assert!(matches!(bad, Err(Error::InvalidRecords(_))), "{bad:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -30,6 +30,7 @@ pub fn config() -> PolicyConfig {
         skip_deny_step: false,
         dns_grace_period: Duration::from_secs(300),
         verify_node_addresses: false,
+        cluster_domain: "cluster.local".into(),
         machine: None,
     }
 }

@@ -1,0 +1,184 @@
+//! Against the real control plane (testenv): a node asking for the apiserver's own addresses is
+//! denied `ClusterIdentity`, inside its prefixes and with `--bypass-dns-resolution`, and the
+//! signer issues nothing; the addresses come from the watched `default/kubernetes` Service and its
+//! EndpointSlices, kept current.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::discovery::v1::{Endpoint, EndpointSlice};
+use kube::api::{DeleteParams, ObjectMeta, PostParams};
+use kube::{Api, Client};
+use support::Request;
+use support::cluster::{Approver, Csrs, SERIAL, create_serving_csr, unique, wait_decided};
+use testenv::ControlPlane;
+
+const DECIDE: Duration = Duration::from_secs(20);
+/// How long the signer is given to issue a certificate it should not issue.
+const SIGNER_GRACE: Duration = Duration::from_secs(5);
+
+fn asks(node: &str, ip: &str) -> Request {
+    Request::node(node).dns(&format!("{node}.nodes.example.com")).ip(ip)
+}
+
+async fn certificate(admin: &Client, name: &str) -> Option<k8s_openapi::ByteString> {
+    let csr = Api::<CertificateSigningRequest>::all(admin.clone()).get(name).await.unwrap();
+    csr.status.and_then(|s| s.certificate)
+}
+
+async fn wait_certificate(admin: &Client, name: &str, limit: Duration) -> bool {
+    let deadline = Instant::now() + limit;
+    while Instant::now() < deadline {
+        if certificate(admin, name).await.is_some() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    false
+}
+
+/// Asserts `name` was denied `ClusterIdentity` naming `ip`, and stays without a certificate.
+async fn assert_denied_unsigned(admin: &Client, name: &str, ip: &str, approver: &Approver) {
+    let decided = wait_decided(admin, name, DECIDE).await;
+    let first = decided.first().unwrap_or_else(|| panic!("{name} undecided:\n{}", approver.logs()));
+    assert_eq!((first.type_.as_str(), first.reason.as_deref()), ("Denied", Some("ClusterIdentity")), "{decided:?}");
+    assert!(first.message.as_deref().unwrap_or_default().contains(ip), "{decided:?}");
+    assert!(!wait_certificate(admin, name, SIGNER_GRACE).await, "the signer issued a certificate for {ip}");
+}
+
+#[tokio::test]
+async fn a_node_asking_for_the_apiservers_addresses_is_denied_and_nothing_is_issued() {
+    let _serial = SERIAL.lock().await;
+    // The signer is this process's own, so whatever it issues is seen.
+    let cp = ControlPlane::shared_with_signer().await.unwrap();
+    let admin = cp.admin_client().await.unwrap();
+    let service = Api::<Service>::namespaced(admin.clone(), "default").get("kubernetes").await.unwrap();
+    let cluster_ip = service.spec.and_then(|spec| spec.cluster_ip).unwrap();
+    let inside: ipnet::IpNet = testkit::policy::PREFIXES.parse().unwrap();
+    assert!(inside.contains(&cluster_ip.parse::<std::net::IpAddr>().unwrap()), "{cluster_ip} outside the prefixes");
+    let csrs = Csrs::new(cp.kubeconfig_path());
+    let node = unique("n");
+
+    // `check NAME` reads the same addresses from the cluster before it decides.
+    let checked = csrs.name("identity-check");
+    create_serving_csr(cp, &checked, &node, &asks(&node, &cluster_ip)).await;
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_node-csr-approver"));
+    command.env_clear().env("PATH", std::env::var_os("PATH").unwrap_or_default());
+    command.args(["check", "-o", "json", "--bypass-dns-resolution", "--kubeconfig"]).arg(cp.kubeconfig_path());
+    command.args(["--provider-regex", testkit::policy::REGEX, "--provider-ip-prefixes", testkit::policy::PREFIXES]);
+    let output = command.arg(&checked).output().unwrap();
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap_or_default();
+    assert_eq!(
+        (report["decision"].as_str(), report["reason"].as_str()),
+        (Some("deny"), Some("ClusterIdentity")),
+        "{report}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+
+    let mut approver = Approver::start(cp.kubeconfig_path(), &["--bypass-dns-resolution"], &[]);
+    approver.wait_ready().await;
+    assert_denied_unsigned(&admin, &checked, &cluster_ip, &approver).await;
+
+    // The signer runs: a legitimate CSR is approved and issued.
+    let legit = csrs.name("identity-legit");
+    create_serving_csr(cp, &legit, &node, &asks(&node, "10.0.0.71")).await;
+    let decided = wait_decided(&admin, &legit, DECIDE).await;
+    assert_eq!(decided.first().map(|c| c.type_.as_str()), Some("Approved"), "{decided:?}\n{}", approver.logs());
+    assert!(wait_certificate(&admin, &legit, DECIDE).await, "the signer issued nothing for an approved CSR");
+
+    // The Service's ClusterIP, inside the prefixes, DNS bypassed: denied, nothing issued.
+    let forged = csrs.name("identity-clusterip");
+    create_serving_csr(cp, &forged, &node, &asks(&node, &cluster_ip)).await;
+    assert_denied_unsigned(&admin, &forged, &cluster_ip, &approver).await;
+
+    // An EndpointSlice of the Service added while the approver runs: its address is denied too.
+    let slices = Api::<EndpointSlice>::namespaced(admin.clone(), "default");
+    let slice_name = unique("kubernetes-extra");
+    let slice = EndpointSlice {
+        metadata: ObjectMeta {
+            name: Some(slice_name.clone()),
+            labels: Some([("kubernetes.io/service-name".to_owned(), "kubernetes".to_owned())].into()),
+            ..ObjectMeta::default()
+        },
+        address_type: "IPv4".into(),
+        endpoints: vec![Endpoint { addresses: vec!["10.0.0.72".into()], ..Endpoint::default() }],
+        ports: None,
+    };
+    slices.create(&PostParams::default(), &slice).await.unwrap();
+    let endpoint = csrs.name("identity-endpoint");
+    // The local watch delivers the slice within moments; the CSR comes after it.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    create_serving_csr(cp, &endpoint, &node, &asks(&node, "10.0.0.72")).await;
+    let denied = wait_decided(&admin, &endpoint, DECIDE).await;
+    slices.delete(&slice_name, &DeleteParams::default()).await.unwrap();
+    let first = denied.first().unwrap();
+    assert_eq!(first.reason.as_deref(), Some("ClusterIdentity"), "{denied:?}\n{}", approver.logs());
+    assert!(!wait_certificate(&admin, &endpoint, SIGNER_GRACE).await, "the signer issued a certificate");
+}
+
+/// `check --objects` reads the `default/kubernetes` Service and its EndpointSlices, so an offline
+/// check decides as the controller does; any other Service or EndpointSlice is refused.
+#[test]
+fn an_offline_check_reads_the_apiserver_service_and_slices_from_objects() {
+    let dir = tempfile::tempdir().unwrap();
+    let csr = |ip: &str| {
+        let pem = asks("n1", ip).pem();
+        let body = support::pem_block("X", pem.as_bytes());
+        let base64: String = body.lines().filter(|l| !l.starts_with("-----")).collect();
+        format!(
+            "apiVersion: certificates.k8s.io/v1\nkind: CertificateSigningRequest\nmetadata:\n  name: asks-{ip}\n  \
+             creationTimestamp: \"2026-01-01T00:00:00Z\"\nspec:\n  signerName: kubernetes.io/kubelet-serving\n  \
+             username: system:node:n1\n  groups: [system:nodes, system:authenticated]\n  usages: [digital \
+             signature, server auth]\n  request: {base64}\n"
+        )
+    };
+    let csrs = dir.path().join("csrs.yaml");
+    std::fs::write(&csrs, [csr("10.0.0.1"), csr("10.0.0.2"), csr("10.0.0.3")].join("---\n")).unwrap();
+    let service = "apiVersion: v1\nkind: Service\nmetadata: {name: kubernetes, namespace: default}\nspec:\n  \
+                   clusterIP: 10.0.0.1\n  clusterIPs: [10.0.0.1]\n";
+    let slice = |namespace: &str, service: &str| {
+        format!(
+            "apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata:\n  name: kubernetes\n  namespace: \
+             {namespace}\n  labels: {{kubernetes.io/service-name: {service}}}\naddressType: IPv4\nendpoints:\n  - \
+             addresses: [10.0.0.2]\n"
+        )
+    };
+    let check = |objects: &str| {
+        let path = dir.path().join("objects.yaml");
+        std::fs::write(&path, objects).unwrap();
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_node-csr-approver"));
+        command.env_clear().env("PATH", std::env::var_os("PATH").unwrap_or_default());
+        command.args(["check", "-o", "json", "--bypass-dns-resolution", "--now", "2026-01-01T00:01:00Z"]);
+        command.args(["--provider-regex", testkit::policy::REGEX, "--provider-ip-prefixes", "10.0.0.0/16"]);
+        command.arg("--file").arg(&csrs).arg("--objects").arg(&path);
+        command.output().unwrap()
+    };
+    let output = check(&format!("{service}---\n{}", slice("default", "kubernetes")));
+    assert_eq!(output.status.code(), Some(0), "{}", String::from_utf8_lossy(&output.stderr));
+    let decisions: Vec<(String, String)> = String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .map(|line| serde_json::from_str::<serde_json::Value>(line).unwrap())
+        .map(|r| (r["decision"].as_str().unwrap().to_owned(), r["reason"].as_str().unwrap().to_owned()))
+        .collect();
+    let expect = |d: &str, r: &str| (d.to_owned(), r.to_owned());
+    assert_eq!(
+        decisions,
+        [expect("deny", "ClusterIdentity"), expect("deny", "ClusterIdentity"), expect("approve", "AutoApproved")]
+    );
+    for other in [
+        service.replace("name: kubernetes", "name: web"),
+        service.replace("namespace: default", "namespace: kube-system"),
+        slice("kube-system", "kubernetes"),
+        slice("default", "web"),
+    ] {
+        let output = check(&other);
+        assert_eq!(output.status.code(), Some(1), "accepted {other}");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(stderr.contains("default/kubernetes"), "{stderr}");
+    }
+}
