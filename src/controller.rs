@@ -184,13 +184,19 @@ async fn reconcile<R: Resolver, C: ClusterView>(
         tracing::debug!(csr = %logged, "not the leader: not evaluated");
         return Ok(Action::await_change());
     }
+    let key = CsrKey::of(&csr);
+    if ctx.memory.written_at(key, csr.metadata.resource_version.as_deref()) {
+        // A pass or a retry came before the watch brought our own write back: this is the
+        // version the decision was written on, so the cache is behind, not the CSR undecided.
+        tracing::debug!(csr = %logged, "decision written on this version: waiting for the watch");
+        return Ok(Action::await_change());
+    }
     let sub = Submission::from(csr.as_ref());
     let started = Instant::now();
     let evaluation = evaluate(&sub, &ctx.policy, &ctx.resolver, &ctx.cluster, Timestamp::now()).await;
     ctx.metrics.observe_evaluation(started.elapsed());
     let decision = evaluation.decision;
     let node = sub.username.strip_prefix(NODE_USER_PREFIX).unwrap_or_default();
-    let key = CsrKey::of(&csr);
     let announced = ctx.memory.announced(key, decision.kind, decision.reason);
     match step::step(decision.kind, ctx.leadership.is_leader(), ctx.dry_run, announced) {
         Step::Forget => {
@@ -273,7 +279,8 @@ impl<R, C> Context<R, C> {
                 self.metrics.record_decision(decision.kind, decision.reason);
                 log_decision(key.name, node, decision, "written");
                 self.events.publish(csr.object_ref(&()), decision, "").await;
-                self.forget(key.name);
+                self.memory.mark_written(key, csr.metadata.resource_version.as_deref().unwrap_or_default());
+                self.metrics.set_waiting_retry(self.memory.waiting());
                 Ok(Action::await_change())
             }
             Err(error) if error.status() == Some(409) => {

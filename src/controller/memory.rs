@@ -56,6 +56,8 @@ struct Entry {
     excused: bool,
     /// The name was found not to fit into a request URL (and that was logged).
     unaddressable: bool,
+    /// The resourceVersion our decision was written on, until the watch brings the change.
+    written_on: Option<String>,
     announced: HashSet<(DecisionKind, Reason)>,
 }
 
@@ -98,6 +100,23 @@ impl Memory {
         self.entry(csr, |entry| {
             entry.conflicts = entry.conflicts.saturating_add(1);
             doubling(CONFLICT_RETRY_BASE, entry.conflicts, CONFLICT_RETRY_CAP)
+        })
+    }
+
+    /// Records that a decision was written on `resource_version` of this CSR: everything else
+    /// remembered of it is done with, and [`Memory::written_at`] holds until the CSR is forgotten.
+    pub(super) fn mark_written(&self, csr: CsrKey<'_>, resource_version: &str) {
+        self.entry(csr, |entry| {
+            *entry =
+                Entry { uid: csr.uid.to_owned(), written_on: Some(resource_version.to_owned()), ..Entry::default() }
+        });
+    }
+
+    /// True when our decision was written on exactly this version of this CSR, so a cache still
+    /// holding it is behind: evaluating it again could only conflict.
+    pub(super) fn written_at(&self, csr: CsrKey<'_>, resource_version: Option<&str>) -> bool {
+        self.lock().get(csr.name).is_some_and(|entry| {
+            entry.uid == csr.uid && entry.written_on.is_some() && entry.written_on.as_deref() == resource_version
         })
     }
 
@@ -213,6 +232,23 @@ mod tests {
         memory.next_write_retry(CsrKey { name: "csr-b", uid: "2" });
         memory.excuse(CsrKey { name: "csr-c", uid: "3" });
         assert_eq!(memory.waiting(), 2);
+    }
+
+    #[test]
+    fn a_written_decision_holds_for_its_version_until_the_csr_is_forgotten() {
+        let memory = Memory::default();
+        memory.next_write_retry(A);
+        memory.mark_announced(A, DecisionKind::Retry, Reason::DNSUnavailable);
+        assert!(!memory.written_at(A, Some("7")));
+        memory.mark_written(A, "7");
+        assert!(memory.written_at(A, Some("7")));
+        assert!(!memory.written_at(A, Some("8")), "a newer version is evaluated");
+        assert!(!memory.written_at(A, None));
+        assert!(!memory.written_at(CsrKey { name: "csr-a", uid: "2" }, Some("7")), "another CSR of the name");
+        assert_eq!(memory.waiting(), 0, "the retries are done with");
+        assert!(!memory.announced(A, DecisionKind::Retry, Reason::DNSUnavailable));
+        assert!(memory.forget("csr-a"));
+        assert!(!memory.written_at(A, Some("7")));
     }
 
     #[test]

@@ -2,11 +2,8 @@
 
 use std::time::{Duration, Instant};
 
-use testenv::ControlPlane;
-
-use crate::harness::{Creator, Nodes, RECOVERY, logs, replicas};
-use crate::support::cluster::{SERIAL, unique};
-use crate::support::lease::LeaseLog;
+use crate::harness::{Creator, RECOVERY, Scenario, logs};
+use crate::support::cluster::SERIAL;
 use crate::verdict::{decided, writes};
 
 /// How long the apiserver stays down.
@@ -15,12 +12,7 @@ const OUTAGE: Duration = Duration::from_secs(15);
 #[tokio::test]
 async fn csrs_created_around_an_apiserver_outage_are_all_decided_after_it_returns() {
     let _serial = SERIAL.lock().await;
-    let cp = ControlPlane::start().await.unwrap();
-    let admin = cp.admin_client().await.unwrap();
-    let lease_name = unique("faults");
-    let lease = LeaseLog::start(&admin, &lease_name);
-    let (replicas, _) = replicas(&cp, &lease_name, 1, &[]).await;
-    let nodes = Nodes::new(&cp, 8).await;
+    let Scenario { cp, admin, lease_name: _, lease, replicas, leader: _, nodes } = Scenario::start(1, 8).await;
 
     // Created before the outage, and during it: those wait for the apiserver and are created the
     // moment it is back.

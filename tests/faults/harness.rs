@@ -13,7 +13,7 @@ use tokio::task::JoinSet;
 
 use crate::support::Request;
 use crate::support::cluster::{Approver, unique};
-use crate::support::lease::wait_holder;
+use crate::support::lease::{LeaseLog, wait_holder};
 
 /// Leader election timings of every scenario.
 pub const TIMING: [&str; 3] = ["--lease-duration=10s", "--renew-deadline=3s", "--retry-period=1s"];
@@ -34,6 +34,38 @@ pub struct Replica {
     pub proxy: FaultProxy,
     /// The process.
     pub approver: Approver,
+}
+
+/// A scenario's world: a control plane of its own, its admin client, the Lease the replicas elect
+/// a leader on and its log, the replicas, which of them leads, and the nodes that create CSRs.
+pub struct Scenario {
+    /// The control plane, the scenario's alone.
+    pub cp: ControlPlane,
+    /// An admin client of it.
+    pub admin: Client,
+    /// The Lease's name.
+    pub lease_name: String,
+    /// Every state the Lease went through.
+    pub lease: LeaseLog,
+    /// The replicas.
+    pub replicas: Vec<Replica>,
+    /// The index of the replica that took the Lease first.
+    pub leader: usize,
+    /// The nodes.
+    pub nodes: Nodes,
+}
+
+impl Scenario {
+    /// Starts a control plane of its own, `replicas` replicas (see [`replicas`]) and `nodes` nodes.
+    pub async fn start(replicas: usize, nodes: usize) -> Scenario {
+        let cp = ControlPlane::start().await.unwrap();
+        let admin = cp.admin_client().await.unwrap();
+        let lease_name = unique("faults");
+        let lease = LeaseLog::start(&admin, &lease_name);
+        let (replicas, leader) = self::replicas(&cp, &lease_name, replicas, &[]).await;
+        let nodes = Nodes::new(&cp, nodes).await;
+        Scenario { cp, admin, lease_name, lease, replicas, leader, nodes }
+    }
 }
 
 /// Starts `count` replicas named `replica-<i>`, each behind a fault proxy of its own, electing a

@@ -2,11 +2,9 @@
 
 use std::time::{Duration, Instant};
 
-use testenv::ControlPlane;
-
-use crate::harness::{Creator, LEASE_DURATION, Nodes, RECOVERY, burst, logs, replicas};
-use crate::support::cluster::{SERIAL, unique};
-use crate::support::lease::{LeaseLog, wait_holder};
+use crate::harness::{Creator, LEASE_DURATION, RECOVERY, Scenario, burst, logs};
+use crate::support::cluster::SERIAL;
+use crate::support::lease::wait_holder;
 use crate::verdict::{decided, writes};
 
 /// How long the leader is stopped: longer than `--renew-deadline` (3 s), shorter than
@@ -21,13 +19,8 @@ const STALLS: usize = 2;
 /// resuming it and checking that every CSR is decided within [`RECOVERY`] of its resumption.
 async fn stalled_leader(count: usize) {
     let _serial = SERIAL.lock().await;
-    let cp = ControlPlane::start().await.unwrap();
+    let Scenario { cp, admin, lease_name, lease, replicas, mut leader, nodes } = Scenario::start(count, 8).await;
     let _signer = cp.start_signer().await.unwrap();
-    let admin = cp.admin_client().await.unwrap();
-    let lease_name = unique("faults");
-    let lease = LeaseLog::start(&admin, &lease_name);
-    let (replicas, mut leader) = replicas(&cp, &lease_name, count, &[]).await;
-    let nodes = Nodes::new(&cp, 8).await;
 
     let warm = burst(&nodes, "leading", 6, 6).await;
     let mut reports = vec![decided(&admin, "warm-up", &warm, Instant::now(), "creation", RECOVERY).await];
@@ -63,13 +56,8 @@ async fn a_leader_of_three_stalled_past_its_renew_deadline_leaves_every_csr_deci
 #[tokio::test]
 async fn a_leader_killed_mid_burst_leaves_every_csr_decided_once() {
     let _serial = SERIAL.lock().await;
-    let cp = ControlPlane::start().await.unwrap();
+    let Scenario { cp, admin, lease_name, lease, replicas, leader, nodes } = Scenario::start(3, 8).await;
     let _signer = cp.start_signer().await.unwrap();
-    let admin = cp.admin_client().await.unwrap();
-    let lease_name = unique("faults");
-    let lease = LeaseLog::start(&admin, &lease_name);
-    let (replicas, leader) = replicas(&cp, &lease_name, 3, &[]).await;
-    let nodes = Nodes::new(&cp, 8).await;
 
     let creator = Creator::start(&nodes, "burst", 4, None);
     tokio::time::sleep(Duration::from_secs(4)).await;

@@ -5,11 +5,9 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use kube::Api;
 use kube::api::PostParams;
-use testenv::ControlPlane;
 
-use crate::harness::{Created, Expect, Nodes, RECOVERY, logs, replicas, tail};
+use crate::harness::{Created, Expect, RECOVERY, Scenario, logs, tail};
 use crate::support::cluster::{Approver, SERIAL, unique};
-use crate::support::lease::LeaseLog;
 use crate::verdict::{decided, printable, writes};
 
 /// What the apiserver accepts in a CSR name that is not itself in a URL path: a query, a fragment,
@@ -26,13 +24,8 @@ const WATCHED: Duration = Duration::from_secs(30);
 #[tokio::test]
 async fn hostile_csr_names_are_each_decided_once_and_touch_no_other_csr() {
     let _serial = SERIAL.lock().await;
-    let cp = ControlPlane::start().await.unwrap();
-    let admin = cp.admin_client().await.unwrap();
-    let lease_name = unique("faults");
-    let lease = LeaseLog::start(&admin, &lease_name);
-    let (replicas, _) = replicas(&cp, &lease_name, 1, &[]).await;
+    let Scenario { cp: _cp, admin, lease_name: _, lease, replicas, leader: _, nodes } = Scenario::start(1, 4).await;
     let approver = &replicas[0].approver;
-    let nodes = Nodes::new(&cp, 4).await;
     let base = unique("h");
 
     for suffix in REFUSED {

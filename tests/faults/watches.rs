@@ -4,11 +4,10 @@
 
 use std::time::{Duration, Instant};
 
-use testenv::{Block, ControlPlane};
+use testenv::Block;
 
-use crate::harness::{Nodes, RECOVERY, burst, logs, replicas};
-use crate::support::cluster::{SERIAL, unique};
-use crate::support::lease::LeaseLog;
+use crate::harness::{RECOVERY, Scenario, burst, logs};
+use crate::support::cluster::SERIAL;
 use crate::verdict::{decided, writes};
 
 /// How long the bookmark ending the relist's initial events is held back: long enough for the
@@ -19,13 +18,8 @@ const RELIST_DELAY: Duration = Duration::from_secs(3);
 #[tokio::test]
 async fn csrs_created_while_the_watch_is_down_are_decided_after_a_410_relist() {
     let _serial = SERIAL.lock().await;
-    let cp = ControlPlane::start().await.unwrap();
-    let admin = cp.admin_client().await.unwrap();
-    let lease_name = unique("faults");
-    let lease = LeaseLog::start(&admin, &lease_name);
-    let (replicas, _) = replicas(&cp, &lease_name, 1, &[]).await;
+    let Scenario { cp: _cp, admin, lease_name: _, lease, replicas, leader: _, nodes } = Scenario::start(1, 8).await;
     let proxy = &replicas[0].proxy;
-    let nodes = Nodes::new(&cp, 8).await;
 
     let mut created = burst(&nodes, "watched", 4, 4).await;
     decided(&admin, "warm-up", &created, Instant::now(), "creation", RECOVERY)

@@ -2,11 +2,10 @@
 
 use std::time::{Duration, Instant};
 
-use testenv::{ControlPlane, WriteFault};
+use testenv::WriteFault;
 
-use crate::harness::{Nodes, RECOVERY, burst, logs, replicas};
-use crate::support::cluster::{SERIAL, unique};
-use crate::support::lease::LeaseLog;
+use crate::harness::{RECOVERY, Scenario, burst, logs};
+use crate::support::cluster::SERIAL;
 use crate::verdict::{decided, writes};
 
 /// How long approval writes fail.
@@ -18,13 +17,8 @@ const ATTEMPTS_PER_CSR: usize = 8;
 /// them pass.
 async fn failing_writes(fault: WriteFault) {
     let _serial = SERIAL.lock().await;
-    let cp = ControlPlane::start().await.unwrap();
-    let admin = cp.admin_client().await.unwrap();
-    let lease_name = unique("faults");
-    let lease = LeaseLog::start(&admin, &lease_name);
-    let (replicas, _) = replicas(&cp, &lease_name, 1, &[]).await;
+    let Scenario { cp: _cp, admin, lease_name: _, lease, replicas, leader: _, nodes } = Scenario::start(1, 8).await;
     let proxy = &replicas[0].proxy;
-    let nodes = Nodes::new(&cp, 8).await;
     let scenario = format!("approval writes failing ({fault:?})");
 
     let mut created = burst(&nodes, "passing", 4, 4).await;
