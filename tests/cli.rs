@@ -9,26 +9,8 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
+use support::process::{binary, repo, run, stderr};
 use testkit::policy::REGEX;
-
-fn repo(path: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join(path)
-}
-
-/// The binary with a clean environment: none of the product's env vars leak in from the caller.
-fn binary() -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_node-csr-approver"));
-    command.env_clear().env("PATH", std::env::var_os("PATH").unwrap_or_default());
-    command
-}
-
-fn run(command: &mut Command) -> Output {
-    command.stdin(Stdio::null()).output().unwrap()
-}
-
-fn stderr(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stderr).into_owned()
-}
 
 /// `check` on the committed examples, as the README shows it.
 fn check_examples(extra: &[&str]) -> Command {

@@ -7,6 +7,8 @@ pub mod chart;
 pub mod cluster;
 pub mod json;
 pub mod lease;
+pub mod nodes;
+pub mod process;
 pub mod table;
 
 use node_csr_approver::policy::Submission;
