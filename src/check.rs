@@ -21,7 +21,9 @@ use crate::display::Escaped;
 use crate::dns::{DnsError, HickoryResolver};
 use crate::machines::{machine_from_json, pending_in};
 use crate::manifest::{Input, InputError, Object, read_objects};
-use crate::policy::{ClusterView, Evaluation, NodeInfo, Outcome, PolicyConfig, Resolver, Submission, evaluate};
+use crate::policy::{
+    ClusterView, Evaluation, NodeInfo, Outcome, PolicyConfig, Resolver, Submission, evaluate, issued_client_node,
+};
 
 /// What `--objects` may hold besides Nodes and Machines.
 const APISERVER_OBJECTS: &str = "the default/kubernetes Service or its EndpointSlices";
@@ -108,7 +110,11 @@ impl CheckArgs {
         }
         let now = self.now.unwrap_or_else(Timestamp::now);
         let pending = pending_in(&csrs, source, now);
-        Ok(Inputs { csrs, cluster: StaticCluster::new(nodes, machines, pending).with_apiserver(apiserver) })
+        let issued =
+            csrs.iter().filter_map(|csr| Some((issued_client_node(csr)?, csr.name.clone()))).collect::<Vec<_>>();
+        let cluster =
+            StaticCluster::new(nodes, machines, pending).with_apiserver(apiserver).with_client_certificates(issued);
+        Ok(Inputs { csrs, cluster })
     }
 }
 
@@ -166,6 +172,7 @@ pub async fn command(args: &CheckArgs, settings: &Settings, out: &mut impl Write
     let connection = connect(settings.run.kubeconfig.as_deref(), settings.machines.as_ref()).await?;
     let csrs = fetch(connection.client.clone(), &args.names).await?;
     if let Some(cache) = &connection.machines {
+        cache.attach_listed_csrs(connection.client.clone()).await?;
         cache.synced().await;
     }
     let cluster = KubeCluster::new(connection.client, connection.machines);

@@ -50,6 +50,10 @@ impl ClusterView for KubeCluster {
     async fn apiserver_addresses(&self) -> Result<Vec<IpAddr>, ClusterError> {
         self.apiserver.addresses()
     }
+
+    async fn client_certificates(&self, node: &str) -> Result<Vec<String>, ClusterError> {
+        self.machines.as_ref().map_or(Ok(Vec::new()), |cache| cache.client_certificates(node))
+    }
 }
 
 /// A fixed set of objects standing in for the cluster (`check --objects`).
@@ -59,6 +63,8 @@ pub struct StaticCluster {
     machines: Vec<Arc<MachineInfo>>,
     pending: usize,
     apiserver: Vec<IpAddr>,
+    /// `(node name, CSR name)` of each approved client CSR.
+    client_certificates: Vec<(String, String)>,
 }
 
 impl StaticCluster {
@@ -73,6 +79,7 @@ impl StaticCluster {
             machines: machines.into_iter().map(Arc::new).collect(),
             pending,
             apiserver: Vec::new(),
+            client_certificates: Vec::new(),
         }
     }
 
@@ -80,6 +87,11 @@ impl StaticCluster {
     /// its EndpointSlices given; none when they were not).
     pub fn with_apiserver(self, addresses: impl IntoIterator<Item = IpAddr>) -> StaticCluster {
         StaticCluster { apiserver: addresses.into_iter().collect(), ..self }
+    }
+
+    /// The same cluster with these approved client CSRs, as `(node name, CSR name)`.
+    pub fn with_client_certificates(self, issued: impl IntoIterator<Item = (String, String)>) -> StaticCluster {
+        StaticCluster { client_certificates: issued.into_iter().collect(), ..self }
     }
 }
 
@@ -98,6 +110,15 @@ impl ClusterView for StaticCluster {
 
     async fn apiserver_addresses(&self) -> Result<Vec<IpAddr>, ClusterError> {
         Ok(self.apiserver.clone())
+    }
+
+    async fn client_certificates(&self, node: &str) -> Result<Vec<String>, ClusterError> {
+        Ok(self
+            .client_certificates
+            .iter()
+            .filter(|(issued_for, _)| issued_for == node)
+            .map(|(_, csr)| csr.clone())
+            .collect())
     }
 }
 

@@ -19,8 +19,8 @@ use tokio::sync::watch;
 
 use crate::config::{MachineApi, MachineSource};
 use crate::policy::{
-    ClusterError, Load, MachineInfo, MachinePolicy, NodeAddress, Submission, capped_pending, counts_as_pending,
-    pending_count, pending_node,
+    ClusterError, KUBELET_CLIENT_SIGNER, Load, MachineInfo, MachinePolicy, NodeAddress, Submission, capped_pending,
+    counts_as_pending, is_approved, issued_client_node, pending_count, pending_node,
 };
 use crate::watch_backoff::WatchBackoff;
 
@@ -38,6 +38,9 @@ pub struct MachineCache {
     /// The node name each pending CSR counts under, by uid (a request never changes), so a
     /// bootstrap request is read once, not on every count.
     pending_nodes: Arc<Mutex<HashMap<String, String>>>,
+    /// The node name each approved client CSR's certificate is for, by uid (`None`: none can be
+    /// read), so an approved request is read once (a request never changes, nor does an approval).
+    issued_nodes: Arc<Mutex<HashMap<String, Option<String>>>>,
     changes: watch::Receiver<u64>,
 }
 
@@ -82,6 +85,7 @@ impl MachineCache {
             csrs: Arc::new(OnceLock::new()),
             rules: Arc::new(source.rules.clone()),
             pending_nodes: Arc::default(),
+            issued_nodes: Arc::default(),
             changes,
         }
     }
@@ -89,6 +93,21 @@ impl MachineCache {
     /// Lets the brake count pending CSRs from the controller's cache.
     pub fn attach_csrs(&self, csrs: Store<CertificateSigningRequest>) {
         let _ = self.csrs.set(csrs);
+    }
+
+    /// Lists every CSR once and attaches the list as the CSR cache (for `check`, which runs no
+    /// watch), so the brake and one client certificate per Machine read what the controller's
+    /// cache would hold.
+    pub async fn attach_listed_csrs(&self, client: Client) -> Result<(), kube::Error> {
+        let listed = Api::<CertificateSigningRequest>::all(client).list(&Default::default()).await?;
+        let (store, mut writer) = reflector::store();
+        writer.apply_watcher_event(&watcher::Event::Init);
+        for csr in listed.items {
+            writer.apply_watcher_event(&watcher::Event::InitApply(csr));
+        }
+        writer.apply_watcher_event(&watcher::Event::InitDone);
+        self.attach_csrs(store);
+        Ok(())
     }
 
     /// Changes whenever a Machine or Node is added, changed or removed.
@@ -141,6 +160,34 @@ impl MachineCache {
         *known = seen;
         let machines = self.machines.iter().map(|store| store.state().len()).sum();
         Ok(Load { pending: capped_pending(pending), machines, nodes: self.nodes.state().len() })
+    }
+
+    /// The names of the cached approved client CSRs whose certificate is for node `node`
+    /// ([`issued_client_node`]).
+    pub fn client_certificates(&self, node: &str) -> Result<Vec<String>, ClusterError> {
+        let csrs = self.csrs.get().ok_or_else(|| ClusterError("the CSR cache is not attached yet".into()))?;
+        let mut known = self.issued_nodes.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut seen = HashMap::new();
+        let mut issued = Vec::new();
+        for csr in csrs.state() {
+            if csr.spec.signer_name != KUBELET_CLIENT_SIGNER || !is_approved(&csr) {
+                continue;
+            }
+            let uid = csr.metadata.uid.clone().unwrap_or_default();
+            let for_node = match known.remove(&uid) {
+                Some(for_node) => for_node,
+                None => issued_client_node(&Submission::from(csr.as_ref())),
+            };
+            if for_node.as_deref() == Some(node) {
+                issued.push(csr.name_any());
+            }
+            if !uid.is_empty() {
+                seen.insert(uid, for_node);
+            }
+        }
+        *known = seen;
+        issued.sort();
+        Ok(issued)
     }
 }
 

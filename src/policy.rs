@@ -8,6 +8,7 @@ mod kubelet_serving;
 mod machine_checks;
 mod node_client;
 mod node_name;
+mod one_client_certificate;
 mod ports;
 mod reason;
 mod report;
@@ -28,13 +29,14 @@ pub use machine_checks::{
 };
 pub use node_client::SIGNER as KUBELET_CLIENT_SIGNER;
 pub use node_name::is_dns_subdomain;
+pub use one_client_certificate::issued_client_node;
 pub use ports::{
     ClusterError, ClusterView, DnsFailure, Load, MachineInfo, NodeAddress, NodeInfo, Resolution, Resolver,
 };
 pub use reason::Reason;
 pub use report::{Check, CheckResult, Consequence, Failure, Outcome};
 pub use rules::{Bootstrapper, HostnameMatch, MachinePolicy, PolicyConfig};
-pub use submission::{Submission, is_decided};
+pub use submission::{Submission, is_approved, is_decided};
 
 use report::Report;
 

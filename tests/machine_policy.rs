@@ -5,6 +5,8 @@
 
 #[path = "machine_policy/brake.rs"]
 mod brake;
+#[path = "machine_policy/one_client_certificate.rs"]
+mod one_client_certificate;
 mod support;
 
 use std::collections::BTreeSet;
@@ -82,6 +84,7 @@ fn evidence(machines: Vec<Arc<MachineInfo>>) -> Evidence {
         load: Some(Ok(Load { pending: 1, machines: machines.len(), nodes: 0 })),
         machines: Some(Ok(machines)),
         apiserver: Some(Ok(Vec::new())),
+        client_certificates: Some(Ok(Vec::new())),
         ..Evidence::default()
     }
 }
@@ -205,6 +208,12 @@ fn cases() -> Vec<Case> {
         case("11s before the machine", client("n1", -11), quiet(), (Hold, Reason::CreatedOutsideMachineWindow)),
         case("2h after the machine", client("n1", 7200), quiet(), (Approve, Reason::AutoApproved)),
         case("2h and 1s after the machine", client("n1", 7201), quiet(), (Hold, Reason::CreatedOutsideMachineWindow)),
+        case("a second client certificate", client("n1", 60), quiet(), (Hold, Reason::ClientCertificateIssued))
+            .evidence(|e| e.client_certificates = Some(Ok(vec!["boot-n1".into()]))),
+        case("approved client csrs unreadable", client("n1", 60), quiet(), (Retry, Reason::ClusterUnavailable))
+            .evidence(|e| e.client_certificates = Some(Err("not synced".into()))),
+        case("approved client csrs not looked up", client("n1", 60), quiet(), (Retry, Reason::ClusterUnavailable))
+            .evidence(|e| e.client_certificates = None),
         case("brake at the limit", client("n1", 60), quiet(), (Approve, Reason::AutoApproved))
             .evidence(|e| e.load = Some(Ok(Load { pending: 101, machines: 1, nodes: 0 }))),
         case("brake one over the limit", client("n1", 60), quiet(), (Retry, Reason::TooManyPending))

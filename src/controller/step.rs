@@ -15,7 +15,7 @@ pub(super) struct Note {
 /// A decision `--dry-run` would have written.
 pub(super) const DRY_RUN: Note = Note { log: "dry run: not written", event_prefix: "dry run, nothing written: " };
 /// A failing rule that a human decides on (`--skip-deny-step`, or a node-client CSR).
-pub(super) const HELD: Note = Note { log: "held for a human", event_prefix: "held for a human (--skip-deny-step): " };
+pub(super) const HELD: Note = Note { log: "held for a human", event_prefix: "held for a human: " };
 /// A transient condition.
 pub(super) const RETRYING: Note = Note { log: "retrying", event_prefix: "retrying: " };
 

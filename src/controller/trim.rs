@@ -4,6 +4,7 @@ use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use crate::csr::MAX_REQUEST_BYTES;
+use crate::policy::{KUBELET_CLIENT_SIGNER, is_approved};
 
 /// Drops what decisions and the approval write never read from a watched CSR before it is cached:
 /// of its metadata all but the name, uid, resourceVersion and creation time (labels, annotations,
@@ -12,7 +13,7 @@ use crate::csr::MAX_REQUEST_BYTES;
 /// [`MAX_REQUEST_BYTES`], all but its first `MAX_REQUEST_BYTES + 1` bytes (the canonical gate
 /// refuses it on its length alone, so a hostile CSR costs the cache at most that); and, once an
 /// Approved or Denied condition is present (triage stops there), everything but the signer, the
-/// username and the conditions' types. A pending CSR keeps its conditions whole: the write sends
+/// username, the conditions' types and (of an approved client CSR) the request. A pending CSR keeps its conditions whole: the write sends
 /// them back.
 pub(super) fn trim(csr: &mut CertificateSigningRequest) {
     let metadata = std::mem::take(&mut csr.metadata);
@@ -36,9 +37,13 @@ pub(super) fn trim(csr: &mut CertificateSigningRequest) {
         .is_some_and(|conditions| conditions.iter().any(|c| matches!(c.type_.as_str(), "Approved" | "Denied")));
     if decided {
         // Triage needs the signer and the decided condition; the machine-mode brake the signer,
-        // the username and the creation time. Nothing reads the rest of a decided CSR.
+        // the username and the creation time; one client certificate per Machine the request of
+        // an approved client CSR (its common name). Nothing reads the rest of a decided CSR.
+        let issued_client = csr.spec.signer_name == KUBELET_CLIENT_SIGNER && is_approved(csr);
         let spec = &mut csr.spec;
-        spec.request.0 = Vec::new();
+        if !issued_client {
+            spec.request.0 = Vec::new();
+        }
         (spec.groups, spec.usages) = (None, None);
         if let Some(status) = csr.status.as_mut() {
             status.certificate = None;
@@ -175,6 +180,20 @@ mod tests {
             assert_eq!(types, ["Other", decided]);
             assert!(conditions.iter().all(|c| c.message.is_none() && c.reason.is_none()));
             assert!(conditions.iter().all(|c| c.last_update_time.is_none() && c.last_transition_time.is_none()));
+        }
+    }
+
+    #[test]
+    fn an_approved_client_csr_keeps_its_request_for_one_client_certificate_per_machine() {
+        let client = |conditions: &[&str]| {
+            let mut csr = csr(conditions);
+            csr.spec.signer_name = crate::policy::KUBELET_CLIENT_SIGNER.into();
+            trim(&mut csr);
+            csr.spec.request.0
+        };
+        assert_eq!(client(&["Approved"]), b"request");
+        for conditions in [&["Denied"][..], &["Approved", "Failed"], &["Approved", "Denied"]] {
+            assert!(client(conditions).is_empty(), "{conditions:?}");
         }
     }
 }

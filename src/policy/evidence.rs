@@ -34,6 +34,8 @@ pub struct Evidence {
     /// EndpointSlices' addresses), when asked for; `None` (not looked up) is retried, never
     /// read as "no addresses".
     pub apiserver: Option<Result<Vec<IpAddr>, String>>,
+    /// The approved client CSRs for the requested node name, when asked for.
+    pub client_certificates: Option<Result<Vec<String>, String>>,
 }
 
 /// What must be gathered for one CSR.
@@ -47,6 +49,8 @@ pub struct Needs {
     pub machines: bool,
     /// Whether the apiserver's addresses are needed (the request has IP SANs).
     pub apiserver: bool,
+    /// The node name whose approved client CSRs are needed.
+    pub client_certificates: Option<String>,
 }
 
 /// Gathers `needs` concurrently: every DNS name, the Node, the Machines and the apiserver's
@@ -74,6 +78,11 @@ pub async fn gather<R: Resolver, C: ClusterView>(needs: &Needs, resolver: &R, cl
         needs.apiserver.then_some(())?;
         Some(cluster.apiserver_addresses().await.map_err(|e| e.to_string()))
     };
-    let (dns, node, (machines, load), apiserver) = futures::join!(lookups, node, machines, apiserver);
-    Evidence { dns: dns.into_iter().collect(), node, machines, load, apiserver }
+    let client_certificates = async {
+        let node = needs.client_certificates.as_ref()?;
+        Some(cluster.client_certificates(node).await.map_err(|e| e.to_string()))
+    };
+    let (dns, node, (machines, load), apiserver, client_certificates) =
+        futures::join!(lookups, node, machines, apiserver, client_certificates);
+    Evidence { dns: dns.into_iter().collect(), node, machines, load, apiserver, client_certificates }
 }

@@ -118,6 +118,7 @@ impl Staged {
             node: cfg.verify_node_addresses.then(|| parsed.node.clone()),
             machines: cfg.machine.is_some(),
             apiserver: !parsed.facts.ip_addresses.is_empty(),
+            client_certificates: None,
         };
         Some(needs)
     }

@@ -10,6 +10,7 @@ use crate::csr::CsrFacts;
 use super::evidence::{Evidence, Lookup, Needs};
 use super::kubelet_serving::{NODE_USER_PREFIX, NODES_GROUP};
 use super::machine_checks;
+use super::one_client_certificate;
 use super::ports::{MachineInfo, NodeInfo};
 use super::report::{Check, Failure, Report};
 use super::rules::MachinePolicy;
@@ -84,17 +85,29 @@ impl Staged {
         if self.report.first_failure().is_some() {
             return None;
         }
-        Some(Needs { dns_names: Vec::new(), node: Some(node.clone()), machines: true, apiserver: false })
+        Some(Needs {
+            dns_names: Vec::new(),
+            node: Some(node.clone()),
+            machines: true,
+            apiserver: false,
+            client_certificates: Some(node.clone()),
+        })
     }
 
     /// Runs the evidence checks (skipped when `evidence` is `None`) and returns the full report.
     pub(crate) fn finish(self, sub: &Submission, cfg: &MachinePolicy, evidence: Option<&Evidence>) -> Report {
         let Staged { mut report, node, .. } = self;
         let (Some(node), Some(evidence)) = (node, evidence) else {
-            for check in [Check::NodeAbsent, Check::MachineMatch, Check::MachineUnclaimed, Check::CreationWindow] {
+            for check in [
+                Check::NodeAbsent,
+                Check::MachineMatch,
+                Check::MachineUnclaimed,
+                Check::CreationWindow,
+                Check::OneClientCertificate,
+                Check::PendingBrake,
+            ] {
                 report.skip(check, "not looked up: an earlier check failed");
             }
-            report.skip(Check::PendingBrake, "not looked up: an earlier check failed");
             return report;
         };
         report.record(Check::NodeAbsent, node_absent(&node, &evidence.node));
@@ -120,6 +133,10 @@ impl Staged {
                 report.skip(Check::CreationWindow, "no Machine");
             }
         }
+        report.record(
+            Check::OneClientCertificate,
+            one_client_certificate::check(&evidence.client_certificates, &node, &sub.name),
+        );
         report.record(Check::PendingBrake, machine_checks::pending_brake(&evidence.load, cfg));
         report
     }

@@ -111,6 +111,10 @@ pub trait ClusterView: Send + Sync {
     /// The apiserver's addresses: the ClusterIPs of the `default/kubernetes` Service and the
     /// addresses of its EndpointSlices. An error (not yet synced, unreadable) is retried.
     fn apiserver_addresses(&self) -> impl Future<Output = Result<Vec<IpAddr>, ClusterError>> + Send;
+
+    /// The names of the approved client CSRs whose certificate is for node `node`
+    /// ([`super::issued_client_node`]).
+    fn client_certificates(&self, node: &str) -> impl Future<Output = Result<Vec<String>, ClusterError>> + Send;
 }
 
 #[cfg(test)]

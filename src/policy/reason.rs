@@ -113,6 +113,8 @@ reasons! {
     MachineAlreadyHasNode,
     /// Machine mode: the CSR was not created between 10 s before and 2 h after its Machine; held.
     CreatedOutsideMachineWindow,
+    /// Machine mode: an approved node-client CSR for the same node name still exists (removed an hour after issue): one client certificate per Machine; held.
+    ClientCertificateIssued,
 }
 
 impl std::fmt::Display for Reason {

@@ -67,6 +67,8 @@ pub enum Check {
     MachineUnclaimed,
     /// The CSR was created within the Machine's window.
     CreationWindow,
+    /// No approved client CSR for the same node name still exists.
+    OneClientCertificate,
 }
 
 impl Check {
@@ -104,6 +106,7 @@ impl Check {
             Check::MachineMatch => "machine-match",
             Check::MachineUnclaimed => "machine-unclaimed",
             Check::CreationWindow => "creation-window",
+            Check::OneClientCertificate => "one-client-certificate",
         }
     }
 }

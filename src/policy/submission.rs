@@ -24,6 +24,9 @@ pub struct Submission {
     pub request: Vec<u8>,
     /// What already decided the CSR: an Approved or Denied condition, or an issued certificate.
     pub decided: Option<String>,
+    /// Whether an Approved condition is present and no Denied or Failed one: the signer issues
+    /// (or issued) its certificate.
+    pub approved: bool,
 }
 
 impl From<&CertificateSigningRequest> for Submission {
@@ -39,6 +42,7 @@ impl From<&CertificateSigningRequest> for Submission {
             expiration_seconds: spec.expiration_seconds,
             request: spec.request.0.clone(),
             decided: decided_by(csr),
+            approved: is_approved(csr),
         }
     }
 }
@@ -46,6 +50,12 @@ impl From<&CertificateSigningRequest> for Submission {
 /// True when an Approved or Denied condition or an issued certificate is present.
 pub fn is_decided(csr: &CertificateSigningRequest) -> bool {
     decided_by(csr).is_some()
+}
+
+/// True when an Approved condition is present and no Denied or Failed one.
+pub fn is_approved(csr: &CertificateSigningRequest) -> bool {
+    let types = || csr.status.iter().flat_map(|status| status.conditions.iter().flatten()).map(|c| c.type_.as_str());
+    types().any(|t| t == "Approved") && !types().any(|t| t == "Denied" || t == "Failed")
 }
 
 fn decided_by(csr: &CertificateSigningRequest) -> Option<String> {
@@ -91,5 +101,20 @@ mod tests {
             assert_eq!(Submission::from(&csr).decided.as_deref(), decided, "{:?}", csr.status);
             assert_eq!(is_decided(&csr), decided.is_some(), "{:?}", csr.status);
         }
+    }
+
+    #[test]
+    fn approved_means_an_approved_condition_and_no_denied_or_failed_one() {
+        let cases = [
+            (&["Approved"][..], true),
+            (&["Failed", "Approved"], false),
+            (&["Approved", "Denied"], false),
+            (&["Denied"], false),
+            (&[], false),
+        ];
+        for (conditions, approved) in cases {
+            assert_eq!(Submission::from(&with_status(b"", conditions)).approved, approved, "{conditions:?}");
+        }
+        assert!(!Submission::from(&with_status(b"PEM", &[])).approved, "a certificate without a condition");
     }
 }

@@ -28,6 +28,7 @@ pub fn serving(node: &str, request: &str) -> Submission {
         expiration_seconds: None,
         request: request.as_bytes().to_vec(),
         decided: None,
+        approved: false,
     }
 }
 
