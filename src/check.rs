@@ -3,9 +3,7 @@
 
 use std::io::Write;
 use std::net::IpAddr;
-use std::path::PathBuf;
 
-use clap::{Args, ValueEnum};
 use jiff::Timestamp;
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use k8s_openapi::api::core::v1::{Node, Service};
@@ -13,56 +11,24 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use serde::Serialize;
 
 use crate::apiserver::{is_apiserver_service, is_apiserver_slice, service_addresses, slice_addresses};
-use crate::cluster::{KubeCluster, StaticCluster};
+use crate::cli::{CheckArgs, Format};
+use crate::cluster::{KubeCluster, StaticCluster, node_info};
 use crate::config::MachineSource;
 use crate::config::Settings;
 use crate::connect::{ConnectError, connect};
+use crate::csr_object::submission;
 use crate::display::Escaped;
 use crate::dns::{DnsError, HickoryResolver};
 use crate::machines::{machine_from_json, pending_in};
 use crate::manifest::{Input, InputError, Object, read_objects};
 use crate::policy::{
-    ClusterView, Evaluation, NodeInfo, Outcome, PolicyConfig, Resolver, Submission, evaluate, issued_client_node,
+    ClusterView, Evaluation, Outcome, PolicyConfig, Resolver, Submission, evaluate, issued_client_node,
 };
 
 /// What `--objects` may hold besides Nodes and Machines.
 const APISERVER_OBJECTS: &str = "the default/kubernetes Service or its EndpointSlices";
 /// How long `check NAME` waits for the apiserver's addresses before reporting anyway.
 const APISERVER_SYNC: std::time::Duration = std::time::Duration::from_secs(10);
-
-/// Arguments of `check`.
-#[derive(Debug, Clone, Args)]
-#[command(group(clap::ArgGroup::new("source").required(true).args(["names", "file"])))]
-pub struct CheckArgs {
-    /// CSRs to fetch from the cluster (with the Nodes they need)
-    #[arg(value_name = "NAME", conflicts_with_all = ["file", "objects"])]
-    pub names: Vec<String>,
-    /// CertificateSigningRequests as YAML or JSON (an object, a List or several documents); - for stdin
-    #[arg(short, long, value_name = "PATH")]
-    pub file: Option<PathBuf>,
-    /// Nodes, Machines (machine.openshift.io, cluster.x-k8s.io), the default/kubernetes Service and its EndpointSlices standing in for the cluster, as YAML or JSON
-    #[arg(long, value_name = "PATH", requires = "file")]
-    pub objects: Option<PathBuf>,
-    /// The time used for age-based rules, RFC 3339 (default: now)
-    #[arg(long, value_name = "RFC3339", value_parser = parse_now)]
-    pub now: Option<Timestamp>,
-    /// Output format
-    #[arg(short, long, value_enum, default_value_t = Format::Text)]
-    pub output: Format,
-}
-
-/// How `check` prints its reports.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum Format {
-    /// The decision and a table of every check.
-    Text,
-    /// One JSON object per CSR per line.
-    Json,
-}
-
-fn parse_now(text: &str) -> Result<Timestamp, String> {
-    text.parse().map_err(|_| format!("{text:?} is not an RFC 3339 time such as 2026-01-02T15:04:05Z"))
-}
 
 /// The CSRs to check and the Nodes standing in for the cluster, read from the inputs.
 #[derive(Debug)]
@@ -73,49 +39,46 @@ pub struct Inputs {
     pub cluster: StaticCluster,
 }
 
-impl CheckArgs {
-    /// Reads `--file` (only CertificateSigningRequests) and `--objects` (only Nodes, Machines (of
-    /// those only the ones `source` watches), the `default/kubernetes` Service and its
-    /// EndpointSlices); with no `--file`, nothing.
-    pub fn read_inputs(&self, source: Option<&MachineSource>) -> Result<Inputs, InputError> {
-        let Some(file) = &self.file else {
-            return Ok(Inputs { csrs: Vec::new(), cluster: StaticCluster::default() });
-        };
-        let input = Input::from_arg(file);
-        let csrs = read_objects(&input)?
-            .iter()
-            .map(|object| {
-                expect_kind(&input, object, "CertificateSigningRequest")?;
-                object.parse::<CertificateSigningRequest>(&input).map(|csr| Submission::from(&csr))
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        let (mut nodes, mut machines, mut apiserver) = (Vec::new(), Vec::new(), Vec::new());
-        if let Some(path) = &self.objects {
-            let input = Input::from_arg(path);
-            for object in read_objects(&input)? {
-                if object.kind == "Node" {
-                    nodes.push(NodeInfo::from(&object.parse::<Node>(&input)?));
-                } else if let Some(addresses) = apiserver_object(&input, &object)? {
-                    apiserver.extend(addresses);
-                } else if let Some(machine) = machine_from_json(&object.value, source) {
-                    machines.extend(machine);
-                } else {
-                    return Err(InputError::Document {
-                        input: input.clone(),
-                        document: object.document,
-                        message: format!("a {} where a Node, a Machine, {APISERVER_OBJECTS} was expected", object.kind),
-                    });
-                }
+/// Reads `--file` (only CertificateSigningRequests) and `--objects` (only Nodes, Machines (of
+/// those only the ones `source` watches), the `default/kubernetes` Service and its
+/// EndpointSlices); with no `--file`, nothing.
+pub fn read_inputs(args: &CheckArgs, source: Option<&MachineSource>) -> Result<Inputs, InputError> {
+    let Some(file) = &args.file else {
+        return Ok(Inputs { csrs: Vec::new(), cluster: StaticCluster::default() });
+    };
+    let input = Input::from_arg(file);
+    let csrs = read_objects(&input)?
+        .iter()
+        .map(|object| {
+            expect_kind(&input, object, "CertificateSigningRequest")?;
+            object.parse::<CertificateSigningRequest>(&input).map(|csr| submission(&csr))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let (mut nodes, mut machines, mut apiserver) = (Vec::new(), Vec::new(), Vec::new());
+    if let Some(path) = &args.objects {
+        let input = Input::from_arg(path);
+        for object in read_objects(&input)? {
+            if object.kind == "Node" {
+                nodes.push(node_info(&object.parse::<Node>(&input)?));
+            } else if let Some(addresses) = apiserver_object(&input, &object)? {
+                apiserver.extend(addresses);
+            } else if let Some(machine) = machine_from_json(&object.value, source) {
+                machines.extend(machine);
+            } else {
+                return Err(InputError::Document {
+                    input: input.clone(),
+                    document: object.document,
+                    message: format!("a {} where a Node, a Machine, {APISERVER_OBJECTS} was expected", object.kind),
+                });
             }
         }
-        let now = self.now.unwrap_or_else(Timestamp::now);
-        let pending = pending_in(&csrs, source, now);
-        let issued =
-            csrs.iter().filter_map(|csr| Some((issued_client_node(csr)?, csr.name.clone()))).collect::<Vec<_>>();
-        let cluster =
-            StaticCluster::new(nodes, machines, pending).with_apiserver(apiserver).with_client_certificates(issued);
-        Ok(Inputs { csrs, cluster })
     }
+    let now = args.now.unwrap_or_else(Timestamp::now);
+    let pending = pending_in(&csrs, source, now);
+    let issued = csrs.iter().filter_map(|csr| Some((issued_client_node(csr)?, csr.name.clone()))).collect::<Vec<_>>();
+    let cluster =
+        StaticCluster::new(nodes, machines, pending).with_apiserver(apiserver).with_client_certificates(issued);
+    Ok(Inputs { csrs, cluster })
 }
 
 /// The apiserver's addresses from `object` when it is a Service or an EndpointSlice: only
@@ -166,7 +129,7 @@ pub async fn command(args: &CheckArgs, settings: &Settings, out: &mut impl Write
     let now = args.now.unwrap_or_else(Timestamp::now);
     let policy = &settings.policy;
     if args.names.is_empty() {
-        let inputs = args.read_inputs(settings.machines.as_ref())?;
+        let inputs = read_inputs(args, settings.machines.as_ref())?;
         return Ok(run(&inputs.csrs, policy, &resolver, &inputs.cluster, now, args.output, out).await?);
     }
     let connection = connect(settings.run.kubeconfig.as_deref(), settings.machines.as_ref()).await?;
@@ -186,7 +149,7 @@ pub async fn fetch(client: kube::Client, names: &[String]) -> Result<Vec<Submiss
     let api: kube::Api<CertificateSigningRequest> = kube::Api::all(client);
     let mut csrs = Vec::with_capacity(names.len());
     for name in names {
-        csrs.push(Submission::from(&api.get(name).await?));
+        csrs.push(submission(&api.get(name).await?));
     }
     Ok(csrs)
 }

@@ -1,13 +1,15 @@
 //! The command line: global policy and controller flags, and the subcommands.
 
+mod check_args;
 pub mod go_flags;
 
 use std::ffi::OsString;
 
 use clap::{CommandFactory, Parser, Subcommand};
 
-use crate::check::CheckArgs;
 use crate::config::{MachineArgs, PolicyArgs, RunArgs};
+
+pub use check_args::{CheckArgs, Format};
 
 /// Decides on the certificate signing requests kubelets create.
 #[derive(Debug, Parser)]

@@ -36,7 +36,7 @@ impl KubeCluster {
 impl ClusterView for KubeCluster {
     async fn node(&self, name: &str) -> Result<Option<NodeInfo>, ClusterError> {
         let node = self.nodes.get_opt(name).await.map_err(|e| ClusterError(e.to_string()))?;
-        Ok(node.as_ref().map(NodeInfo::from))
+        Ok(node.as_ref().map(node_info))
     }
 
     async fn machines(&self) -> Result<Vec<Arc<MachineInfo>>, ClusterError> {
@@ -122,14 +122,13 @@ impl ClusterView for StaticCluster {
     }
 }
 
-impl From<&Node> for NodeInfo {
-    fn from(node: &Node) -> NodeInfo {
-        let addresses = node
-            .status
-            .iter()
-            .flat_map(|status| status.addresses.iter().flatten())
-            .map(|a| NodeAddress { kind: a.type_.clone(), address: a.address.clone() })
-            .collect();
-        NodeInfo { name: node.metadata.name.clone().unwrap_or_default(), addresses }
-    }
+/// The parts of a Node that decisions read.
+pub fn node_info(node: &Node) -> NodeInfo {
+    let addresses = node
+        .status
+        .iter()
+        .flat_map(|status| status.addresses.iter().flatten())
+        .map(|a| NodeAddress { kind: a.type_.clone(), address: a.address.clone() })
+        .collect();
+    NodeInfo { name: node.metadata.name.clone().unwrap_or_default(), addresses }
 }

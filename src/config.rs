@@ -3,11 +3,13 @@
 //! themselves are the policy's types ([`crate::policy::PolicyConfig`]).
 
 mod anchoring;
+mod bind_address;
 mod flags;
 mod machine_flags;
 mod policy_flags;
 mod run_flags;
 
+pub use bind_address::{BindAddress, BindAddressError};
 pub use flags::go_bool;
 pub use machine_flags::{MachineApi, MachineArgs, MachineSource};
 pub use policy_flags::{DnsConfig, PolicyArgs, Warning};

@@ -31,13 +31,13 @@ use kube::runtime::{WatchStreamExt, reflector, watcher};
 use kube::{Api, Resource, ResourceExt};
 use tokio::sync::Notify;
 
+use crate::csr_object::{is_decided, submission};
 use crate::display::short_name;
 use crate::leader::Leadership;
 use crate::machines::MachineCache;
 use crate::metrics::{Metrics, WriteResult};
 use crate::policy::{
-    ClusterView, Decision, KUBELET_SERVING_SIGNER, NODE_USER_PREFIX, PolicyConfig, Reason, Resolver, Submission,
-    evaluate, is_decided,
+    ClusterView, Decision, KUBELET_SERVING_SIGNER, NODE_USER_PREFIX, PolicyConfig, Reason, Resolver, evaluate,
 };
 use crate::watch_backoff::WatchBackoff;
 use memory::CsrKey;
@@ -191,7 +191,7 @@ async fn reconcile<R: Resolver, C: ClusterView>(
         tracing::debug!(csr = %logged, "decision written on this version: waiting for the watch");
         return Ok(Action::await_change());
     }
-    let sub = Submission::from(csr.as_ref());
+    let sub = submission(csr.as_ref());
     let started = Instant::now();
     let evaluation = evaluate(&sub, &ctx.policy, &ctx.resolver, &ctx.cluster, Timestamp::now()).await;
     ctx.metrics.observe_evaluation(started.elapsed());

@@ -18,9 +18,10 @@ use kube::{Api, Client, ResourceExt};
 use tokio::sync::watch;
 
 use crate::config::{MachineApi, MachineSource};
+use crate::csr_object::{is_approved, submission};
 use crate::policy::{
     ClusterError, KUBELET_CLIENT_SIGNER, Load, MachineInfo, MachinePolicy, NodeAddress, Submission, capped_pending,
-    counts_as_pending, is_approved, issued_client_node, pending_count, pending_node,
+    counts_as_pending, issued_client_node, pending_count, pending_node,
 };
 use crate::watch_backoff::WatchBackoff;
 
@@ -146,7 +147,7 @@ impl MachineCache {
         let mut seen = HashMap::new();
         let mut pending = Vec::new();
         for csr in csrs.state() {
-            let sub = Submission::from(csr.as_ref());
+            let sub = submission(csr.as_ref());
             if !counts_as_pending(&sub, &self.rules, now) {
                 continue;
             }
@@ -176,7 +177,7 @@ impl MachineCache {
             let uid = csr.metadata.uid.clone().unwrap_or_default();
             let for_node = match known.remove(&uid) {
                 Some(for_node) => for_node,
-                None => issued_client_node(&Submission::from(csr.as_ref())),
+                None => issued_client_node(&submission(csr.as_ref())),
             };
             if for_node.as_deref() == Some(node) {
                 issued.push(csr.name_any());

@@ -14,7 +14,7 @@ use tokio::sync::{oneshot, watch};
 
 use crate::admin::{self, Readiness};
 use crate::cluster::KubeCluster;
-use crate::config::{RunConfig, Settings};
+use crate::config::{BindAddress, RunConfig, Settings};
 use crate::connect::{ConnectError, Connection, connect};
 use crate::controller::{self, Context, Events, Memory};
 use crate::dns::HickoryResolver;
@@ -183,9 +183,9 @@ impl AdminServers {
                 let _ = stopped.wait_for(|stopped| *stopped).await;
             }
         };
-        let health = listen(&cfg.health_address, "health").await?;
+        let health = listen(cfg.health_address, "health").await?;
         let mut tasks = vec![tokio::spawn(admin::serve_health(health, readiness, stopped()))];
-        if let Some(address) = &cfg.metrics_address {
+        if let Some(address) = cfg.metrics_address {
             let listener = listen(address, "metrics").await?;
             tasks.push(tokio::spawn(admin::serve_metrics(listener, metrics, stopped())));
         }
@@ -201,8 +201,8 @@ impl AdminServers {
     }
 }
 
-/// Binds a Go-style address and logs the address actually bound.
-async fn listen(address: &str, endpoints: &'static str) -> Result<tokio::net::TcpListener, RunError> {
+/// Binds `address` and logs the address actually bound.
+async fn listen(address: BindAddress, endpoints: &'static str) -> Result<tokio::net::TcpListener, RunError> {
     let listener = admin::bind(address).await?;
     if let Ok(bound) = listener.local_addr() {
         tracing::info!(endpoints, address = %bound, "listening");

@@ -90,6 +90,26 @@ async fn bootstrap_csr(cp: &ControlPlane, name: &str, node: &str) {
     Api::<CertificateSigningRequest>::all(client).create(&PostParams::default(), &csr).await.unwrap();
 }
 
+/// `check NAME -o json` in machine mode: the (decision, reason) of each report.
+fn check(cp: &ControlPlane, name: &str) -> Vec<(String, String)> {
+    let check = std::process::Command::new(env!("CARGO_BIN_EXE_node-csr-approver"))
+        .env_clear()
+        .arg("--kubeconfig")
+        .arg(cp.kubeconfig_path())
+        .args(["check", name, "-o", "json", "--provider-regex", support::cluster::REGEX])
+        .args(machine_mode(&[]))
+        .output()
+        .unwrap();
+    let text = |field: &serde_json::Value| field.as_str().unwrap_or_default().to_owned();
+    let reports = String::from_utf8_lossy(&check.stdout)
+        .lines()
+        .map(|line| serde_json::from_str::<serde_json::Value>(line).unwrap())
+        .map(|report| (text(&report["decision"]), text(&report["reason"])))
+        .collect::<Vec<_>>();
+    assert!(!reports.is_empty(), "{}", String::from_utf8_lossy(&check.stderr));
+    reports
+}
+
 fn machine_mode(extra: &[&'static str]) -> Vec<&'static str> {
     let mut args = vec![
         "--bypass-dns-resolution",
@@ -126,6 +146,8 @@ async fn machine_mode_end_to_end() {
     assert!(note.contains(r#"approved client CSR "boot-n1""#), "{note:?}\n{}", approver.logs());
     assert!(note.contains(r#"kubectl certificate approve "boot-n1-second""#), "{note:?}");
     assert!(conditions(&admin, "boot-n1-second").await.is_empty());
+    let held = [("hold".to_owned(), "ClientCertificateIssued".to_owned())];
+    assert_eq!(check(&cp, "boot-n1-second"), held, "check reads the approved CSRs as the controller does");
     csrs.delete("boot-n1", &DeleteParams::default()).await.unwrap();
     let decided = wait_decided(&admin, "boot-n1-second", DECIDE).await;
     assert_eq!(decided.first().map(|c| c.type_.as_str()), Some("Approved"), "{decided:?}\n{}", approver.logs());
@@ -149,19 +171,7 @@ async fn machine_mode_end_to_end() {
     bootstrap_csr(&cp, "boot-n1-again", "n1").await;
     assert!(wait_event(&admin, "boot-n1-again", "NodeAlreadyExists", DECIDE).await.is_some(), "{}", approver.logs());
     assert!(conditions(&admin, "boot-n1-again").await.is_empty());
-    let check = std::process::Command::new(env!("CARGO_BIN_EXE_node-csr-approver"))
-        .env_clear()
-        .arg("--kubeconfig")
-        .arg(cp.kubeconfig_path())
-        .args(["check", "boot-n1-again", "-o", "json", "--provider-regex", support::cluster::REGEX])
-        .args(machine_mode(&[]))
-        .output()
-        .unwrap();
-    let reports: Vec<serde_json::Value> =
-        String::from_utf8_lossy(&check.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
-    let decisions: Vec<(&str, &str)> =
-        reports.iter().map(|r| (r["decision"].as_str().unwrap(), r["reason"].as_str().unwrap())).collect();
-    assert_eq!(decisions, [("hold", "NodeAlreadyExists")], "{}", String::from_utf8_lossy(&check.stderr));
+    assert_eq!(check(&cp, "boot-n1-again"), [("hold".to_owned(), "NodeAlreadyExists".to_owned())]);
 
     // A Machine (Cluster API this time) created after the CSR gets it approved.
     bootstrap_csr(&cp, "boot-n2", "n2").await;

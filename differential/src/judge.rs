@@ -10,9 +10,9 @@
 
 use std::net::IpAddr;
 
-use node_csr_approver::csr::CsrFacts;
-use node_csr_approver::policy::PolicyConfig;
-use node_csr_approver::policy::{DecisionKind, Evidence, Submission, decide};
+use node_csr_approver_core::csr::CsrFacts;
+use node_csr_approver_core::policy::PolicyConfig;
+use node_csr_approver_core::policy::{DecisionKind, Evidence, Submission, decide};
 use testenv::{GoView, Oracle};
 
 use crate::mutate::Input;

@@ -33,6 +33,6 @@ fn the_finding_is_real_go_reads_another_node_where_we_refuse() {
     assert!(go.ok, "{go:?}");
     assert_eq!(go.common_name, "system:node:n2");
     assert!(go.dns_names.iter().any(|n| n == "kubernetes.default.svc"), "{go:?}");
-    let ours = node_csr_approver::csr::CsrFacts::from_pem(&entry.request);
+    let ours = node_csr_approver_core::csr::CsrFacts::from_pem(&entry.request);
     assert!(ours.is_err(), "{ours:?}");
 }

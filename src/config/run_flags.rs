@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use clap::Args;
 
-use super::ConfigError;
 use super::flags::{Field, field, is_dns_label};
+use super::{BindAddress, ConfigError};
 use crate::policy::{DecisionKind, is_dns_subdomain};
 
 /// Where the service account's namespace is mounted in a pod.
@@ -136,9 +136,9 @@ pub struct RunConfig {
     /// How long shutdown waits for in-flight work.
     pub drain_timeout: Duration,
     /// Address of the health endpoints, Go-style (`:8081`).
-    pub health_address: String,
+    pub health_address: BindAddress,
     /// Address of the metrics endpoint, Go-style; `None` disables it.
-    pub metrics_address: Option<String>,
+    pub metrics_address: Option<BindAddress>,
     /// Log format.
     pub log_format: LogFormat,
     /// Log filter directive, already checked to parse.
@@ -240,13 +240,13 @@ fn identity() -> String {
 }
 
 /// A namespace name: one lowercase DNS label.
-/// A Go-style bind address (see [`crate::admin::parse_bind_address`]); `0` disables when allowed.
-fn bind_address(field: Field<'_, Option<String>>, default: &str) -> Result<Option<String>, ConfigError> {
+/// A Go-style bind address ([`BindAddress::parse`]); `0` disables when allowed.
+fn bind_address(field: Field<'_, Option<String>>, default: &str) -> Result<Option<BindAddress>, ConfigError> {
     let text = field.text().unwrap_or(default).trim();
     if text == "0" {
         return Ok(None);
     }
-    crate::admin::parse_bind_address(text).map(|_| Some(text.to_owned())).map_err(|e| field.error(text, e.to_string()))
+    BindAddress::parse(text).map(Some).map_err(|e| field.error(text, e.to_string()))
 }
 
 /// The EnvFilter directive the Go tool's `-level` stands for.

@@ -14,7 +14,8 @@ use kube::runtime::reflector::Store;
 
 use super::Context;
 use super::memory::CsrKey;
-use crate::policy::{KUBELET_CLIENT_SIGNER, KUBELET_SERVING_SIGNER, is_decided};
+use crate::csr_object::is_decided;
+use crate::policy::{KUBELET_CLIENT_SIGNER, KUBELET_SERVING_SIGNER};
 
 /// How often the age is computed (a scan of the cache) and forgotten CSRs are dropped from memory.
 const REPORT_PERIOD: Duration = Duration::from_secs(5);

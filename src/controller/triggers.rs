@@ -13,8 +13,8 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher::{self, Event};
 use tokio::sync::{Notify, oneshot};
 
+use crate::csr_object::is_decided;
 use crate::metrics::{Metrics, PassTrigger};
-use crate::policy::is_decided;
 
 /// The objects of live watch events, from `events` as the cache applied them. A completed list
 /// or relist signals `relisted` (and `synced`, the first time) instead of yielding its objects:

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use node_csr_approver::policy::{HostnameMatch, PolicyConfig};
+use node_csr_approver_core::policy::{HostnameMatch, PolicyConfig};
 
 /// The provider regex (`--provider-regex`) of the tests, the bench and the demo.
 pub const REGEX: &str = r"^[a-z0-9-]+\.nodes\.example\.com$";

@@ -6,7 +6,7 @@ use std::net::IpAddr;
 use rcgen::{CertificateParams, CustomExtension, DistinguishedName, DnType, KeyPair, SanType};
 
 /// The committed RSA-2048 test key (rcgen with ring signs with RSA but cannot generate RSA keys).
-pub const RSA_KEY_PEM: &str = include_str!("../../tests/fixtures/rsa-2048.key.pem");
+pub const RSA_KEY_PEM: &str = include_str!("../../core/tests/fixtures/rsa-2048.key.pem");
 
 /// The key type a request is signed with.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

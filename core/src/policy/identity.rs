@@ -1,5 +1,15 @@
-//! Node names as the apiserver requires them: a lowercase RFC 1123 subdomain. One canonical
-//! spelling per node, so `PANDA4`, `panda4.` and `panda4` can never name three different nodes.
+//! Who a kubelet is: the signers it asks, the identity the apiserver gives it, and node names as
+//! the apiserver requires them (a lowercase RFC 1123 subdomain). One canonical spelling per node,
+//! so `PANDA4`, `panda4.` and `panda4` can never name three different nodes.
+
+/// The signer of kubelet serving certificates.
+pub const SERVING_SIGNER: &str = "kubernetes.io/kubelet-serving";
+/// The signer of kubelet client certificates.
+pub const CLIENT_SIGNER: &str = "kubernetes.io/kube-apiserver-client-kubelet";
+/// The username prefix of node identities.
+pub const NODE_USER_PREFIX: &str = "system:node:";
+/// The group every node identity belongs to.
+pub const NODES_GROUP: &str = "system:nodes";
 
 /// The longest RFC 1123 subdomain.
 const MAX_LEN: usize = 253;

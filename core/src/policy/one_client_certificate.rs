@@ -5,15 +5,14 @@
 
 use crate::csr::CsrFacts;
 
-use super::kubelet_serving::NODE_USER_PREFIX;
-use super::node_client::SIGNER;
+use super::identity::{CLIENT_SIGNER, NODE_USER_PREFIX};
 use super::report::Failure;
 use super::{Reason, Submission};
 
 /// The node name a CSR's client certificate was issued for: `Some` for an approved
 /// `kube-apiserver-client-kubelet` CSR whose one common name is `system:node:<name>`.
 pub fn issued_client_node(sub: &Submission) -> Option<String> {
-    if sub.signer_name != SIGNER || !sub.approved {
+    if sub.signer_name != CLIENT_SIGNER || !sub.approved {
         return None;
     }
     let facts = CsrFacts::from_pem(&sub.request).ok()?;

@@ -7,21 +7,16 @@ use std::time::Duration;
 use crate::csr::CsrFacts;
 
 use super::evidence::{Evidence, Needs};
+use super::identity::{self, NODE_USER_PREFIX, NODES_GROUP};
 use super::report::{Check, Failure, Report};
 use super::rules::{HostnameMatch, PolicyConfig};
-use super::{Reason, Submission, node_name};
+use super::{Reason, Submission};
 use super::{cluster_identity, machine_checks};
 
 mod evidence_checks;
 
 use evidence_checks::{dns_checks, node_addresses};
 
-/// The signer of kubelet serving certificates.
-pub const SIGNER: &str = "kubernetes.io/kubelet-serving";
-/// The username prefix of node identities.
-pub const NODE_USER_PREFIX: &str = "system:node:";
-/// The group every node identity belongs to.
-pub const NODES_GROUP: &str = "system:nodes";
 /// The group the apiserver adds to every authenticated identity (impersonated ones too).
 const AUTHENTICATED_GROUP: &str = "system:authenticated";
 /// The groups a serving CSR's `spec.groups` must contain, as cluster-machine-approver requires.
@@ -179,7 +174,7 @@ impl Staged {
 
 pub(crate) fn node_name(username: &str, cfg: &PolicyConfig) -> Result<String, Failure> {
     match username.strip_prefix(NODE_USER_PREFIX) {
-        Some(name) if !name.is_empty() => match node_name::problem(name) {
+        Some(name) if !name.is_empty() => match identity::problem(name) {
             None => Ok(name.to_owned()),
             Some(problem) => Err(Failure::deny(Reason::InvalidNodeName, format!("username {username:?}: {problem}"))),
         },

@@ -1,49 +1,24 @@
-//! The parts of a CertificateSigningRequest object that decisions read.
+//! A CertificateSigningRequest object read into the decision core's [`Submission`], and the
+//! decision state of the object itself (decided, approved).
 
-use jiff::Timestamp;
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 
-/// A CSR object reduced to what the policy needs.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Submission {
-    /// metadata.name.
-    pub name: String,
-    /// metadata.creationTimestamp, if known.
-    pub created: Option<Timestamp>,
-    /// spec.signerName.
-    pub signer_name: String,
-    /// spec.username, as filled in by the apiserver.
-    pub username: String,
-    /// spec.groups.
-    pub groups: Vec<String>,
-    /// spec.usages.
-    pub usages: Vec<String>,
-    /// spec.expirationSeconds.
-    pub expiration_seconds: Option<i32>,
-    /// spec.request: the PEM-encoded PKCS#10 request.
-    pub request: Vec<u8>,
-    /// What already decided the CSR: an Approved or Denied condition, or an issued certificate.
-    pub decided: Option<String>,
-    /// Whether an Approved condition is present and no Denied or Failed one: the signer issues
-    /// (or issued) its certificate.
-    pub approved: bool,
-}
+use crate::policy::Submission;
 
-impl From<&CertificateSigningRequest> for Submission {
-    fn from(csr: &CertificateSigningRequest) -> Submission {
-        let spec = &csr.spec;
-        Submission {
-            name: csr.metadata.name.clone().unwrap_or_default(),
-            created: csr.metadata.creation_timestamp.as_ref().map(|t| t.0),
-            signer_name: spec.signer_name.clone(),
-            username: spec.username.clone().unwrap_or_default(),
-            groups: spec.groups.clone().unwrap_or_default(),
-            usages: spec.usages.clone().unwrap_or_default(),
-            expiration_seconds: spec.expiration_seconds,
-            request: spec.request.0.clone(),
-            decided: decided_by(csr),
-            approved: is_approved(csr),
-        }
+/// The parts of `csr` that decisions read.
+pub fn submission(csr: &CertificateSigningRequest) -> Submission {
+    let spec = &csr.spec;
+    Submission {
+        name: csr.metadata.name.clone().unwrap_or_default(),
+        created: csr.metadata.creation_timestamp.as_ref().map(|t| t.0),
+        signer_name: spec.signer_name.clone(),
+        username: spec.username.clone().unwrap_or_default(),
+        groups: spec.groups.clone().unwrap_or_default(),
+        usages: spec.usages.clone().unwrap_or_default(),
+        expiration_seconds: spec.expiration_seconds,
+        request: spec.request.0.clone(),
+        decided: decided_by(csr),
+        approved: is_approved(csr),
     }
 }
 
@@ -98,7 +73,7 @@ mod tests {
             (CertificateSigningRequest::default(), None),
         ];
         for (csr, decided) in cases {
-            assert_eq!(Submission::from(&csr).decided.as_deref(), decided, "{:?}", csr.status);
+            assert_eq!(submission(&csr).decided.as_deref(), decided, "{:?}", csr.status);
             assert_eq!(is_decided(&csr), decided.is_some(), "{:?}", csr.status);
         }
     }
@@ -113,8 +88,8 @@ mod tests {
             (&[], false),
         ];
         for (conditions, approved) in cases {
-            assert_eq!(Submission::from(&with_status(b"", conditions)).approved, approved, "{conditions:?}");
+            assert_eq!(submission(&with_status(b"", conditions)).approved, approved, "{conditions:?}");
         }
-        assert!(!Submission::from(&with_status(b"PEM", &[])).approved, "a certificate without a condition");
+        assert!(!submission(&with_status(b"PEM", &[])).approved, "a certificate without a condition");
     }
 }

@@ -4,10 +4,10 @@
 
 mod cluster_identity;
 mod evidence;
+mod identity;
 mod kubelet_serving;
 mod machine_checks;
 mod node_client;
-mod node_name;
 mod one_client_certificate;
 mod ports;
 mod reason;
@@ -22,13 +22,14 @@ use jiff::Timestamp;
 use crate::csr::CsrFacts;
 
 pub use evidence::{Evidence, Lookup, Needs, gather};
-pub use kubelet_serving::{NODE_USER_PREFIX, NODES_GROUP, SIGNER as KUBELET_SERVING_SIGNER};
+pub use identity::{
+    CLIENT_SIGNER as KUBELET_CLIENT_SIGNER, NODE_USER_PREFIX, NODES_GROUP, SERVING_SIGNER as KUBELET_SERVING_SIGNER,
+    is_dns_subdomain,
+};
 pub use machine_checks::{
     PENDING_PER_NODE, brake_limit, capped_pending, counts_as_pending, pending_count, pending_node, same_dns_name,
     same_ip,
 };
-pub use node_client::SIGNER as KUBELET_CLIENT_SIGNER;
-pub use node_name::is_dns_subdomain;
 pub use one_client_certificate::issued_client_node;
 pub use ports::{
     ClusterError, ClusterView, DnsFailure, Load, MachineInfo, NodeAddress, NodeInfo, Resolution, Resolver,
@@ -36,7 +37,7 @@ pub use ports::{
 pub use reason::Reason;
 pub use report::{Check, CheckResult, Consequence, Failure, Outcome};
 pub use rules::{Bootstrapper, HostnameMatch, MachinePolicy, PolicyConfig};
-pub use submission::{Submission, is_approved, is_decided};
+pub use submission::Submission;
 
 use report::Report;
 
@@ -148,8 +149,8 @@ impl Staged<'_> {
 fn triage<'a>(sub: &Submission, cfg: &'a PolicyConfig) -> Result<(Report, Staged<'a>), Evaluation> {
     let mut triage = Report::default();
     let client_rules = cfg.machine.as_ref().filter(|m| m.client_approval);
-    let handled = sub.signer_name == kubelet_serving::SIGNER
-        || (sub.signer_name == node_client::SIGNER && client_rules.is_some());
+    let handled = sub.signer_name == identity::SERVING_SIGNER
+        || (sub.signer_name == identity::CLIENT_SIGNER && client_rules.is_some());
     if !handled {
         triage.record(
             Check::Signer,
@@ -163,7 +164,7 @@ fn triage<'a>(sub: &Submission, cfg: &'a PolicyConfig) -> Result<(Report, Staged
         return Err(conclude(triage, cfg, sub));
     }
     triage.record(Check::Pending, Ok("no decision yet".into()));
-    match client_rules.filter(|_| sub.signer_name == node_client::SIGNER) {
+    match client_rules.filter(|_| sub.signer_name == identity::CLIENT_SIGNER) {
         None => Ok((triage, Staged::Serving(Box::new(kubelet_serving::stage(sub, cfg))))),
         Some(rules) => match node_client::identity(sub, rules) {
             Ok(identity) => Ok((triage, Staged::Client(Box::new(node_client::stage(sub, identity)), rules))),
@@ -202,7 +203,7 @@ fn age_at(created: Timestamp, now: Timestamp) -> Duration {
 /// Turns a report into a decision: the first failure decides; none means approve. Client CSRs are
 /// never denied: a failing rule holds them for a human.
 fn conclude(report: Report, cfg: &PolicyConfig, sub: &Submission) -> Evaluation {
-    let never_deny = cfg.skip_deny_step || sub.signer_name == node_client::SIGNER;
+    let never_deny = cfg.skip_deny_step || sub.signer_name == identity::CLIENT_SIGNER;
     let decision = match report.first_failure() {
         Some(failure) => {
             let kind = match failure.consequence {
@@ -229,6 +230,6 @@ fn approval_message(report: &Report, sub: &Submission) -> String {
         .filter(|row| matches!(row.outcome, Outcome::Pass(_)))
         .map(|row| row.check.as_str())
         .collect();
-    let what = if sub.signer_name == node_client::SIGNER { "node-client bootstrap" } else { "kubelet serving" };
+    let what = if sub.signer_name == identity::CLIENT_SIGNER { "node-client bootstrap" } else { "kubelet serving" };
     format!("{what} certificate for {} verified: {}", sub.username, passed.join(", "))
 }

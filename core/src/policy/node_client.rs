@@ -8,16 +8,14 @@ use std::collections::BTreeSet;
 use crate::csr::CsrFacts;
 
 use super::evidence::{Evidence, Lookup, Needs};
-use super::kubelet_serving::{NODE_USER_PREFIX, NODES_GROUP};
+use super::identity::{self, NODE_USER_PREFIX, NODES_GROUP};
 use super::machine_checks;
 use super::one_client_certificate;
 use super::ports::{MachineInfo, NodeInfo};
 use super::report::{Check, Failure, Report};
 use super::rules::MachinePolicy;
-use super::{Reason, Submission, node_name};
+use super::{Reason, Submission};
 
-/// The signer of kubelet client certificates.
-pub const SIGNER: &str = "kubernetes.io/kube-apiserver-client-kubelet";
 /// A CSR may be created this long before its Machine (clock skew)...
 const BEFORE_MACHINE: SignedDuration = SignedDuration::from_secs(10);
 /// ... and at most this long after it.
@@ -152,7 +150,7 @@ fn subject(facts: &CsrFacts) -> Result<String, Failure> {
     }
     match facts.common_names.as_slice() {
         [cn] => match cn.strip_prefix(NODE_USER_PREFIX) {
-            Some(name) if !name.is_empty() => match node_name::problem(name) {
+            Some(name) if !name.is_empty() => match identity::problem(name) {
                 None => Ok(name.to_owned()),
                 Some(problem) => Err(Failure::deny(Reason::InvalidNodeName, format!("subject CN {cn:?}: {problem}"))),
             },

@@ -8,8 +8,7 @@ use jiff::{SignedDuration, Timestamp};
 
 use crate::csr::CsrFacts;
 
-use super::kubelet_serving::{NODES_GROUP, SIGNER as SERVING_SIGNER};
-use super::node_client::SIGNER as CLIENT_SIGNER;
+use super::identity::{CLIENT_SIGNER, NODES_GROUP, SERVING_SIGNER};
 use super::ports::{Load, MachineInfo};
 use super::report::Failure;
 use super::rules::MachinePolicy;
