@@ -16,6 +16,7 @@ use crate::cluster::{KubeCluster, StaticCluster, node_info};
 use crate::config::MachineSource;
 use crate::config::Settings;
 use crate::connect::{ConnectError, connect};
+use crate::csr_ledger::CsrLedger;
 use crate::csr_object::submission;
 use crate::display::Escaped;
 use crate::dns::{DnsError, HickoryResolver};
@@ -134,11 +135,15 @@ pub async fn command(args: &CheckArgs, settings: &Settings, out: &mut impl Write
     }
     let connection = connect(settings.run.kubeconfig.as_deref(), settings.machines.as_ref()).await?;
     let csrs = fetch(connection.client.clone(), &args.names).await?;
-    if let Some(cache) = &connection.machines {
-        cache.attach_listed_csrs(connection.client.clone()).await?;
-        cache.synced().await;
-    }
-    let cluster = KubeCluster::new(connection.client, connection.machines);
+    let machines = match (connection.machines, settings.machines.as_ref()) {
+        (Some(cache), Some(source)) => {
+            let ledger = CsrLedger::listed(connection.client.clone(), source.rules.clone()).await?;
+            cache.synced().await;
+            Some((cache, ledger))
+        }
+        _ => None,
+    };
+    let cluster = KubeCluster::new(connection.client, machines);
     // Until listed, a CSR with an IP SAN is reported as a retry (ClusterUnavailable).
     let _ = tokio::time::timeout(APISERVER_SYNC, cluster.apiserver_synced()).await;
     Ok(run(&csrs, policy, &resolver, &cluster, now, args.output, out).await?)

@@ -8,22 +8,25 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::Node;
 
 use crate::apiserver::ApiserverWatch;
+use crate::csr_ledger::CsrLedger;
 use crate::machines::MachineCache;
 use crate::policy::{ClusterError, ClusterView, Load, MachineInfo, NodeAddress, NodeInfo};
 
-/// The live cluster: one GET per Node asked for; Machines and the brake's counts from the watched
-/// caches of machine mode; the apiserver's addresses from their own watch ([`ApiserverWatch`]).
+/// The live cluster: one GET per Node asked for; Machines and Nodes from the watched caches of
+/// machine mode, the pending CSRs and approved client CSRs from the CSR cache ([`CsrLedger`]);
+/// the apiserver's addresses from their own watch ([`ApiserverWatch`]).
 #[derive(Clone)]
 pub struct KubeCluster {
     nodes: kube::Api<Node>,
-    machines: Option<MachineCache>,
+    machines: Option<(MachineCache, CsrLedger)>,
     apiserver: ApiserverWatch,
 }
 
 impl KubeCluster {
-    /// Reads Nodes through `client`, and Machines from `machines` in machine mode; starts watching
-    /// the apiserver's Service and EndpointSlices (so it must be called on a Tokio runtime).
-    pub fn new(client: kube::Client, machines: Option<MachineCache>) -> KubeCluster {
+    /// Reads Nodes through `client`, and in machine mode Machines and Nodes from their caches and
+    /// CSRs from the ledger; starts watching the apiserver's Service and EndpointSlices (so it must
+    /// be called on a Tokio runtime).
+    pub fn new(client: kube::Client, machines: Option<(MachineCache, CsrLedger)>) -> KubeCluster {
         KubeCluster { nodes: kube::Api::all(client.clone()), machines, apiserver: ApiserverWatch::start(client) }
     }
 
@@ -40,11 +43,15 @@ impl ClusterView for KubeCluster {
     }
 
     async fn machines(&self) -> Result<Vec<Arc<MachineInfo>>, ClusterError> {
-        Ok(self.machines.as_ref().map(MachineCache::machines).unwrap_or_default())
+        Ok(self.machines.as_ref().map(|(cache, _)| cache.machines()).unwrap_or_default())
     }
 
     async fn load(&self) -> Result<Load, ClusterError> {
-        self.machines.as_ref().map_or(Ok(Load::default()), MachineCache::load)
+        Ok(self.machines.as_ref().map_or(Load::default(), |(cache, ledger)| Load {
+            pending: ledger.pending(jiff::Timestamp::now()),
+            machines: cache.machine_count(),
+            nodes: cache.node_count(),
+        }))
     }
 
     async fn apiserver_addresses(&self) -> Result<Vec<IpAddr>, ClusterError> {
@@ -52,7 +59,7 @@ impl ClusterView for KubeCluster {
     }
 
     async fn client_certificates(&self, node: &str) -> Result<Vec<String>, ClusterError> {
-        self.machines.as_ref().map_or(Ok(Vec::new()), |cache| cache.client_certificates(node))
+        Ok(self.machines.as_ref().map(|(_, ledger)| ledger.client_certificates(node)).unwrap_or_default())
     }
 }
 

@@ -88,12 +88,14 @@ pub(crate) struct Schedule<W, S> {
     pub shutdown: S,
 }
 
-/// Runs the controller until `schedule.shutdown` resolves; in-flight reconciles finish first. In
-/// machine mode `machines` re-triggers the CSRs waiting on a Machine or Node whenever one changes.
+/// Runs the controller until `schedule.shutdown` resolves; in-flight reconciles finish first. The
+/// CSR watch fills `csrs`, the cache whose reader the runner also gave the cluster view. In machine
+/// mode `machines` re-triggers the CSRs waiting on a Machine or Node whenever one changes.
 /// `on_synced` runs once the first list of the CSR watch (and the machine caches) are complete.
 pub(crate) async fn run<R, C, W, S>(
     ctx: Arc<Context<R, C>>,
     schedule: Schedule<W, S>,
+    csrs: reflector::store::Writer<CertificateSigningRequest>,
     machines: Option<MachineCache>,
     on_synced: impl FnOnce() + Send + 'static,
 ) where
@@ -111,11 +113,11 @@ pub(crate) async fn run<R, C, W, S>(
     // The cache keeps only what decisions and the write need (trim::trim): no labels, annotations
     // or managedFields, no PKCS#10 request once a CSR is decided. Every watch event carries the
     // whole object, so nothing is lost.
-    let (store, writer) = reflector::store();
+    let store = csrs.as_reader();
     let watch = StreamBackoff::new(watcher(ctx.api.clone(), config).modify(trim::trim), WatchBackoff::default());
     let relisted = Arc::new(Notify::new());
     let (synced, first_list) = tokio::sync::oneshot::channel();
-    let live = triggers::live_objects(reflector::reflector(writer, watch), relisted.clone(), synced);
+    let live = triggers::live_objects(reflector::reflector(csrs, watch), relisted.clone(), synced);
     let controller = Controller::for_stream(live, store.clone());
     let cache = machines.clone();
     tokio::spawn(async move {
@@ -131,10 +133,7 @@ pub(crate) async fn run<R, C, W, S>(
     let passes = triggers::passes(relisted, schedule.writable, schedule.resync_period);
     let undecided = triggers::undecided_in_each_pass(passes, store.clone(), ctx.metrics.clone());
     let waiting = match &machines {
-        Some(cache) => {
-            cache.attach_csrs(store);
-            waiting_on_cluster(cache.changes(), ctx.clone()).boxed()
-        }
+        Some(cache) => waiting_on_cluster(cache.changes(), ctx.clone()).boxed(),
         None => futures::stream::empty().boxed(),
     };
     let forget = ctx.clone();

@@ -22,6 +22,7 @@ pub mod runner;
 
 mod apiserver;
 mod connect;
+mod csr_ledger;
 mod leader;
 mod machines;
 mod manifest;

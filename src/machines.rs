@@ -1,13 +1,11 @@
-//! Machine mode's watched caches: Machines of the configured APIs, Node names, and the pending CSRs
-//! the brake counts. Nothing is listed per CSR; lookups read the caches.
+//! Machine mode's watched caches: Machines of the configured APIs and Node names. Nothing is
+//! listed per CSR; lookups read the caches.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
 use jiff::Timestamp;
-use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
 use kube::core::PartialObjectMeta;
@@ -18,11 +16,7 @@ use kube::{Api, Client, ResourceExt};
 use tokio::sync::watch;
 
 use crate::config::{MachineApi, MachineSource};
-use crate::csr_object::{is_approved, submission};
-use crate::policy::{
-    ClusterError, KUBELET_CLIENT_SIGNER, Load, MachineInfo, MachinePolicy, NodeAddress, Submission, capped_pending,
-    counts_as_pending, issued_client_node, pending_count, pending_node,
-};
+use crate::policy::{MachineInfo, NodeAddress, Submission, pending_count};
 use crate::watch_backoff::WatchBackoff;
 
 /// How often readiness of the caches is re-checked.
@@ -33,15 +27,6 @@ const SYNC_POLL: Duration = Duration::from_millis(100);
 pub struct MachineCache {
     machines: Vec<Store<DynamicObject>>,
     nodes: Store<PartialObjectMeta<Node>>,
-    csrs: Arc<OnceLock<Store<CertificateSigningRequest>>>,
-    /// The rules the brake's count reads.
-    rules: Arc<MachinePolicy>,
-    /// The node name each pending CSR counts under, by uid (a request never changes), so a
-    /// bootstrap request is read once, not on every count.
-    pending_nodes: Arc<Mutex<HashMap<String, String>>>,
-    /// The node name each approved client CSR's certificate is for, by uid (`None`: none can be
-    /// read), so an approved request is read once (a request never changes, nor does an approval).
-    issued_nodes: Arc<Mutex<HashMap<String, Option<String>>>>,
     changes: watch::Receiver<u64>,
 }
 
@@ -83,32 +68,8 @@ impl MachineCache {
         MachineCache {
             machines,
             nodes,
-            csrs: Arc::new(OnceLock::new()),
-            rules: Arc::new(source.rules.clone()),
-            pending_nodes: Arc::default(),
-            issued_nodes: Arc::default(),
             changes,
         }
-    }
-
-    /// Lets the brake count pending CSRs from the controller's cache.
-    pub fn attach_csrs(&self, csrs: Store<CertificateSigningRequest>) {
-        let _ = self.csrs.set(csrs);
-    }
-
-    /// Lists every CSR once and attaches the list as the CSR cache (for `check`, which runs no
-    /// watch), so the brake and one client certificate per Machine read what the controller's
-    /// cache would hold.
-    pub async fn attach_listed_csrs(&self, client: Client) -> Result<(), kube::Error> {
-        let listed = Api::<CertificateSigningRequest>::all(client).list(&Default::default()).await?;
-        let (store, mut writer) = reflector::store();
-        writer.apply_watcher_event(&watcher::Event::Init);
-        for csr in listed.items {
-            writer.apply_watcher_event(&watcher::Event::InitApply(csr));
-        }
-        writer.apply_watcher_event(&watcher::Event::InitDone);
-        self.attach_csrs(store);
-        Ok(())
     }
 
     /// Changes whenever a Machine or Node is added, changed or removed.
@@ -138,57 +99,14 @@ impl MachineCache {
             .collect()
     }
 
-    /// The brake's inputs: the pending node CSRs ([`counts_as_pending`], at most
-    /// [`crate::policy::PENDING_PER_NODE`] per node name), Machines and Nodes.
-    pub fn load(&self) -> Result<Load, ClusterError> {
-        let csrs = self.csrs.get().ok_or_else(|| ClusterError("the CSR cache is not attached yet".into()))?;
-        let now = Timestamp::now();
-        let mut known = self.pending_nodes.lock().unwrap_or_else(PoisonError::into_inner);
-        let mut seen = HashMap::new();
-        let mut pending = Vec::new();
-        for csr in csrs.state() {
-            let sub = submission(csr.as_ref());
-            if !counts_as_pending(&sub, &self.rules, now) {
-                continue;
-            }
-            let uid = csr.metadata.uid.as_ref();
-            let node = uid.and_then(|uid| known.remove(uid)).unwrap_or_else(|| pending_node(&sub, &self.rules));
-            if let Some(uid) = uid {
-                seen.insert(uid.clone(), node.clone());
-            }
-            pending.push(node);
-        }
-        *known = seen;
-        let machines = self.machines.iter().map(|store| store.state().len()).sum();
-        Ok(Load { pending: capped_pending(pending), machines, nodes: self.nodes.state().len() })
+    /// How many Machines are cached.
+    pub fn machine_count(&self) -> usize {
+        self.machines.iter().map(Store::len).sum()
     }
 
-    /// The names of the cached approved client CSRs whose certificate is for node `node`
-    /// ([`issued_client_node`]).
-    pub fn client_certificates(&self, node: &str) -> Result<Vec<String>, ClusterError> {
-        let csrs = self.csrs.get().ok_or_else(|| ClusterError("the CSR cache is not attached yet".into()))?;
-        let mut known = self.issued_nodes.lock().unwrap_or_else(PoisonError::into_inner);
-        let mut seen = HashMap::new();
-        let mut issued = Vec::new();
-        for csr in csrs.state() {
-            if csr.spec.signer_name != KUBELET_CLIENT_SIGNER || !is_approved(&csr) {
-                continue;
-            }
-            let uid = csr.metadata.uid.clone().unwrap_or_default();
-            let for_node = match known.remove(&uid) {
-                Some(for_node) => for_node,
-                None => issued_client_node(&submission(csr.as_ref())),
-            };
-            if for_node.as_deref() == Some(node) {
-                issued.push(csr.name_any());
-            }
-            if !uid.is_empty() {
-                seen.insert(uid, for_node);
-            }
-        }
-        *known = seen;
-        issued.sort();
-        Ok(issued)
+    /// How many Nodes are cached.
+    pub fn node_count(&self) -> usize {
+        self.nodes.len()
     }
 }
 

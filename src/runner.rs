@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use kube::runtime::events::Reporter;
+use kube::runtime::reflector;
 use kube::{Api, Client};
 use tokio::signal::unix::{Signal, SignalKind, signal};
 use tokio::sync::{oneshot, watch};
@@ -19,9 +20,9 @@ use crate::connect::{ConnectError, Connection, connect};
 use crate::controller::{self, Context, Events, Memory};
 use crate::dns::HickoryResolver;
 use crate::leader::{self, Leadership};
-use crate::machines::MachineCache;
+use crate::csr_ledger::CsrLedger;
 use crate::metrics::{MeteredResolver, Metrics};
-use crate::policy::brake_limit;
+use crate::policy::{ClusterView, brake_limit};
 
 /// The controller could not start or stopped abnormally.
 #[derive(Debug, thiserror::Error)]
@@ -47,10 +48,13 @@ pub enum RunError {
 /// Runs the controller until SIGTERM/SIGINT; returns once in-flight work finished (within
 /// `--drain-timeout`) and the Lease was released.
 pub async fn run(settings: Settings) -> Result<(), RunError> {
-    let Settings { policy, dns, run: cfg, machines, .. } = settings;
+    let Settings { policy, dns, run: cfg, machines: machine_source, .. } = settings;
     // Registered first, so a signal during startup is seen once the controller runs.
     let signals = ShutdownSignals::register();
-    let Connection { client, machines } = connect(cfg.kubeconfig.as_deref(), machines.as_ref()).await?;
+    let Connection { client, machines } = connect(cfg.kubeconfig.as_deref(), machine_source.as_ref()).await?;
+    // The CSR cache: the controller's watch fills it, machine mode's ledger reads it.
+    let (csr_cache, csrs) = reflector::store();
+    let ledger = machine_source.map(|source| CsrLedger::new(csr_cache, source.rules));
     let metrics = Metrics::new();
     let readiness = Readiness::new();
     let servers = AdminServers::start(&cfg, readiness.clone(), metrics.clone()).await?;
@@ -69,15 +73,15 @@ pub async fn run(settings: Settings) -> Result<(), RunError> {
         api: Api::all(client.clone()),
         policy,
         resolver,
-        cluster: KubeCluster::new(client.clone(), machines.clone()),
+        cluster: KubeCluster::new(client.clone(), machines.clone().zip(ledger)),
         leadership,
         events,
         metrics,
         dry_run: cfg.dry_run,
         memory: Memory::default(),
     });
-    if let (Some(cache), Some(rules)) = (&machines, &ctx.policy.machine) {
-        tokio::spawn(report_pending_brake(cache.clone(), rules.max_pending_delta, ctx.metrics.clone()));
+    if let Some(rules) = &ctx.policy.machine {
+        tokio::spawn(report_pending_brake(ctx.cluster.clone(), rules.max_pending_delta, ctx.metrics.clone()));
     }
     let (stop_controller, controller_stopped) = oneshot::channel::<()>();
     let on_synced = move || {
@@ -92,7 +96,7 @@ pub async fn run(settings: Settings) -> Result<(), RunError> {
             let _ = controller_stopped.await;
         },
     };
-    let controller = controller::run(ctx, schedule, machines, on_synced);
+    let controller = controller::run(ctx, schedule, csrs, machines, on_synced);
     tracing::info!(
         concurrency = cfg.concurrency,
         dry_run = cfg.dry_run,
@@ -211,9 +215,9 @@ async fn listen(address: BindAddress, endpoints: &'static str) -> Result<tokio::
 }
 
 /// Keeps the pending-brake gauges current.
-async fn report_pending_brake(cache: MachineCache, delta: u32, metrics: Metrics) {
+async fn report_pending_brake(cluster: KubeCluster, delta: u32, metrics: Metrics) {
     loop {
-        if let Ok(load) = cache.load() {
+        if let Ok(load) = cluster.load().await {
             metrics.set_pending_brake(load.pending, brake_limit(&load, delta));
         }
         tokio::time::sleep(std::time::Duration::from_secs(1)).await;
