@@ -102,7 +102,7 @@ impl Part {
     fn addresses(&self, what: &str) -> Result<impl Iterator<Item = IpAddr> + '_, ClusterError> {
         if !self.synced {
             let why = self.error.as_deref().unwrap_or("the first list has not completed");
-            return Err(ClusterError(format!("{what} not read yet: {why}")));
+            return Err(ClusterError::NotListed { what: what.to_owned(), why: why.to_owned() });
         }
         Ok(self.objects.values().flatten().copied())
     }
@@ -212,7 +212,7 @@ mod tests {
         let mut part = Part::default();
         assert!(part.addresses("s").is_err());
         part.apply(Err(watcher::Error::NoResourceVersion), service_addresses);
-        let error = part.addresses("s").err().map(|e| e.0).unwrap_or_default();
+        let error = part.addresses("s").err().map(|e| e.to_string()).unwrap_or_default();
         assert!(error.contains("resourceVersion"), "{error}");
         part.apply(Ok(watcher::Event::Init), service_addresses);
         part.apply(Ok(watcher::Event::InitApply(service("kubernetes", &["10.96.0.1", "None"]))), service_addresses);

@@ -38,7 +38,7 @@ impl KubeCluster {
 
 impl ClusterView for KubeCluster {
     async fn node(&self, name: &str) -> Result<Option<NodeInfo>, ClusterError> {
-        let node = self.nodes.get_opt(name).await.map_err(|e| ClusterError(e.to_string()))?;
+        let node = self.nodes.get_opt(name).await.map_err(|e| ClusterError::Request(e.to_string()))?;
         Ok(node.as_ref().map(node_info))
     }
 

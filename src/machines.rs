@@ -65,11 +65,7 @@ impl MachineCache {
             ),
         );
         tokio::spawn(notify_on_change(node_stream, tx));
-        MachineCache {
-            machines,
-            nodes,
-            changes,
-        }
+        MachineCache { machines, nodes, changes }
     }
 
     /// Changes whenever a Machine or Node is added, changed or removed.

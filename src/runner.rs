@@ -18,9 +18,9 @@ use crate::cluster::KubeCluster;
 use crate::config::{BindAddress, RunConfig, Settings};
 use crate::connect::{ConnectError, Connection, connect};
 use crate::controller::{self, Context, Events, Memory};
+use crate::csr_ledger::CsrLedger;
 use crate::dns::HickoryResolver;
 use crate::leader::{self, Leadership};
-use crate::csr_ledger::CsrLedger;
 use crate::metrics::{MeteredResolver, Metrics};
 use crate::policy::{ClusterView, brake_limit};
 

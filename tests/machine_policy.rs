@@ -13,8 +13,8 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use node_csr_approver::policy::{
-    Bootstrapper, DecisionKind, Evidence, Load, Lookup, MachineInfo, MachinePolicy, NodeAddress, NodeInfo,
-    PolicyConfig, Reason, Submission,
+    Bootstrapper, ClusterError, DecisionKind, Evidence, Load, Lookup, MachineInfo, MachinePolicy, NodeAddress,
+    NodeInfo, PolicyConfig, Reason, Submission,
 };
 use rcgen::DnType;
 use support::table::{Case, assert_all};
@@ -211,7 +211,10 @@ fn cases() -> Vec<Case> {
         case("a second client certificate", client("n1", 60), quiet(), (Hold, Reason::ClientCertificateIssued))
             .evidence(|e| e.client_certificates = Some(Ok(vec!["boot-n1".into()]))),
         case("approved client csrs unreadable", client("n1", 60), quiet(), (Retry, Reason::ClusterUnavailable))
-            .evidence(|e| e.client_certificates = Some(Err("not synced".into()))),
+            .evidence(|e| {
+                e.client_certificates =
+                    Some(Err(ClusterError::NotListed { what: "CSRs".into(), why: "not synced".into() }))
+            }),
         case("approved client csrs not looked up", client("n1", 60), quiet(), (Retry, Reason::ClusterUnavailable))
             .evidence(|e| e.client_certificates = None),
         case("brake at the limit", client("n1", 60), quiet(), (Approve, Reason::AutoApproved))

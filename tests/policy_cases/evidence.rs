@@ -1,6 +1,6 @@
 //! Evidence cases: DNS answers and the Node's addresses.
 
-use node_csr_approver::policy::{DecisionKind, DnsFailure, Lookup, Reason, Resolution};
+use node_csr_approver::policy::{ClusterError, DecisionKind, DnsFailure, Lookup, Reason, Resolution};
 
 use super::{addrs, case, good_csr, node_n1};
 use crate::support::minutes_after_creation;
@@ -63,7 +63,7 @@ pub fn cases() -> Vec<Case> {
         case("node address written as mapped ipv6", good_csr(), (Approve, Reason::AutoApproved))
             .node(Lookup::Found(node_n1(&[("InternalIP", "::ffff:10.0.0.11"), ("Hostname", "n1.nodes.example.com")]))),
         case("cluster unreadable", good_csr(), (Retry, Reason::ClusterUnavailable))
-            .node(Lookup::Failed("connection refused".into())),
+            .node(Lookup::Failed(ClusterError::Request("connection refused".into()))),
         case("ip not among the node's addresses", good_csr(), (Deny, Reason::NodeAddressMismatch))
             .node(Lookup::Found(node_n1(&[("InternalIP", "10.0.0.12"), ("Hostname", "n1.nodes.example.com")]))),
         case("dns not among the node's addresses", good_csr(), (Deny, Reason::NodeAddressMismatch))

@@ -4,7 +4,9 @@
 use std::collections::BTreeSet;
 use std::net::IpAddr;
 
-use node_csr_approver::policy::{Bootstrapper, DecisionKind, HostnameMatch, MachinePolicy, Reason, Submission};
+use node_csr_approver::policy::{
+    Bootstrapper, ClusterError, DecisionKind, HostnameMatch, MachinePolicy, Reason, Submission,
+};
 use regex::Regex;
 
 use super::case;
@@ -189,13 +191,13 @@ fn apiserver() -> Vec<Case> {
         case("apiserver addresses not looked up", asks("10.0.0.11"), (Retry, Reason::ClusterUnavailable))
             .evidence(|e| e.apiserver = None),
         case("apiserver addresses unreadable", asks("10.0.0.11"), (Retry, Reason::ClusterUnavailable))
-            .evidence(|e| e.apiserver = Some(Err("forbidden".into()))),
+            .evidence(|e| e.apiserver = Some(Err(ClusterError::Request("forbidden".into())))),
         permissive(case(
             "apiserver unreadable under every bypass",
             asks("10.0.0.11"),
             (Retry, Reason::ClusterUnavailable),
         ))
-        .evidence(|e| e.apiserver = Some(Err("forbidden".into())))
+        .evidence(|e| e.apiserver = Some(Err(ClusterError::Request("forbidden".into()))))
         .cfg(|c| c.skip_deny_step = true),
         case("no ip sans need no apiserver addresses", dns_only, (Approve, Reason::AutoApproved))
             .evidence(|e| e.apiserver = None),

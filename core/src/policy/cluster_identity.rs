@@ -10,6 +10,7 @@
 use std::net::IpAddr;
 
 use super::Reason;
+use super::ports::ClusterError;
 use super::report::Failure;
 
 /// The Service names of the apiserver that resolve inside every pod, whatever the cluster domain.
@@ -73,7 +74,7 @@ pub(crate) fn reserved_sans(dns_names: &[String], ips: &[IpAddr], cluster_domain
 /// the cluster could not be read (both retried, never approved).
 pub(crate) fn apiserver_addresses(
     ips: &[IpAddr],
-    addresses: Option<&Result<Vec<IpAddr>, String>>,
+    addresses: Option<&Result<Vec<IpAddr>, ClusterError>>,
 ) -> Result<String, Failure> {
     if ips.is_empty() {
         return Ok("no IP SANs".into());
@@ -124,7 +125,7 @@ mod tests {
     #[test]
     fn an_unreadable_cluster_is_a_retry_naming_why() {
         let ips = ["10.0.0.1".parse().unwrap()];
-        let failure = apiserver_addresses(&ips, Some(&Err("forbidden".into()))).unwrap_err();
+        let failure = apiserver_addresses(&ips, Some(&Err(ClusterError::Request("forbidden".into())))).unwrap_err();
         assert_eq!((failure.reason, failure.message.contains("forbidden")), (Reason::ClusterUnavailable, true));
     }
 }

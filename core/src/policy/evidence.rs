@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::sync::Arc;
 
-use super::ports::{ClusterView, Load, MachineInfo, NodeInfo, Resolution, Resolver};
+use super::ports::{ClusterError, ClusterView, Load, MachineInfo, NodeInfo, Resolution, Resolver};
 
 /// What a cluster lookup found.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -15,8 +15,8 @@ pub enum Lookup<T> {
     Found(T),
     /// The object does not exist (yet).
     Missing,
-    /// The cluster could not be asked; the text says why.
-    Failed(String),
+    /// The cluster could not be asked.
+    Failed(ClusterError),
 }
 
 /// Everything the evidence-based checks read.
@@ -27,15 +27,15 @@ pub struct Evidence {
     /// The Node, when asked for.
     pub node: Option<Lookup<NodeInfo>>,
     /// Every Machine, in machine mode.
-    pub machines: Option<Result<Vec<Arc<MachineInfo>>, String>>,
+    pub machines: Option<Result<Vec<Arc<MachineInfo>>, ClusterError>>,
     /// The pending brake's counts, in machine mode.
-    pub load: Option<Result<Load, String>>,
+    pub load: Option<Result<Load, ClusterError>>,
     /// The apiserver's addresses (the `default/kubernetes` Service's ClusterIPs and its
     /// EndpointSlices' addresses), when asked for; `None` (not looked up) is retried, never
     /// read as "no addresses".
-    pub apiserver: Option<Result<Vec<IpAddr>, String>>,
+    pub apiserver: Option<Result<Vec<IpAddr>, ClusterError>>,
     /// The approved client CSRs for the requested node name, when asked for.
-    pub client_certificates: Option<Result<Vec<String>, String>>,
+    pub client_certificates: Option<Result<Vec<String>, ClusterError>>,
 }
 
 /// What must be gathered for one CSR.
@@ -64,7 +64,7 @@ pub async fn gather<R: Resolver, C: ClusterView>(needs: &Needs, resolver: &R, cl
         Some(match cluster.node(name).await {
             Ok(Some(node)) => Lookup::Found(node),
             Ok(None) => Lookup::Missing,
-            Err(error) => Lookup::Failed(error.to_string()),
+            Err(error) => Lookup::Failed(error),
         })
     };
     let machines = async {
@@ -72,15 +72,15 @@ pub async fn gather<R: Resolver, C: ClusterView>(needs: &Needs, resolver: &R, cl
             return (None, None);
         }
         let (machines, load) = futures::join!(cluster.machines(), cluster.load());
-        (Some(machines.map_err(|e| e.to_string())), Some(load.map_err(|e| e.to_string())))
+        (Some(machines), Some(load))
     };
     let apiserver = async {
         needs.apiserver.then_some(())?;
-        Some(cluster.apiserver_addresses().await.map_err(|e| e.to_string()))
+        Some(cluster.apiserver_addresses().await)
     };
     let client_certificates = async {
         let node = needs.client_certificates.as_ref()?;
-        Some(cluster.client_certificates(node).await.map_err(|e| e.to_string()))
+        Some(cluster.client_certificates(node).await)
     };
     let (dns, node, (machines, load), apiserver, client_certificates) =
         futures::join!(lookups, node, machines, apiserver, client_certificates);

@@ -9,7 +9,7 @@ use jiff::{SignedDuration, Timestamp};
 use crate::csr::CsrFacts;
 
 use super::identity::{CLIENT_SIGNER, NODES_GROUP, SERVING_SIGNER};
-use super::ports::{Load, MachineInfo};
+use super::ports::{ClusterError, Load, MachineInfo};
 use super::report::Failure;
 use super::rules::MachinePolicy;
 use super::{Reason, Submission};
@@ -30,7 +30,7 @@ pub fn same_ip(address: &str, ip: &IpAddr) -> bool {
 
 /// The Machines gathered as evidence, or the failure to read them.
 pub(crate) fn machines(
-    evidence: &Option<Result<Vec<Arc<MachineInfo>>, String>>,
+    evidence: &Option<Result<Vec<Arc<MachineInfo>>, ClusterError>>,
 ) -> Result<&[Arc<MachineInfo>], Failure> {
     match evidence {
         Some(Ok(machines)) => Ok(machines),
@@ -148,7 +148,7 @@ pub fn brake_limit(load: &Load, delta: u32) -> usize {
 
 /// The safety brake: no machine-mode approval while pending node CSRs exceed
 /// max(Machines, Nodes) + `--max-pending-delta`.
-pub(crate) fn pending_brake(load: &Option<Result<Load, String>>, cfg: &MachinePolicy) -> Result<String, Failure> {
+pub(crate) fn pending_brake(load: &Option<Result<Load, ClusterError>>, cfg: &MachinePolicy) -> Result<String, Failure> {
     let load = match load {
         Some(Ok(load)) => load,
         Some(Err(error)) => {

@@ -6,6 +6,7 @@
 use crate::csr::CsrFacts;
 
 use super::identity::{CLIENT_SIGNER, NODE_USER_PREFIX};
+use super::ports::ClusterError;
 use super::report::Failure;
 use super::{Reason, Submission};
 
@@ -24,7 +25,11 @@ pub fn issued_client_node(sub: &Submission) -> Option<String> {
 
 /// Passes when no approved client CSR for `node` exists; otherwise holds the CSR `this` with a
 /// message naming the earlier one and how a human approves this one.
-pub(crate) fn check(issued: &Option<Result<Vec<String>, String>>, node: &str, this: &str) -> Result<String, Failure> {
+pub(crate) fn check(
+    issued: &Option<Result<Vec<String>, ClusterError>>,
+    node: &str,
+    this: &str,
+) -> Result<String, Failure> {
     match issued {
         Some(Ok(earlier)) => match earlier.first() {
             None => Ok(format!("no approved client CSR for node {node:?} exists")),

@@ -52,8 +52,19 @@ pub trait Resolver: Send + Sync {
 
 /// A cluster read that failed; always transient for the policy.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("cluster read failed: {0}")]
-pub struct ClusterError(pub String);
+pub enum ClusterError {
+    /// A watched cache has not completed its first list.
+    #[error("{what} not read yet: {why}")]
+    NotListed {
+        /// What is not listed, e.g. `the default/kubernetes Service`.
+        what: String,
+        /// Why: the watch's last error, or that the first list has not completed.
+        why: String,
+    },
+    /// A request to the apiserver failed; the text is the client's error.
+    #[error("cluster read failed: {0}")]
+    Request(String),
+}
 
 /// One entry of a Node's `status.addresses`.
 #[derive(Debug, Clone, PartialEq, Eq)]
