@@ -1,5 +1,6 @@
-//! The `check` subcommand: runs the policy on CSRs read from a file and prints the decision and
-//! every check's result, as text for people or JSON lines for tools.
+//! The `check` subcommand: runs the policy on CSRs read from files (with `--objects` standing in
+//! for the cluster) or fetched from the cluster, and prints the decision and every check's
+//! result, as text for people or JSON lines for tools.
 
 use std::io::Write;
 use std::net::IpAddr;
@@ -21,7 +22,7 @@ use crate::csr_object::submission;
 use crate::display::Escaped;
 use crate::dns::{DnsError, HickoryResolver};
 use crate::machines::{machine_from_json, pending_in};
-use crate::manifest::{Input, InputError, Object, read_objects};
+use crate::object_files::{Input, InputError, Object, read_objects};
 use crate::policy::{
     ClusterView, Evaluation, Outcome, PolicyConfig, Resolver, Submission, evaluate, issued_client_node,
 };
@@ -159,7 +160,7 @@ pub async fn fetch(client: kube::Client, names: &[String]) -> Result<Vec<Submiss
     Ok(csrs)
 }
 
-fn expect_kind(input: &Input, object: &crate::manifest::Object, kind: &str) -> Result<(), InputError> {
+fn expect_kind(input: &Input, object: &crate::object_files::Object, kind: &str) -> Result<(), InputError> {
     if object.kind == kind {
         Ok(())
     } else {

@@ -10,7 +10,7 @@ use k8s_openapi::api::core::v1::Node;
 use crate::apiserver::ApiserverWatch;
 use crate::csr_ledger::CsrLedger;
 use crate::machines::MachineCache;
-use crate::policy::{ClusterError, ClusterView, Load, MachineInfo, NodeAddress, NodeInfo};
+use crate::policy::{BrakeInputs, ClusterError, ClusterView, MachineInfo, NodeAddress, NodeInfo};
 
 /// The live cluster: one GET per Node asked for; Machines and Nodes from the watched caches of
 /// machine mode, the pending CSRs and approved client CSRs from the CSR cache ([`CsrLedger`]);
@@ -46,8 +46,8 @@ impl ClusterView for KubeCluster {
         Ok(self.machines.as_ref().map(|(cache, _)| cache.machines()).unwrap_or_default())
     }
 
-    async fn load(&self) -> Result<Load, ClusterError> {
-        Ok(self.machines.as_ref().map_or(Load::default(), |(cache, ledger)| Load {
+    async fn load(&self) -> Result<BrakeInputs, ClusterError> {
+        Ok(self.machines.as_ref().map_or(BrakeInputs::default(), |(cache, ledger)| BrakeInputs {
             pending: ledger.pending(jiff::Timestamp::now()),
             machines: cache.machine_count(),
             nodes: cache.node_count(),
@@ -111,8 +111,8 @@ impl ClusterView for StaticCluster {
         Ok(self.machines.clone())
     }
 
-    async fn load(&self) -> Result<Load, ClusterError> {
-        Ok(Load { pending: self.pending, machines: self.machines.len(), nodes: self.nodes.len() })
+    async fn load(&self) -> Result<BrakeInputs, ClusterError> {
+        Ok(BrakeInputs { pending: self.pending, machines: self.machines.len(), nodes: self.nodes.len() })
     }
 
     async fn apiserver_addresses(&self) -> Result<Vec<IpAddr>, ClusterError> {

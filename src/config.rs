@@ -2,11 +2,11 @@
 //! Every startup error is produced here and names the flag, its env var and the value; the rules
 //! themselves are the policy's types ([`crate::policy::PolicyConfig`]).
 
-mod anchoring;
 mod bind_address;
 mod flags;
 mod machine_flags;
 mod policy_flags;
+mod regex_anchoring;
 mod run_flags;
 
 pub use bind_address::{BindAddress, BindAddressError};

@@ -9,15 +9,15 @@
 
 mod approval;
 mod events;
-mod memory;
 mod oldest;
+mod reconcile_state;
 mod step;
 mod triggers;
 mod trim;
 
 pub use approval::{WRITE_TIMEOUT, WriteError, write_condition};
 pub(crate) use events::Events;
-pub(crate) use memory::Memory;
+pub(crate) use reconcile_state::ReconcileState;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -40,8 +40,8 @@ use crate::policy::{
     ClusterView, Decision, KUBELET_SERVING_SIGNER, NODE_USER_PREFIX, PolicyConfig, Reason, Resolver, evaluate,
 };
 use crate::watch_backoff::WatchBackoff;
-use memory::CsrKey;
-use step::{Note, Step};
+use reconcile_state::CsrKey;
+use step::{Announcement, Step};
 
 /// Machine and Node changes re-trigger waiting CSRs at most this often.
 const RETRIGGER_PERIOD: Duration = Duration::from_secs(1);
@@ -71,8 +71,8 @@ pub(crate) struct Context<R, C> {
     pub metrics: Metrics,
     /// Evaluate and record, but write nothing.
     pub dry_run: bool,
-    /// Per-CSR memory: retry attempts and the decisions already announced.
-    pub memory: Memory,
+    /// What each CSR's reconciles have done: retry attempts, the decisions already announced.
+    pub reconciles: ReconcileState,
 }
 
 /// How the controller is run: concurrency, the pass triggers it does not make itself, and when to
@@ -168,7 +168,7 @@ where
         changes.borrow_and_update();
         Some(((), changes))
     })
-    .filter(move |()| futures::future::ready(ctx.memory.anyone_waiting_on_cluster()))
+    .filter(move |()| futures::future::ready(ctx.reconciles.anyone_waiting_on_cluster()))
 }
 
 /// Evaluates one CSR (only while leading, or under `--dry-run`) and carries out its [`Step`].
@@ -184,7 +184,7 @@ async fn reconcile<R: Resolver, C: ClusterView>(
         return Ok(Action::await_change());
     }
     let key = CsrKey::of(&csr);
-    if ctx.memory.written_at(key, csr.metadata.resource_version.as_deref()) {
+    if ctx.reconciles.written_at(key, csr.metadata.resource_version.as_deref()) {
         // A pass or a retry came before the watch brought our own write back: this is the
         // version the decision was written on, so the cache is behind, not the CSR undecided.
         tracing::debug!(csr = %logged, "decision written on this version: waiting for the watch");
@@ -196,14 +196,14 @@ async fn reconcile<R: Resolver, C: ClusterView>(
     ctx.metrics.observe_evaluation(started.elapsed());
     let decision = evaluation.decision;
     let node = sub.username.strip_prefix(NODE_USER_PREFIX).unwrap_or_default();
-    let announced = ctx.memory.announced(key, decision.kind, decision.reason);
-    match step::step(decision.kind, ctx.leadership.is_leader(), ctx.dry_run, announced) {
+    let announced = ctx.reconciles.announced(key, decision.kind, decision.reason);
+    match step::step_for(decision.kind, ctx.leadership.is_leader(), ctx.dry_run, announced) {
         Step::Forget => {
             tracing::debug!(csr = %logged, reason = %decision.reason, "ignored");
             if is_decided(&csr) {
                 ctx.forget(&name);
             } else {
-                ctx.memory.excuse(key);
+                ctx.reconciles.excuse(key);
             }
             Ok(Action::await_change())
         }
@@ -214,7 +214,7 @@ async fn reconcile<R: Resolver, C: ClusterView>(
         }
         Step::Write => ctx.write(&csr, key, &decision, node).await,
         Step::Wait(note) => {
-            ctx.memory.excuse(key);
+            ctx.reconciles.excuse(key);
             if let Some(note) = note {
                 ctx.metrics.record_decision(decision.kind, decision.reason);
                 ctx.announce(&csr, key, &decision, node, note).await;
@@ -222,8 +222,8 @@ async fn reconcile<R: Resolver, C: ClusterView>(
             Ok(Action::await_change())
         }
         Step::Retry(note) => {
-            let delay = ctx.memory.next_retry(key, waits_on_cluster(decision.reason));
-            ctx.metrics.set_waiting_retry(ctx.memory.waiting());
+            let delay = ctx.reconciles.next_retry(key, waits_on_cluster(decision.reason));
+            ctx.metrics.set_waiting_retry(ctx.reconciles.waiting());
             if let Some(note) = note {
                 ctx.announce(&csr, key, &decision, node, note).await;
             }
@@ -236,8 +236,8 @@ async fn reconcile<R: Resolver, C: ClusterView>(
 /// A failed write is tried again after its own backoff (0.5 s doubling to 8 s), until the CSR is
 /// decided or gone.
 fn error_policy<R, C>(csr: Arc<CertificateSigningRequest>, error: &ControllerError, ctx: Arc<Context<R, C>>) -> Action {
-    let delay = ctx.memory.next_write_retry(CsrKey::of(&csr));
-    ctx.metrics.set_waiting_retry(ctx.memory.waiting());
+    let delay = ctx.reconciles.next_write_retry(CsrKey::of(&csr));
+    ctx.metrics.set_waiting_retry(ctx.reconciles.waiting());
     tracing::warn!(%error, retry_in = ?delay, "reconcile failed; retrying");
     Action::requeue(delay)
 }
@@ -278,13 +278,13 @@ impl<R, C> Context<R, C> {
                 self.metrics.record_decision(decision.kind, decision.reason);
                 log_decision(key.name, node, decision, "written");
                 self.events.publish(csr.object_ref(&()), decision, "").await;
-                self.memory.mark_written(key, csr.metadata.resource_version.as_deref().unwrap_or_default());
-                self.metrics.set_waiting_retry(self.memory.waiting());
+                self.reconciles.mark_written(key, csr.metadata.resource_version.as_deref().unwrap_or_default());
+                self.metrics.set_waiting_retry(self.reconciles.waiting());
                 Ok(Action::await_change())
             }
             Err(error) if error.status() == Some(409) => {
                 self.metrics.record_write(WriteResult::Conflict);
-                let delay = self.memory.next_conflict_retry(key);
+                let delay = self.reconciles.next_conflict_retry(key);
                 tracing::debug!(csr = %logged, retry_in = ?delay, "conflict: re-reading and deciding again");
                 Ok(Action::requeue(delay))
             }
@@ -296,9 +296,9 @@ impl<R, C> Context<R, C> {
             }
             Err(error @ WriteError::Unaddressable { .. }) => {
                 self.metrics.record_write(WriteResult::Unaddressable);
-                let delay = self.memory.next_retry(key, false);
-                self.metrics.set_waiting_retry(self.memory.waiting());
-                if self.memory.mark_unaddressable(key) {
+                let delay = self.reconciles.next_retry(key, false);
+                self.metrics.set_waiting_retry(self.reconciles.waiting());
+                if self.reconciles.mark_unaddressable(key) {
                     tracing::error!(csr = %logged, %error, "cannot write the decision: no request can name this CSR");
                 }
                 Ok(Action::requeue(delay))
@@ -317,17 +317,17 @@ impl<R, C> Context<R, C> {
         key: CsrKey<'_>,
         decision: &Decision,
         node: &str,
-        note: Note,
+        note: Announcement,
     ) {
-        self.memory.mark_announced(key, decision.kind, decision.reason);
+        self.reconciles.mark_announced(key, decision.kind, decision.reason);
         log_decision(key.name, node, decision, note.log);
         self.events.publish(csr.object_ref(&()), decision, note.event_prefix).await;
     }
 
     /// Drops what was remembered about a CSR that is decided or gone.
     fn forget(&self, name: &str) {
-        if self.memory.forget(name) {
-            self.metrics.set_waiting_retry(self.memory.waiting());
+        if self.reconciles.forget(name) {
+            self.metrics.set_waiting_retry(self.reconciles.waiting());
         }
     }
 }

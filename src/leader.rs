@@ -55,11 +55,11 @@ fn is_fatal(error: &LeaseManagerError) -> bool {
 /// Whether this replica may write. Cheap to clone.
 #[derive(Debug, Clone)]
 pub struct Leadership {
-    fence: Option<Arc<Fence>>,
+    fence: Option<Arc<WriteFence>>,
 }
 
 #[derive(Debug)]
-struct Fence {
+struct WriteFence {
     identity: String,
     renew_deadline: Duration,
     /// The manager's view: it believes it holds the Lease.
@@ -78,7 +78,7 @@ struct Fence {
 /// Lease watch reports, so a quarter of a second adds little to the time a renewal takes.
 const FENCE_POLL: Duration = Duration::from_millis(250);
 
-impl Fence {
+impl WriteFence {
     /// The last renewal seen, also after a panic while it was held: the value is replaced whole,
     /// never left half-written.
     fn renewed(&self) -> MutexGuard<'_, Option<SystemTime>> {
@@ -163,7 +163,7 @@ pub async fn start(client: Client, cfg: &LeaderConfig) -> Result<(Leadership, El
         params: LeaseParams::new(&cfg.identity, duration, grace),
     };
     let manager = lease.manager().await?;
-    let fence = Arc::new(Fence {
+    let fence = Arc::new(WriteFence {
         identity: cfg.identity.clone(),
         renew_deadline: cfg.renew_deadline,
         holding: AtomicBool::new(false),
@@ -200,7 +200,7 @@ impl LeaseSpec {
 async fn contend(
     lease: LeaseSpec,
     mut manager: LeaseManager,
-    fence: Arc<Fence>,
+    fence: Arc<WriteFence>,
     mut stopped: tokio::sync::oneshot::Receiver<()>,
     retry_period: Duration,
 ) -> Result<(), LeaseManagerError> {
@@ -239,7 +239,7 @@ async fn contend(
 
 /// Follows the Lease: records its `renewTime` whenever it names this replica as holder, and
 /// wakes [`contend`] when it has no holder.
-async fn observe(api: Api<Lease>, name: String, fence: Arc<Fence>) {
+async fn observe(api: Api<Lease>, name: String, fence: Arc<WriteFence>) {
     let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
     let leases = StreamBackoff::new(watcher::watcher(api, config), WatchBackoff::default());
     let mut leases = std::pin::pin!(leases);
@@ -297,8 +297,8 @@ impl Election {
 mod tests {
     use super::*;
 
-    fn fenced(renew_deadline: Duration) -> (Leadership, Arc<Fence>) {
-        let fence = Arc::new(Fence {
+    fn fenced(renew_deadline: Duration) -> (Leadership, Arc<WriteFence>) {
+        let fence = Arc::new(WriteFence {
             identity: "me".into(),
             renew_deadline,
             holding: AtomicBool::new(false),

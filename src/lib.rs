@@ -25,7 +25,7 @@ mod connect;
 mod csr_ledger;
 mod leader;
 mod machines;
-mod manifest;
+mod object_files;
 mod watch_backoff;
 
 pub use node_csr_approver_core::{csr, policy};

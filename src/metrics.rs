@@ -310,11 +310,6 @@ impl<R> MeteredResolver<R> {
     pub fn new(inner: R, metrics: Metrics) -> Self {
         Self { inner, metrics }
     }
-
-    /// The wrapped resolver.
-    pub fn inner(&self) -> &R {
-        &self.inner
-    }
 }
 
 impl<R: Resolver> Resolver for MeteredResolver<R> {

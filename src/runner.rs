@@ -17,7 +17,7 @@ use crate::admin::{self, Readiness};
 use crate::cluster::KubeCluster;
 use crate::config::{BindAddress, RunConfig, Settings};
 use crate::connect::{ConnectError, Connection, connect};
-use crate::controller::{self, Context, Events, Memory};
+use crate::controller::{self, Context, Events, ReconcileState};
 use crate::csr_ledger::CsrLedger;
 use crate::dns::HickoryResolver;
 use crate::leader::{self, Leadership};
@@ -78,7 +78,7 @@ pub async fn run(settings: Settings) -> Result<(), RunError> {
         events,
         metrics,
         dry_run: cfg.dry_run,
-        memory: Memory::default(),
+        reconciles: ReconcileState::default(),
     });
     if let Some(rules) = &ctx.policy.machine {
         tokio::spawn(report_pending_brake(ctx.cluster.clone(), rules.max_pending_delta, ctx.metrics.clone()));

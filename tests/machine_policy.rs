@@ -13,7 +13,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use node_csr_approver::policy::{
-    Bootstrapper, ClusterError, DecisionKind, Evidence, Load, Lookup, MachineInfo, MachinePolicy, NodeAddress,
+    Bootstrapper, BrakeInputs, ClusterError, DecisionKind, Evidence, Lookup, MachineInfo, MachinePolicy, NodeAddress,
     NodeInfo, PolicyConfig, Reason, Submission,
 };
 use rcgen::DnType;
@@ -81,7 +81,7 @@ fn machine(addresses: &[(&str, &str)], node_ref: Option<&str>) -> Arc<MachineInf
 fn evidence(machines: Vec<Arc<MachineInfo>>) -> Evidence {
     Evidence {
         node: Some(Lookup::Missing),
-        load: Some(Ok(Load { pending: 1, machines: machines.len(), nodes: 0 })),
+        load: Some(Ok(BrakeInputs { pending: 1, machines: machines.len(), nodes: 0 })),
         machines: Some(Ok(machines)),
         apiserver: Some(Ok(Vec::new())),
         client_certificates: Some(Ok(Vec::new())),
@@ -218,11 +218,11 @@ fn cases() -> Vec<Case> {
         case("approved client csrs not looked up", client("n1", 60), quiet(), (Retry, Reason::ClusterUnavailable))
             .evidence(|e| e.client_certificates = None),
         case("brake at the limit", client("n1", 60), quiet(), (Approve, Reason::AutoApproved))
-            .evidence(|e| e.load = Some(Ok(Load { pending: 101, machines: 1, nodes: 0 }))),
+            .evidence(|e| e.load = Some(Ok(BrakeInputs { pending: 101, machines: 1, nodes: 0 }))),
         case("brake one over the limit", client("n1", 60), quiet(), (Retry, Reason::TooManyPending))
-            .evidence(|e| e.load = Some(Ok(Load { pending: 102, machines: 1, nodes: 0 }))),
+            .evidence(|e| e.load = Some(Ok(BrakeInputs { pending: 102, machines: 1, nodes: 0 }))),
         case("brake counts nodes when more", client("n1", 60), quiet(), (Retry, Reason::TooManyPending))
-            .evidence(|e| e.load = Some(Ok(Load { pending: 106, machines: 1, nodes: 5 }))),
+            .evidence(|e| e.load = Some(Ok(BrakeInputs { pending: 106, machines: 1, nodes: 5 }))),
         // Serving CSRs in machine mode.
         case(
             "serving sans are machine addresses",
@@ -274,7 +274,7 @@ fn cases() -> Vec<Case> {
             claimed(),
             (Retry, Reason::TooManyPending),
         )
-        .evidence(|e| e.load = Some(Ok(Load { pending: 500, machines: 1, nodes: 1 }))),
+        .evidence(|e| e.load = Some(Ok(BrakeInputs { pending: 500, machines: 1, nodes: 1 }))),
     ]
 }
 

@@ -21,7 +21,7 @@ use jiff::Timestamp;
 
 use crate::csr::CsrFacts;
 
-pub use evidence::{Evidence, Lookup, Needs, gather};
+pub use evidence::{Evidence, EvidenceNeeded, Lookup, gather};
 pub use identity::{
     CLIENT_SIGNER as KUBELET_CLIENT_SIGNER, NODE_USER_PREFIX, NODES_GROUP, SERVING_SIGNER as KUBELET_SERVING_SIGNER,
     is_dns_subdomain,
@@ -32,13 +32,14 @@ pub use machine_checks::{
 };
 pub use one_client_certificate::issued_client_node;
 pub use ports::{
-    ClusterError, ClusterView, DnsFailure, Load, MachineInfo, NodeAddress, NodeInfo, Resolution, Resolver,
+    BrakeInputs, ClusterError, ClusterView, DnsFailure, MachineInfo, NodeAddress, NodeInfo, Resolution, Resolver,
 };
 pub use reason::Reason;
 pub use report::{Check, CheckResult, Consequence, Failure, Outcome};
 pub use rules::{Bootstrapper, HostnameMatch, MachinePolicy, PolicyConfig};
 pub use submission::Submission;
 
+use node_client::Requester;
 use report::Report;
 
 /// What to do with a CSR.
@@ -123,30 +124,30 @@ pub fn decide(sub: &Submission, cfg: &PolicyConfig, evidence: &Evidence, now: Ti
 }
 
 /// The checks of one signer that have run before evidence is gathered.
-enum Staged<'a> {
-    Serving(Box<kubelet_serving::Staged>),
-    Client(Box<node_client::Staged>, &'a MachinePolicy),
+enum SignerChecks<'a> {
+    Serving(Box<kubelet_serving::ServingChecks>),
+    Client(Box<node_client::ClientChecks>, &'a MachinePolicy),
 }
 
-impl Staged<'_> {
-    fn needs(&self, cfg: &PolicyConfig) -> Option<Needs> {
+impl SignerChecks<'_> {
+    fn needs(&self, cfg: &PolicyConfig) -> Option<EvidenceNeeded> {
         match self {
-            Staged::Serving(staged) => staged.needs(cfg),
-            Staged::Client(staged, _) => staged.needs(),
+            SignerChecks::Serving(staged) => staged.needs(cfg),
+            SignerChecks::Client(staged, _) => staged.needs(),
         }
     }
 
     fn facts(&self) -> Option<&CsrFacts> {
         match self {
-            Staged::Serving(staged) => staged.facts(),
-            Staged::Client(staged, _) => staged.facts(),
+            SignerChecks::Serving(staged) => staged.facts(),
+            SignerChecks::Client(staged, _) => staged.facts(),
         }
     }
 }
 
 /// Signer, pending and (for client CSRs) identity checks, then the checks that need no evidence;
 /// `Err` when the CSR is not ours or already decided.
-fn triage<'a>(sub: &Submission, cfg: &'a PolicyConfig) -> Result<(Report, Staged<'a>), Evaluation> {
+fn triage<'a>(sub: &Submission, cfg: &'a PolicyConfig) -> Result<(Report, SignerChecks<'a>), Evaluation> {
     let mut triage = Report::default();
     let client_rules = cfg.machine.as_ref().filter(|m| m.client_approval);
     let handled = sub.signer_name == identity::SERVING_SIGNER
@@ -165,10 +166,12 @@ fn triage<'a>(sub: &Submission, cfg: &'a PolicyConfig) -> Result<(Report, Staged
     }
     triage.record(Check::Pending, Ok("no decision yet".into()));
     match client_rules.filter(|_| sub.signer_name == identity::CLIENT_SIGNER) {
-        None => Ok((triage, Staged::Serving(Box::new(kubelet_serving::stage(sub, cfg))))),
-        Some(rules) => match node_client::identity(sub, rules) {
-            Ok(identity) => Ok((triage, Staged::Client(Box::new(node_client::stage(sub, identity)), rules))),
-            Err(not_ours) => {
+        None => Ok((triage, SignerChecks::Serving(Box::new(kubelet_serving::stage(sub, cfg))))),
+        Some(rules) => match node_client::requester(sub, rules) {
+            Requester::Bootstrapper(groups) => {
+                Ok((triage, SignerChecks::Client(Box::new(node_client::stage(sub, groups)), rules)))
+            }
+            Requester::NotOurs(not_ours) => {
                 triage.record(Check::Bootstrapper, Err(not_ours));
                 Err(conclude(triage, cfg, sub))
             }
@@ -180,14 +183,14 @@ fn finish(
     sub: &Submission,
     cfg: &PolicyConfig,
     mut triage: Report,
-    staged: Staged<'_>,
+    staged: SignerChecks<'_>,
     evidence: Option<&Evidence>,
     now: Timestamp,
 ) -> Evaluation {
     let request = staged.facts().cloned().map(Box::new);
     let mut report = match staged {
-        Staged::Client(staged, rules) => (*staged).finish(sub, rules, evidence),
-        Staged::Serving(staged) => {
+        SignerChecks::Client(staged, rules) => (*staged).finish(sub, rules, evidence),
+        SignerChecks::Serving(staged) => {
             let age = sub.created.map(|created| age_at(created, now));
             staged.finish(cfg, evidence, age)
         }

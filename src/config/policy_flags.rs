@@ -8,8 +8,8 @@ use clap::Args;
 use ipnet::IpNet;
 
 use super::ConfigError;
-use super::anchoring;
 use super::flags::{Field, field};
+use super::regex_anchoring;
 use crate::policy::{HostnameMatch, PolicyConfig, is_dns_subdomain};
 
 /// The hard cap on a certificate lifetime this approver accepts: 367 days, in seconds.
@@ -100,7 +100,7 @@ impl PolicyArgs {
         let mut warnings = Vec::new();
         let regex_text = self.provider_regex.as_deref().unwrap_or_default();
         let provider_regex = provider_regex(field!(self.provider_regex), regex_text)?;
-        for alternative in anchoring::unanchored_alternatives(regex_text) {
+        for alternative in regex_anchoring::unanchored_alternatives(regex_text) {
             warnings.push(Warning(format!(
                 "--provider-regex {regex_text:?}: {alternative:?} is not anchored with ^...$, so it matches \
                  anywhere in a DNS name"

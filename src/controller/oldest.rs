@@ -13,11 +13,11 @@ use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use kube::runtime::reflector::Store;
 
 use super::Context;
-use super::memory::CsrKey;
+use super::reconcile_state::CsrKey;
 use crate::csr_object::is_decided;
 use crate::policy::{KUBELET_CLIENT_SIGNER, KUBELET_SERVING_SIGNER};
 
-/// How often the age is computed (a scan of the cache) and forgotten CSRs are dropped from memory.
+/// How often the age is computed (a scan of the cache) and forgotten CSRs are dropped from the reconcile state.
 const REPORT_PERIOD: Duration = Duration::from_secs(5);
 
 /// The age at `now` of the oldest CSR of `csrs` that is undecided, of a signer in `signers`,
@@ -41,7 +41,7 @@ pub(super) fn handled_signers(client_csrs: bool) -> &'static [&'static str] {
     if client_csrs { &[KUBELET_SERVING_SIGNER, KUBELET_CLIENT_SIGNER] } else { &[KUBELET_SERVING_SIGNER] }
 }
 
-/// Every [`REPORT_PERIOD`]: drops what memory holds of CSRs no longer cached, and sets the gauge
+/// Every [`REPORT_PERIOD`]: drops what the reconcile state holds of CSRs no longer cached, and sets the gauge
 /// (zero unless this replica writes).
 pub(super) async fn report<R, C>(ctx: Arc<Context<R, C>>, store: Store<CertificateSigningRequest>, client_csrs: bool) {
     let signers = handled_signers(client_csrs);
@@ -50,10 +50,10 @@ pub(super) async fn report<R, C>(ctx: Arc<Context<R, C>>, store: Store<Certifica
         let csrs = store.state();
         if store.wait_until_ready().now_or_never().is_some_and(|ready| ready.is_ok()) {
             let cached: HashMap<&str, &str> = csrs.iter().map(|csr| CsrKey::of(csr)).map(|k| (k.name, k.uid)).collect();
-            ctx.memory.retain(|key| cached.get(key.name) == Some(&key.uid));
+            ctx.reconciles.retain(|key| cached.get(key.name) == Some(&key.uid));
         }
         let age = if ctx.leadership.is_leader() && !ctx.dry_run {
-            let excused = |csr: &CertificateSigningRequest| ctx.memory.is_excused(CsrKey::of(csr));
+            let excused = |csr: &CertificateSigningRequest| ctx.reconciles.is_excused(CsrKey::of(csr));
             oldest_undecided_age(csrs.iter().map(AsRef::as_ref), signers, excused, Timestamp::now())
         } else {
             Duration::ZERO

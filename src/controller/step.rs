@@ -5,7 +5,7 @@ use crate::policy::DecisionKind;
 
 /// How a decision that is not written is told: the log line's `message` and the event's prefix.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct Note {
+pub(super) struct Announcement {
     /// The decision log line's `message`.
     pub log: &'static str,
     /// Put before the decision's message in the event's note.
@@ -13,11 +13,12 @@ pub(super) struct Note {
 }
 
 /// A decision `--dry-run` would have written.
-pub(super) const DRY_RUN: Note = Note { log: "dry run: not written", event_prefix: "dry run, nothing written: " };
+pub(super) const DRY_RUN: Announcement =
+    Announcement { log: "dry run: not written", event_prefix: "dry run, nothing written: " };
 /// A failing rule that a human decides on (`--skip-deny-step`, or a node-client CSR).
-pub(super) const HELD: Note = Note { log: "held for a human", event_prefix: "held for a human: " };
+pub(super) const HELD: Announcement = Announcement { log: "held for a human", event_prefix: "held for a human: " };
 /// A transient condition.
-pub(super) const RETRYING: Note = Note { log: "retrying", event_prefix: "retrying: " };
+pub(super) const RETRYING: Announcement = Announcement { log: "retrying", event_prefix: "retrying: " };
 
 /// What to do with one evaluated CSR.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -30,10 +31,10 @@ pub(super) enum Step {
     Write,
     /// Write nothing and wait for a change; log, count and publish it when there is a note (the
     /// first time).
-    Wait(Option<Note>),
+    Wait(Option<Announcement>),
     /// Evaluate again after the backoff; count it every time, log and publish it when there is a
     /// note (the first time).
-    Retry(Option<Note>),
+    Retry(Option<Announcement>),
 }
 
 /// Whether a CSR is evaluated at all: by the leader, and by every replica under `--dry-run`
@@ -45,8 +46,8 @@ pub(super) fn evaluates(leading: bool, dry_run: bool) -> bool {
 /// The step for a decision of `kind`, taken while `leading` (checked again after the
 /// evaluation: a leader that lost the Lease meanwhile must not write), under `dry_run`, with
 /// `announced` true when this decision was already told for this CSR.
-pub(super) fn step(kind: DecisionKind, leading: bool, dry_run: bool, announced: bool) -> Step {
-    let first = |note: Note| (!announced).then_some(note);
+pub(super) fn step_for(kind: DecisionKind, leading: bool, dry_run: bool, announced: bool) -> Step {
+    let first = |note: Announcement| (!announced).then_some(note);
     match kind {
         DecisionKind::Ignore => Step::Forget,
         DecisionKind::Approve | DecisionKind::Deny if dry_run => Step::Wait(first(DRY_RUN)),
@@ -67,8 +68,8 @@ mod tests {
     fn only_a_leader_outside_dry_run_writes() {
         for kind in WRITES {
             for announced in [false, true] {
-                assert_eq!(step(kind, true, false, announced), Step::Write);
-                assert_eq!(step(kind, false, false, announced), Step::Standby);
+                assert_eq!(step_for(kind, true, false, announced), Step::Write);
+                assert_eq!(step_for(kind, false, false, announced), Step::Standby);
             }
         }
     }
@@ -77,8 +78,8 @@ mod tests {
     fn dry_run_tells_a_would_be_write_once_whoever_leads() {
         for kind in WRITES {
             for leading in [false, true] {
-                assert_eq!(step(kind, leading, true, false), Step::Wait(Some(DRY_RUN)));
-                assert_eq!(step(kind, leading, true, true), Step::Wait(None));
+                assert_eq!(step_for(kind, leading, true, false), Step::Wait(Some(DRY_RUN)));
+                assert_eq!(step_for(kind, leading, true, true), Step::Wait(None));
             }
         }
     }
@@ -86,11 +87,11 @@ mod tests {
     #[test]
     fn holds_and_retries_are_told_once_and_never_written() {
         for (leading, dry_run) in [(true, false), (false, false), (true, true), (false, true)] {
-            assert_eq!(step(DecisionKind::Hold, leading, dry_run, false), Step::Wait(Some(HELD)));
-            assert_eq!(step(DecisionKind::Hold, leading, dry_run, true), Step::Wait(None));
-            assert_eq!(step(DecisionKind::Retry, leading, dry_run, false), Step::Retry(Some(RETRYING)));
-            assert_eq!(step(DecisionKind::Retry, leading, dry_run, true), Step::Retry(None));
-            assert_eq!(step(DecisionKind::Ignore, leading, dry_run, false), Step::Forget);
+            assert_eq!(step_for(DecisionKind::Hold, leading, dry_run, false), Step::Wait(Some(HELD)));
+            assert_eq!(step_for(DecisionKind::Hold, leading, dry_run, true), Step::Wait(None));
+            assert_eq!(step_for(DecisionKind::Retry, leading, dry_run, false), Step::Retry(Some(RETRYING)));
+            assert_eq!(step_for(DecisionKind::Retry, leading, dry_run, true), Step::Retry(None));
+            assert_eq!(step_for(DecisionKind::Ignore, leading, dry_run, false), Step::Forget);
         }
     }
 

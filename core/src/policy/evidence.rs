@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::sync::Arc;
 
-use super::ports::{ClusterError, ClusterView, Load, MachineInfo, NodeInfo, Resolution, Resolver};
+use super::ports::{BrakeInputs, ClusterError, ClusterView, MachineInfo, NodeInfo, Resolution, Resolver};
 
 /// What a cluster lookup found.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -29,7 +29,7 @@ pub struct Evidence {
     /// Every Machine, in machine mode.
     pub machines: Option<Result<Vec<Arc<MachineInfo>>, ClusterError>>,
     /// The pending brake's counts, in machine mode.
-    pub load: Option<Result<Load, ClusterError>>,
+    pub load: Option<Result<BrakeInputs, ClusterError>>,
     /// The apiserver's addresses (the `default/kubernetes` Service's ClusterIPs and its
     /// EndpointSlices' addresses), when asked for; `None` (not looked up) is retried, never
     /// read as "no addresses".
@@ -40,7 +40,7 @@ pub struct Evidence {
 
 /// What must be gathered for one CSR.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Needs {
+pub struct EvidenceNeeded {
     /// Lowercased DNS names to resolve.
     pub dns_names: Vec<String>,
     /// The Node to fetch.
@@ -55,7 +55,7 @@ pub struct Needs {
 
 /// Gathers `needs` concurrently: every DNS name, the Node, the Machines and the apiserver's
 /// addresses at once.
-pub async fn gather<R: Resolver, C: ClusterView>(needs: &Needs, resolver: &R, cluster: &C) -> Evidence {
+pub async fn gather<R: Resolver, C: ClusterView>(needs: &EvidenceNeeded, resolver: &R, cluster: &C) -> Evidence {
     let lookups = futures::future::join_all(
         needs.dns_names.iter().map(|name| async move { (name.clone(), resolver.resolve(name).await) }),
     );

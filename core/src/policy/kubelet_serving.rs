@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use crate::csr::CsrFacts;
 
-use super::evidence::{Evidence, Needs};
+use super::evidence::{Evidence, EvidenceNeeded};
 use super::identity::{self, NODE_USER_PREFIX, NODES_GROUP};
 use super::report::{Check, Failure, Report};
 use super::rules::{HostnameMatch, PolicyConfig};
@@ -41,7 +41,7 @@ const STATIC_REQUEST_CHECKS: [Check; 12] = [
 
 /// A serving CSR whose static checks have all run; evidence decides the rest.
 #[derive(Debug)]
-pub(crate) struct Staged {
+pub(crate) struct ServingChecks {
     report: Report,
     request: Option<Parsed>,
     expiration: Result<String, Failure>,
@@ -56,7 +56,7 @@ struct Parsed {
 }
 
 /// Runs every check that needs no evidence, in order, recording each.
-pub(crate) fn stage(sub: &Submission, cfg: &PolicyConfig) -> Staged {
+pub(crate) fn stage(sub: &Submission, cfg: &PolicyConfig) -> ServingChecks {
     let mut report = Report::default();
     let node = node_name(&sub.username, cfg);
     report.record(Check::Username, node.clone().map(|n| format!("node {n:?}")));
@@ -69,7 +69,7 @@ pub(crate) fn stage(sub: &Submission, cfg: &PolicyConfig) -> Staged {
         for check in STATIC_REQUEST_CHECKS {
             report.skip(check, "needs a node username and a parsed request");
         }
-        return Staged { report, request: None, expiration };
+        return ServingChecks { report, request: None, expiration };
     };
     report.record(Check::Subject, subject(&facts, &sub.username));
     report.record(Check::Usages, usages(&sub.usages));
@@ -93,22 +93,22 @@ pub(crate) fn stage(sub: &Submission, cfg: &PolicyConfig) -> Staged {
     }
     report.record(Check::ProviderRegex, provider_regex(&dns_names, cfg));
     report.record(Check::IpPrefixes, ip_prefixes(&facts.ip_addresses, cfg));
-    Staged { report, request: Some(Parsed { node, facts, dns_names }), expiration }
+    ServingChecks { report, request: Some(Parsed { node, facts, dns_names }), expiration }
 }
 
-impl Staged {
+impl ServingChecks {
     /// What the request asks for, when it was read.
     pub(crate) fn facts(&self) -> Option<&CsrFacts> {
         self.request.as_ref().map(|parsed| &parsed.facts)
     }
 
     /// The evidence still needed, or `None` when a check has already failed or none is needed.
-    pub(crate) fn needs(&self, cfg: &PolicyConfig) -> Option<Needs> {
+    pub(crate) fn needs(&self, cfg: &PolicyConfig) -> Option<EvidenceNeeded> {
         let parsed = self.request.as_ref()?;
         if self.report.first_failure().is_some() || self.expiration.is_err() {
             return None;
         }
-        let needs = Needs {
+        let needs = EvidenceNeeded {
             dns_names: if cfg.bypass_dns_resolution { Vec::new() } else { parsed.dns_names.clone() },
             node: cfg.verify_node_addresses.then(|| parsed.node.clone()),
             machines: cfg.machine.is_some(),
@@ -120,7 +120,7 @@ impl Staged {
 
     /// Runs the evidence checks (skipped when `evidence` is `None`) and returns the full report.
     pub(crate) fn finish(self, cfg: &PolicyConfig, evidence: Option<&Evidence>, age: Option<Duration>) -> Report {
-        let Staged { mut report, request, expiration } = self;
+        let ServingChecks { mut report, request, expiration } = self;
         let usable = request.as_ref().zip(evidence);
         match usable {
             Some((parsed, evidence)) => report.record(

@@ -9,7 +9,7 @@ use jiff::{SignedDuration, Timestamp};
 use crate::csr::CsrFacts;
 
 use super::identity::{CLIENT_SIGNER, NODES_GROUP, SERVING_SIGNER};
-use super::ports::{ClusterError, Load, MachineInfo};
+use super::ports::{BrakeInputs, ClusterError, MachineInfo};
 use super::report::Failure;
 use super::rules::MachinePolicy;
 use super::{Reason, Submission};
@@ -142,13 +142,16 @@ pub fn pending_count<'a>(
 }
 
 /// The most pending node CSRs the brake lets through: max(Machines, Nodes) + `delta`.
-pub fn brake_limit(load: &Load, delta: u32) -> usize {
+pub fn brake_limit(load: &BrakeInputs, delta: u32) -> usize {
     load.machines.max(load.nodes).saturating_add(delta as usize)
 }
 
 /// The safety brake: no machine-mode approval while pending node CSRs exceed
 /// max(Machines, Nodes) + `--max-pending-delta`.
-pub(crate) fn pending_brake(load: &Option<Result<Load, ClusterError>>, cfg: &MachinePolicy) -> Result<String, Failure> {
+pub(crate) fn pending_brake(
+    load: &Option<Result<BrakeInputs, ClusterError>>,
+    cfg: &MachinePolicy,
+) -> Result<String, Failure> {
     let load = match load {
         Some(Ok(load)) => load,
         Some(Err(error)) => {
@@ -176,9 +179,9 @@ mod tests {
 
     #[test]
     fn the_brake_limit_is_the_larger_count_plus_the_delta() {
-        let load = Load { pending: 0, machines: 3, nodes: 5 };
+        let load = BrakeInputs { pending: 0, machines: 3, nodes: 5 };
         assert_eq!(brake_limit(&load, 2), 7);
-        assert_eq!(brake_limit(&Load { machines: 9, ..load }, 0), 9);
-        assert_eq!(brake_limit(&Load { machines: usize::MAX, ..load }, 1), usize::MAX);
+        assert_eq!(brake_limit(&BrakeInputs { machines: 9, ..load }, 0), 9);
+        assert_eq!(brake_limit(&BrakeInputs { machines: usize::MAX, ..load }, 1), usize::MAX);
     }
 }

@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 
 use crate::csr::CsrFacts;
 
-use super::evidence::{Evidence, Lookup, Needs};
+use super::evidence::{Evidence, EvidenceNeeded, Lookup};
 use super::identity::{self, NODE_USER_PREFIX, NODES_GROUP};
 use super::machine_checks;
 use super::one_client_certificate;
@@ -25,23 +25,33 @@ const USAGES_ECDSA: [&str; 2] = ["client auth", "digital signature"];
 
 /// A client CSR whose static checks have run.
 #[derive(Debug)]
-pub(crate) struct Staged {
+pub(crate) struct ClientChecks {
     report: Report,
     node: Option<String>,
     facts: Option<CsrFacts>,
 }
 
-/// The identity check; `Err` ignores the CSR (not the bootstrapper).
-pub(crate) fn identity(sub: &Submission, cfg: &MachinePolicy) -> Result<Result<String, Failure>, Failure> {
+/// Who asks for a client certificate, as far as machine mode is concerned.
+#[derive(Debug)]
+pub(crate) enum Requester {
+    /// Not the bootstrapper (a node's own renewal, or someone else): not ours to decide.
+    NotOurs(Failure),
+    /// The bootstrapper's username; the result of the check that its groups are exactly the
+    /// configured ones.
+    Bootstrapper(Result<String, Failure>),
+}
+
+/// The identity check of a client CSR.
+pub(crate) fn requester(sub: &Submission, cfg: &MachinePolicy) -> Requester {
     if !cfg.bootstrapper.matches(&sub.username) {
-        return Err(if sub.username.starts_with(NODE_USER_PREFIX) {
+        return Requester::NotOurs(if sub.username.starts_with(NODE_USER_PREFIX) {
             Failure::ignore(Reason::NodeClientRenewal, format!("{} renews its own client certificate", sub.username))
         } else {
             Failure::ignore(Reason::NotBootstrapper, format!("username {:?} is not the bootstrapper", sub.username))
         });
     }
     let groups: BTreeSet<String> = sub.groups.iter().cloned().collect();
-    Ok(if groups == cfg.bootstrapper_groups {
+    Requester::Bootstrapper(if groups == cfg.bootstrapper_groups {
         Ok(format!("{} with its groups", sub.username))
     } else {
         Err(Failure::deny(
@@ -52,9 +62,9 @@ pub(crate) fn identity(sub: &Submission, cfg: &MachinePolicy) -> Result<Result<S
 }
 
 /// Runs the checks that need no evidence.
-pub(crate) fn stage(sub: &Submission, identity: Result<String, Failure>) -> Staged {
+pub(crate) fn stage(sub: &Submission, groups: Result<String, Failure>) -> ClientChecks {
     let mut report = Report::default();
-    report.record(Check::Bootstrapper, identity);
+    report.record(Check::Bootstrapper, groups);
     let facts = CsrFacts::from_pem(&sub.request).map_err(|e| Failure::deny(Reason::MalformedRequest, e.to_string()));
     report
         .record(Check::Request, facts.as_ref().map(|_| "parsed, signature verified".to_owned()).map_err(Clone::clone));
@@ -62,28 +72,28 @@ pub(crate) fn stage(sub: &Submission, identity: Result<String, Failure>) -> Stag
         for check in [Check::Subject, Check::NoSans, Check::Usages] {
             report.skip(check, "needs a parsed request");
         }
-        return Staged { report, node: None, facts: None };
+        return ClientChecks { report, node: None, facts: None };
     };
     let node = subject(&facts);
     report.record(Check::Subject, node.clone().map(|n| format!("CN=system:node:{n}, O={NODES_GROUP}")));
     report.record(Check::NoSans, no_sans(&facts));
     report.record(Check::Usages, usages(&sub.usages));
-    Staged { report, node: node.ok(), facts: Some(facts) }
+    ClientChecks { report, node: node.ok(), facts: Some(facts) }
 }
 
-impl Staged {
+impl ClientChecks {
     /// What the request asks for, when it was read.
     pub(crate) fn facts(&self) -> Option<&CsrFacts> {
         self.facts.as_ref()
     }
 
     /// The evidence still needed, or `None` when a check has already failed.
-    pub(crate) fn needs(&self) -> Option<Needs> {
+    pub(crate) fn needs(&self) -> Option<EvidenceNeeded> {
         let node = self.node.as_ref()?;
         if self.report.first_failure().is_some() {
             return None;
         }
-        Some(Needs {
+        Some(EvidenceNeeded {
             dns_names: Vec::new(),
             node: Some(node.clone()),
             machines: true,
@@ -94,7 +104,7 @@ impl Staged {
 
     /// Runs the evidence checks (skipped when `evidence` is `None`) and returns the full report.
     pub(crate) fn finish(self, sub: &Submission, cfg: &MachinePolicy, evidence: Option<&Evidence>) -> Report {
-        let Staged { mut report, node, .. } = self;
+        let ClientChecks { mut report, node, .. } = self;
         let (Some(node), Some(evidence)) = (node, evidence) else {
             for check in [
                 Check::NodeAbsent,

@@ -1,7 +1,7 @@
 //! The ports of the decision core: the traits through which evidence arrives ([`Resolver`] for
-//! DNS, [`ClusterView`] for Nodes, Machines, the pending brake's counts and the apiserver's
-//! addresses) and the types they return. `dns`, `cluster` and `machines` implement them; nothing
-//! here does I/O.
+//! DNS, [`ClusterView`] for Nodes, Machines, the pending brake's counts, the apiserver's
+//! addresses and the approved client CSRs) and the types they return. The shell crate implements
+//! them; nothing here does I/O.
 
 use std::future::Future;
 use std::net::IpAddr;
@@ -99,7 +99,7 @@ pub struct MachineInfo {
 
 /// How busy machine mode is: the inputs of the pending brake.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Load {
+pub struct BrakeInputs {
     /// Pending node CSRs younger than an hour.
     pub pending: usize,
     /// How many Machines exist.
@@ -117,7 +117,7 @@ pub trait ClusterView: Send + Sync {
     fn machines(&self) -> impl Future<Output = Result<Vec<Arc<MachineInfo>>, ClusterError>> + Send;
 
     /// The inputs of the pending brake.
-    fn load(&self) -> impl Future<Output = Result<Load, ClusterError>> + Send;
+    fn load(&self) -> impl Future<Output = Result<BrakeInputs, ClusterError>> + Send;
 
     /// The apiserver's addresses: the ClusterIPs of the `default/kubernetes` Service and the
     /// addresses of its EndpointSlices. An error (not yet synced, unreadable) is retried.

@@ -24,7 +24,7 @@ const CONFLICT_RETRY_BASE: Duration = Duration::from_millis(200);
 /// ... up to this, so a CSR that keeps conflicting is never written in a tight loop.
 const CONFLICT_RETRY_CAP: Duration = Duration::from_secs(30);
 
-/// A CSR as the memory knows it: its name and uid (a CSR re-created under the same name starts
+/// A CSR as the reconcile state knows it: its name and uid (a CSR re-created under the same name starts
 /// afresh).
 #[derive(Debug, Clone, Copy)]
 pub(super) struct CsrKey<'a> {
@@ -61,11 +61,12 @@ struct Entry {
     announced: HashSet<(DecisionKind, Reason)>,
 }
 
-/// Per-CSR memory, shared by every reconcile.
+/// What each CSR's reconciles have done (retry attempts, decisions announced, the version a
+/// decision was written on), shared by every reconcile.
 #[derive(Debug, Default)]
-pub struct Memory(Mutex<HashMap<String, Entry>>);
+pub struct ReconcileState(Mutex<HashMap<String, Entry>>);
 
-impl Memory {
+impl ReconcileState {
     /// Whether `kind` and `reason` were already announced for this CSR.
     pub(super) fn announced(&self, csr: CsrKey<'_>, kind: DecisionKind, reason: Reason) -> bool {
         self.entry(csr, |entry| entry.announced.contains(&(kind, reason)))
@@ -104,7 +105,7 @@ impl Memory {
     }
 
     /// Records that a decision was written on `resource_version` of this CSR: everything else
-    /// remembered of it is done with, and [`Memory::written_at`] holds until the CSR is forgotten.
+    /// remembered of it is done with, and [`ReconcileState::written_at`] holds until the CSR is forgotten.
     pub(super) fn mark_written(&self, csr: CsrKey<'_>, resource_version: &str) {
         self.entry(csr, |entry| {
             *entry =
@@ -131,7 +132,7 @@ impl Memory {
         self.entry(csr, |entry| entry.excused = true);
     }
 
-    /// Whether this CSR is held for a human or not the approver's (see [`Memory::excuse`]).
+    /// Whether this CSR is held for a human or not the approver's (see [`ReconcileState::excuse`]).
     pub(super) fn is_excused(&self, csr: CsrKey<'_>) -> bool {
         self.lock().get(csr.name).is_some_and(|entry| entry.uid == csr.uid && entry.excused)
     }
@@ -200,7 +201,7 @@ mod tests {
 
     #[test]
     fn retries_count_per_csr_and_start_afresh_for_a_new_uid() {
-        let memory = Memory::default();
+        let memory = ReconcileState::default();
         assert_eq!(memory.next_retry(A, false), Duration::from_secs(2));
         assert_eq!(memory.next_retry(A, true), Duration::from_secs(4));
         assert!(memory.anyone_waiting_on_cluster());
@@ -215,7 +216,7 @@ mod tests {
 
     #[test]
     fn failed_writes_and_conflicts_back_off_on_their_own_short_scales() {
-        let memory = Memory::default();
+        let memory = ReconcileState::default();
         let writes: Vec<u64> = (0..7).map(|_| memory.next_write_retry(A).as_millis() as u64).collect();
         assert_eq!(writes, [500, 1000, 2000, 4000, 8000, 8000, 8000]);
         let conflicts: Vec<u64> = (0..10).map(|_| memory.next_conflict_retry(A).as_millis() as u64).collect();
@@ -227,7 +228,7 @@ mod tests {
 
     #[test]
     fn a_conflict_or_a_failed_write_alone_counts_as_waiting() {
-        let memory = Memory::default();
+        let memory = ReconcileState::default();
         memory.next_conflict_retry(A);
         memory.next_write_retry(CsrKey { name: "csr-b", uid: "2" });
         memory.excuse(CsrKey { name: "csr-c", uid: "3" });
@@ -236,7 +237,7 @@ mod tests {
 
     #[test]
     fn a_written_decision_holds_for_its_version_until_the_csr_is_forgotten() {
-        let memory = Memory::default();
+        let memory = ReconcileState::default();
         memory.next_write_retry(A);
         memory.mark_announced(A, DecisionKind::Retry, Reason::DNSUnavailable);
         assert!(!memory.written_at(A, Some("7")));
@@ -253,7 +254,7 @@ mod tests {
 
     #[test]
     fn an_unaddressable_name_is_told_once_per_csr() {
-        let memory = Memory::default();
+        let memory = ReconcileState::default();
         assert!(memory.mark_unaddressable(A));
         assert!(!memory.mark_unaddressable(A));
         assert!(memory.mark_unaddressable(CsrKey { name: "csr-a", uid: "2" }));
@@ -261,7 +262,7 @@ mod tests {
 
     #[test]
     fn an_excuse_holds_for_its_uid_until_the_next_retry() {
-        let memory = Memory::default();
+        let memory = ReconcileState::default();
         assert!(!memory.is_excused(A));
         memory.excuse(A);
         assert!(memory.is_excused(A));
@@ -272,7 +273,7 @@ mod tests {
 
     #[test]
     fn entries_of_csrs_that_are_gone_are_dropped() {
-        let memory = Memory::default();
+        let memory = ReconcileState::default();
         memory.excuse(A);
         memory.excuse(CsrKey { name: "csr-b", uid: "2" });
         memory.next_retry(CsrKey { name: "csr-c", uid: "3" }, false);
@@ -284,7 +285,7 @@ mod tests {
 
     #[test]
     fn announcements_are_remembered_per_kind_and_reason() {
-        let memory = Memory::default();
+        let memory = ReconcileState::default();
         assert!(!memory.announced(A, DecisionKind::Retry, Reason::DNSUnavailable));
         memory.mark_announced(A, DecisionKind::Retry, Reason::DNSUnavailable);
         assert!(memory.announced(A, DecisionKind::Retry, Reason::DNSUnavailable));
