@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Regenerates examples/csrs.yaml: real PKCS#10 requests (openssl) wrapped in
 # CertificateSigningRequest objects as `kubectl get csr -o yaml` prints them.
-# The decisions they get are documented in README.md and asserted by tests/cli.rs.
+# The decisions they get are documented in docs/check.md and asserted by tests/cli.rs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 work=$(mktemp -d)

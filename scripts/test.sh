@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The project's test command (README, "Two commands"): formatting, lints, the test tools (built once
 # and cached), then every test of the workspace against the newest supported Kubernetes release, and
-# the integration tests against each older one (README, "Supported Kubernetes versions").
+# the integration tests against each older one (docs/supported-versions.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # Which release runs is this script's choice, not the caller's.

@@ -12,7 +12,7 @@ use std::process::{Command, Output, Stdio};
 use support::process::{binary, repo, run, stderr};
 use testkit::policy::REGEX;
 
-/// `check` on the committed examples, as the README shows it.
+/// `check` on the committed examples, as docs/check.md shows it.
 fn check_examples(extra: &[&str]) -> Command {
     let mut command = binary();
     command.args(["check", "--file"]).arg(repo("examples/csrs.yaml"));
@@ -27,10 +27,10 @@ fn json_lines(output: &Output) -> Vec<serde_json::Value> {
     String::from_utf8_lossy(&output.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect()
 }
 
-/// The `| name | decision | reason |` rows of the README's examples table.
+/// The `| name | decision | reason |` rows of the examples table of docs/check.md.
 fn readme_decisions() -> BTreeMap<String, (String, String)> {
-    let readme = std::fs::read_to_string(repo("README.md")).unwrap();
-    let table = readme.split("<!-- examples-decisions -->").nth(1).expect("README marks the examples table");
+    let readme = std::fs::read_to_string(repo("docs/check.md")).unwrap();
+    let table = readme.split("<!-- examples-decisions -->").nth(1).expect("docs/check.md marks the examples table");
     let table = table.split("<!-- end -->").next().unwrap();
     table
         .lines()
@@ -54,7 +54,7 @@ fn examples_decide_as_the_readme_documents() {
         })
         .collect();
     let documented = readme_decisions();
-    assert_eq!(documented.len(), 7, "README table rows: {documented:?}");
+    assert_eq!(documented.len(), 7, "docs/check.md table rows: {documented:?}");
     assert_eq!(got, documented);
 }
 
