@@ -4,8 +4,10 @@
 # (tools/fake-cri) and go-flags (tools/go-flags), into a cache keyed by version, and reuses what is
 # already there.
 #
-# Usage: scripts/build-tools.sh [--kubernetes VERSION] [--print-dir | --list]
+# Usage: scripts/build-tools.sh [--kubernetes VERSION] [--only TOOL,...] [--print-dir | --list]
 #   (no argument)         build what is missing, then print the tools directory on stdout
+#   --only TOOL,...       build and link only these tools (names as in the tools directory below),
+#                         e.g. the demo's etcd,kube-apiserver,kube-controller-manager,kubelet,fake-cri
 #   --print-dir           print the tools directory without building
 #   --kubernetes VERSION  etcd, kube-apiserver, kube-controller-manager and kubelet of that supported
 #                         release (tools/versions.env) instead of the newest; the other tools stay
@@ -33,12 +35,15 @@ KUBERNETES_OLDER_RELEASES=(${KUBERNETES_OLDER_RELEASES})
 log() { printf 'build-tools: %s\n' "$*" >&2; }
 die() { log "error: $*"; exit 1; }
 
-usage="usage: $0 [--kubernetes VERSION] [--print-dir | --list]"
+usage="usage: $0 [--kubernetes VERSION] [--only TOOL,...] [--print-dir | --list]"
 # The chosen Kubernetes release, its etcd, and its wrapper modules tools/kubernetes/vX.Y{,/etcd}.
 kube_version="${NODE_CSR_APPROVER_KUBERNETES_VERSION:-${KUBERNETES_VERSION}}" print_dir=false
+all_tools=etcd,kube-apiserver,kube-controller-manager,kubelet,helm,promtool,csr-oracle,fake-cri,go-flags
+only="${all_tools}"
 while (($# > 0)); do
   case "$1" in
     --kubernetes) (($# > 1)) || die "${usage}"; kube_version="$2"; shift ;;
+    --only) (($# > 1)) || die "${usage}"; only="$2"; shift ;;
     --print-dir) print_dir=true ;;
     --list) printf '%s\n' "${KUBERNETES_VERSION}" "${KUBERNETES_OLDER_RELEASES[@]%%:*}"; exit 0 ;;
     *) die "unknown argument '$1' (${usage})" ;;
@@ -82,32 +87,47 @@ require_staging_versions() {
   ((count > 0)) || die "tools/$1/go.mod replaces no staging module"
 }
 
-# Builds package $3 of tools/$2 into ${bin}/$1 unless it exists; remaining arguments go to `go build`.
+for tool in ${only//,/ }; do
+  [[ ",${all_tools}," == *",${tool},"* ]] || die "--only: unknown tool '${tool}' (${all_tools})"
+done
+# Whether tool $1 is wanted (--only).
+wanted() { [[ ",${only}," == *",$1,"* ]]; }
+
+# Builds package $4 of tools/$3 into ${bin}/$2 unless it exists, if tool $1 is wanted; $5 is a rough
+# first-build time on 2 cores (module downloads included); remaining arguments go to `go build`.
 build() {
-  local out="${bin}/$1" dir="$2" pkg="$3"
-  shift 3
+  local tool="$1" out="${bin}/$2" dir="$3" pkg="$4" estimate="$5"
+  shift 5
+  wanted "${tool}" || return 0
   if [[ -x "${out}" ]]; then
     log "reusing ${out}"
     return
   fi
-  log "building ${out}"
+  log "building ${tool} from its Go module into ${out} (${estimate} on 2 cores; cached afterwards)"
   local start=${SECONDS}
   go build -C "${tools}/${dir}" -trimpath -o "${out}.tmp" "$@" "${pkg}"
   mv "${out}.tmp" "${out}"
   log "built $(basename "${out}") in $((SECONDS - start)) s"
 }
 
-require_version "${kube_module}" k8s.io/kubernetes "${kube_version}"
-require_staging_versions "${kube_module}" "${kube_version}"
-require_version csr-oracle k8s.io/kubernetes "${KUBERNETES_VERSION}"
-require_staging_versions csr-oracle "${KUBERNETES_VERSION}"
-require_version fake-cri k8s.io/cri-client "v0.${KUBERNETES_VERSION#v1.}"
-require_version "${kube_module}/etcd" go.etcd.io/etcd/server/v3 "${etcd_version}"
-require_version helm helm.sh/helm/v4 "${HELM_VERSION}"
-# Prometheus tags release v3.X.Y as Go module version v0.3XX.Y.
-IFS=. read -r prom_major prom_minor prom_patch <<<"${PROMETHEUS_VERSION#v}"
-require_version promtool github.com/prometheus/prometheus \
-  "$(printf 'v0.%d%02d.%d' "${prom_major}" "${prom_minor}" "${prom_patch}")"
+# Each module is checked only when a tool built from it is wanted (`go list` may download it).
+if wanted kube-apiserver || wanted kube-controller-manager || wanted kubelet; then
+  require_version "${kube_module}" k8s.io/kubernetes "${kube_version}"
+  require_staging_versions "${kube_module}" "${kube_version}"
+fi
+if wanted csr-oracle; then
+  require_version csr-oracle k8s.io/kubernetes "${KUBERNETES_VERSION}"
+  require_staging_versions csr-oracle "${KUBERNETES_VERSION}"
+fi
+if wanted fake-cri; then require_version fake-cri k8s.io/cri-client "v0.${KUBERNETES_VERSION#v1.}"; fi
+if wanted etcd; then require_version "${kube_module}/etcd" go.etcd.io/etcd/server/v3 "${etcd_version}"; fi
+if wanted helm; then require_version helm helm.sh/helm/v4 "${HELM_VERSION}"; fi
+if wanted promtool; then
+  # Prometheus tags release v3.X.Y as Go module version v0.3XX.Y.
+  IFS=. read -r prom_major prom_minor prom_patch <<<"${PROMETHEUS_VERSION#v}"
+  require_version promtool github.com/prometheus/prometheus \
+    "$(printf 'v0.%d%02d.%d' "${prom_major}" "${prom_minor}" "${prom_patch}")"
+fi
 
 mkdir -p "${bin}" "${set_dir}"
 # One build at a time: test binaries or CI jobs may start this script concurrently.
@@ -127,18 +147,19 @@ for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
   )
 done
 
-build "kube-apiserver-${kube_version}" "${kube_module}" k8s.io/kubernetes/cmd/kube-apiserver \
+build kube-apiserver "kube-apiserver-${kube_version}" "${kube_module}" k8s.io/kubernetes/cmd/kube-apiserver \
+  "3 to 7 minutes, most of it downloading and compiling the Kubernetes modules" \
   -tags selinux,notest -ldflags "-s -w ${kube_ldflags[*]}"
-build "kube-controller-manager-${kube_version}" "${kube_module}" \
-  k8s.io/kubernetes/cmd/kube-controller-manager -tags selinux,notest -ldflags "-s -w ${kube_ldflags[*]}"
-build "kubelet-${kube_version}" "${kube_module}" k8s.io/kubernetes/cmd/kubelet \
+build kube-controller-manager "kube-controller-manager-${kube_version}" "${kube_module}" \
+  k8s.io/kubernetes/cmd/kube-controller-manager "1 to 2 minutes" -tags selinux,notest -ldflags "-s -w ${kube_ldflags[*]}"
+build kubelet "kubelet-${kube_version}" "${kube_module}" k8s.io/kubernetes/cmd/kubelet "under a minute" \
   -tags selinux,notest -ldflags "-s -w ${kube_ldflags[*]}"
-build "etcd-${etcd_version}" "${kube_module}/etcd" go.etcd.io/etcd/server/v3 -ldflags "-s -w"
-build "helm-${HELM_VERSION}" helm helm.sh/helm/v4/cmd/helm \
+build etcd "etcd-${etcd_version}" "${kube_module}/etcd" go.etcd.io/etcd/server/v3 "under a minute" -ldflags "-s -w"
+build helm "helm-${HELM_VERSION}" helm helm.sh/helm/v4/cmd/helm "2 to 3 minutes" \
   -ldflags "-s -w -X helm.sh/helm/v4/internal/version.version=${HELM_VERSION}"
 # Only `check rules` and `test rules` are used: remove_all_sd leaves out every service-discovery
 # plugin (the cloud SDKs are most of the build).
-build "promtool-${PROMETHEUS_VERSION}" promtool github.com/prometheus/prometheus/cmd/promtool \
+build promtool "promtool-${PROMETHEUS_VERSION}" promtool github.com/prometheus/prometheus/cmd/promtool "about a minute" \
   -tags remove_all_sd -ldflags "-s -w -X github.com/prometheus/common/version.Version=${PROMETHEUS_VERSION#v}"
 
 # The behaviour of csr-oracle, fake-cri and go-flags is their source and Go's standard library, so
@@ -149,20 +170,22 @@ source_hash() {
   printf '%s\n' "${hash:0:12}"
 }
 oracle="csr-oracle-${KUBERNETES_VERSION}-$(source_hash csr-oracle)"
-build "${oracle}" csr-oracle . -ldflags "-s -w"
+build csr-oracle "${oracle}" csr-oracle . "seconds" -ldflags "-s -w"
 fake_cri="fake-cri-${KUBERNETES_VERSION}-$(source_hash fake-cri)"
-build "${fake_cri}" fake-cri . -ldflags "-s -w"
+build fake-cri "${fake_cri}" fake-cri . "seconds" -ldflags "-s -w"
 go_flags="go-flags-$(source_hash go-flags)"
-build "${go_flags}" go-flags . -ldflags "-s -w"
+build go-flags "${go_flags}" go-flags . "seconds" -ldflags "-s -w"
 
-ln -sfn "../bin/kube-apiserver-${kube_version}" "${set_dir}/kube-apiserver"
-ln -sfn "../bin/kube-controller-manager-${kube_version}" "${set_dir}/kube-controller-manager"
-ln -sfn "../bin/kubelet-${kube_version}" "${set_dir}/kubelet"
-ln -sfn "../bin/etcd-${etcd_version}" "${set_dir}/etcd"
-ln -sfn "../bin/helm-${HELM_VERSION}" "${set_dir}/helm"
-ln -sfn "../bin/promtool-${PROMETHEUS_VERSION}" "${set_dir}/promtool"
-ln -sfn "../bin/${oracle}" "${set_dir}/csr-oracle"
-ln -sfn "../bin/${fake_cri}" "${set_dir}/fake-cri"
-ln -sfn "../bin/${go_flags}" "${set_dir}/go-flags"
+# Links tool $1 of the directory to binary $2, if it is wanted.
+link() { if wanted "$1"; then ln -sfn "../bin/$2" "${set_dir}/$1"; fi; }
+link kube-apiserver "kube-apiserver-${kube_version}"
+link kube-controller-manager "kube-controller-manager-${kube_version}"
+link kubelet "kubelet-${kube_version}"
+link etcd "etcd-${etcd_version}"
+link helm "helm-${HELM_VERSION}"
+link promtool "promtool-${PROMETHEUS_VERSION}"
+link csr-oracle "${oracle}"
+link fake-cri "${fake_cri}"
+link go-flags "${go_flags}"
 
 printf '%s\n' "${set_dir}"

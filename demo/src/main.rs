@@ -6,7 +6,10 @@
 //! are printed as the apiserver stored them, then the apiserver's proxy to the kubelet is called,
 //! which works only over TLS the apiserver verifies with the cluster CA.
 //!
-//! Usage: `cargo run -p demo` (builds the approver with cargo if needed).
+//! Usage: `cargo run -p demo`. The first run builds the tools it runs (etcd, kube-apiserver,
+//! kube-controller-manager, kubelet and the fake container runtime, from their Go modules: about
+//! 5 minutes on 2 idle cores, cached afterwards) and the approver (a debug build that reuses what
+//! cargo compiled for the demo), saying so before each step.
 
 use std::process::{ExitCode, Stdio};
 use std::time::{Duration, Instant};
@@ -23,6 +26,8 @@ use testkit::policy::{PREFIXES, REGEX};
 const KUBELET_NODE: &str = "kubelet-1.nodes.example.com";
 /// How long each CSR may take to be decided, and the kubelet to pick up its certificate.
 const WAIT: Duration = Duration::from_secs(30);
+/// The tools the demo runs; the others (helm, promtool, the Go oracles) are the tests'.
+const TOOLS: &[&str] = &["etcd", "kube-apiserver", "kube-controller-manager", "kubelet", "fake-cri"];
 
 type Error = Box<dyn std::error::Error>;
 
@@ -71,7 +76,18 @@ async fn main() -> ExitCode {
 }
 
 async fn demo() -> Result<(), Error> {
-    let approver = testkit::approver::binary(true)?;
+    testenv::build_only(TOOLS);
+    println!(
+        "building node-csr-approver (cargo build, debug: it reuses what cargo compiled for the demo; \
+         about a minute the first time, seconds afterwards) ..."
+    );
+    let approver = testkit::approver::binary(false)?;
+    println!(
+        "finding or building {} in ~/.cache/node-csr-approver (from their Go modules: about 5 minutes \
+         the first time on 2 idle cores, each step logged below; seconds afterwards) ...",
+        TOOLS.join(", ")
+    );
+    let _ = testenv::tools_dir()?;
     let host = testenv::host_address()?;
     let prefixes = format!("{PREFIXES},{host}/32");
     println!("starting etcd + kube-apiserver + kube-controller-manager's signer on 127.0.0.1 ...");

@@ -63,7 +63,7 @@ pub use kubelet::{Kubelet, KubeletCredentials, KubeletOptions, SANDBOX_UID, host
 pub use oracle::{GoView, Oracle};
 pub use ports::free_port;
 pub use probe::{is_forbidden, process_running};
-pub use tools::{KUBERNETES_VERSION_ENV, TOOLS_DIR_ENV, kubernetes_version, tools_dir};
+pub use tools::{KUBERNETES_VERSION_ENV, TOOLS_DIR_ENV, build_only, kubernetes_version, tools_dir};
 
 /// Environment variable naming the admin kubeconfig of a running control plane (for example one
 /// started by `local-cluster`) that [`ControlPlane::shared`] attaches to instead of starting one.

@@ -3,6 +3,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::OnceLock;
 
 use crate::Error;
 
@@ -17,6 +18,16 @@ pub const TOOLS_DIR_ENV: &str = "NODE_CSR_APPROVER_TOOLS_DIR";
 /// (helm, csr-oracle, fake-cri, go-flags) are the same for every release. Without effect when
 /// [`TOOLS_DIR_ENV`] names the directory.
 pub const KUBERNETES_VERSION_ENV: &str = "NODE_CSR_APPROVER_KUBERNETES_VERSION";
+
+/// The tools this process needs, when it needs fewer than all ([`build_only`]).
+static ONLY: OnceLock<&'static [&'static str]> = OnceLock::new();
+
+/// Makes [`tools_dir`] build (when they are not cached yet) only `tools` of this process's tools
+/// directory, e.g. the demo's etcd, kube-apiserver, kube-controller-manager, kubelet and fake-cri;
+/// the first call wins.
+pub fn build_only(tools: &'static [&'static str]) {
+    let _ = ONLY.set(tools);
+}
 
 /// `tools/versions.env`, the one place the supported releases are listed.
 const VERSIONS_ENV: &str = include_str!("../../tools/versions.env");
@@ -36,15 +47,19 @@ pub fn kubernetes_version() -> String {
 
 /// The directory holding the tool binaries: `$NODE_CSR_APPROVER_TOOLS_DIR`, or else the directory
 /// printed by `scripts/build-tools.sh --kubernetes <`[`kubernetes_version`]`>`, which builds the
-/// tools first when they are not cached yet (its progress goes to stderr).
+/// tools (only those of [`build_only`], when it was called) first when they are not cached yet
+/// (its progress goes to stderr).
 pub fn tools_dir() -> Result<PathBuf, Error> {
     if let Some(dir) = std::env::var_os(TOOLS_DIR_ENV) {
         return Ok(PathBuf::from(dir));
     }
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/build-tools.sh");
-    let output = Command::new("bash")
-        .arg(&script)
-        .args(["--kubernetes", &kubernetes_version()])
+    let mut command = Command::new("bash");
+    command.arg(&script).args(["--kubernetes", &kubernetes_version()]);
+    if let Some(only) = ONLY.get() {
+        command.args(["--only", &only.join(",")]);
+    }
+    let output = command
         .stdin(Stdio::null())
         .stderr(Stdio::inherit())
         .output()
