@@ -4,7 +4,6 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use kube::config::Kubeconfig;
-use tokio::time::{Instant, sleep};
 
 use crate::pki::PkiFiles;
 use crate::ports::free_port;
@@ -87,20 +86,10 @@ async fn wait_healthy(process: &mut Supervised, admin: &Kubeconfig, url: &str) -
     let cluster_url: http::Uri =
         url.parse().map_err(|error| Error::Unexpected(format!("kube-controller-manager URL {url}: {error}")))?;
     let client = kubeconfig::client(admin, |config| config.cluster_url = cluster_url).await?;
-    let deadline = Instant::now() + START_TIMEOUT;
-    loop {
-        if let Some(status) = process.exited() {
-            return Err(process.start_error(format!("exited with {status}")));
-        }
-        let request = http::Request::get("/healthz").body(Vec::new()).map_err(kube::Error::HttpError)?;
-        let last = match client.request_text(request).await {
-            Ok(body) if body == "ok" => return Ok(()),
-            Ok(body) => format!("/healthz answered {body:?}"),
-            Err(error) => error.to_string(),
-        };
-        if Instant::now() > deadline {
-            return Err(process.start_error(format!("not healthy after {START_TIMEOUT:?}; last answer: {last}")));
-        }
-        sleep(Duration::from_millis(200)).await;
-    }
+    process
+        .wait_healthy(START_TIMEOUT, || async {
+            let request = http::Request::get("/healthz").body(Vec::new()).map_err(kube::Error::HttpError)?;
+            client.request_text(request).await
+        })
+        .await
 }

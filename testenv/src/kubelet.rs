@@ -360,21 +360,7 @@ async fn wait_for_socket(process: &mut Supervised, socket: &Path) -> Result<(), 
 
 /// Waits until the kubelet's `http://127.0.0.1:<healthz_port>/healthz` answers `ok`.
 async fn wait_healthy(process: &mut Supervised, healthz_port: u16) -> Result<(), Error> {
-    let deadline = Instant::now() + START_TIMEOUT;
-    loop {
-        if let Some(status) = process.exited() {
-            return Err(process.start_error(format!("exited with {status}")));
-        }
-        let last = match healthz(healthz_port).await {
-            Ok(body) if body == "ok" => return Ok(()),
-            Ok(body) => format!("/healthz answered {body:?}"),
-            Err(error) => error.to_string(),
-        };
-        if Instant::now() > deadline {
-            return Err(process.start_error(format!("not healthy after {START_TIMEOUT:?}; last answer: {last}")));
-        }
-        sleep(Duration::from_millis(200)).await;
-    }
+    process.wait_healthy(START_TIMEOUT, || healthz(healthz_port)).await
 }
 
 /// The body of a plain HTTP `GET /healthz` on 127.0.0.1:`port`.

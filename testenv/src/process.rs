@@ -14,6 +14,9 @@ use std::io::{BufRead, BufReader};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::Duration;
+
+use tokio::time::{Instant, sleep};
 
 use crate::Error;
 
@@ -93,6 +96,34 @@ impl Supervised {
     /// A start failure of this child, with the last lines of its log.
     pub(crate) fn start_error(&self, reason: String) -> Error {
         Error::Start { component: self.name, reason, log_tail: log_tail(&self.log, 40) }
+    }
+
+    /// Asks `healthz` every 200 ms until it answers `ok`; a start failure when the child exits
+    /// first or `timeout` passes, naming the last answer.
+    pub(crate) async fn wait_healthy<F, E>(
+        &mut self,
+        timeout: Duration,
+        mut healthz: impl FnMut() -> F,
+    ) -> Result<(), Error>
+    where
+        F: Future<Output = Result<String, E>>,
+        E: std::fmt::Display,
+    {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.exited() {
+                return Err(self.start_error(format!("exited with {status}")));
+            }
+            let last = match healthz().await {
+                Ok(body) if body == "ok" => return Ok(()),
+                Ok(body) => format!("/healthz answered {body:?}"),
+                Err(error) => error.to_string(),
+            };
+            if Instant::now() > deadline {
+                return Err(self.start_error(format!("not healthy after {timeout:?}; last answer: {last}")));
+            }
+            sleep(Duration::from_millis(200)).await;
+        }
     }
 }
 
