@@ -37,7 +37,7 @@ use crate::leader::Leadership;
 use crate::machines::MachineCache;
 use crate::metrics::{Metrics, WriteResult};
 use crate::policy::{
-    ClusterView, Decision, KUBELET_SERVING_SIGNER, NODE_USER_PREFIX, PolicyConfig, Reason, Resolver, evaluate,
+    ClusterView, Decision, KUBELET_SERVING_SIGNER, NODE_USER_PREFIX, PolicyConfig, Resolver, evaluate,
 };
 use crate::watch_backoff::WatchBackoff;
 use reconcile_state::CsrKey;
@@ -222,7 +222,7 @@ async fn reconcile<R: Resolver, C: ClusterView>(
             Ok(Action::await_change())
         }
         Step::Retry(note) => {
-            let delay = ctx.reconciles.next_retry(key, waits_on_cluster(decision.reason));
+            let delay = ctx.reconciles.next_retry(key, decision.reason.resolved_by_cluster_change());
             ctx.metrics.set_waiting_retry(ctx.reconciles.waiting());
             if let Some(note) = note {
                 ctx.announce(&csr, key, &decision, node, note).await;
@@ -240,11 +240,6 @@ fn error_policy<R, C>(csr: Arc<CertificateSigningRequest>, error: &ControllerErr
     ctx.metrics.set_waiting_retry(ctx.reconciles.waiting());
     tracing::warn!(%error, retry_in = ?delay, "reconcile failed; retrying");
     Action::requeue(delay)
-}
-
-/// Reasons a Machine or Node change can resolve.
-fn waits_on_cluster(reason: Reason) -> bool {
-    matches!(reason, Reason::MachineNotFound | Reason::NodeNotFound | Reason::TooManyPending)
 }
 
 /// One log line per decision: `message` says what was done (`note`), `detail` why.

@@ -24,7 +24,13 @@ macro_rules! reasons {
                 self.meaning().starts_with("Machine mode")
             }
 
-            /// A one-line explanation of the code, as listed in the README.
+            /// True for the retried codes a Machine or Node that appears or changes can resolve
+            /// (no Machine or Node yet, the pending brake), so such a change re-evaluates them.
+            pub fn resolved_by_cluster_change(self) -> bool {
+                matches!(self, Reason::MachineNotFound | Reason::NodeNotFound | Reason::TooManyPending)
+            }
+
+            /// A one-line explanation of the code, as listed in docs/reason-codes.md.
             pub fn meaning(self) -> &'static str {
                 match self {
                     $(Reason::$name => concat!($($doc),+).trim_ascii(),)+
@@ -120,5 +126,16 @@ reasons! {
 impl std::fmt::Display for Reason {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.as_str())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Reason;
+
+    #[test]
+    fn only_waits_on_a_machine_a_node_or_the_brake_are_resolved_by_a_cluster_change() {
+        let resolved: Vec<Reason> = Reason::ALL.iter().copied().filter(|r| r.resolved_by_cluster_change()).collect();
+        assert_eq!(resolved, [Reason::NodeNotFound, Reason::MachineNotFound, Reason::TooManyPending]);
     }
 }
