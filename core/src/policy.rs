@@ -35,7 +35,7 @@ pub use ports::{
     BrakeInputs, ClusterError, ClusterView, DnsFailure, MachineInfo, NodeAddress, NodeInfo, Resolution, Resolver,
 };
 pub use reason::Reason;
-pub use report::{Check, CheckResult, Consequence, Failure, Outcome};
+pub use report::{CheckId, CheckResult, Consequence, Failure, Outcome};
 pub use rules::{Bootstrapper, HostnameMatch, MachinePolicy, PolicyConfig};
 pub use submission::Submission;
 
@@ -154,17 +154,17 @@ fn triage<'a>(sub: &Submission, cfg: &'a PolicyConfig) -> Result<(Report, Signer
         || (sub.signer_name == identity::CLIENT_SIGNER && client_rules.is_some());
     if !handled {
         triage.record(
-            Check::Signer,
+            CheckId::Signer,
             Err(Failure::ignore(Reason::SignerNotHandled, format!("signer {:?} is not handled", sub.signer_name))),
         );
         return Err(conclude(triage, cfg, sub));
     }
-    triage.record(Check::Signer, Ok(sub.signer_name.clone()));
+    triage.record(CheckId::Signer, Ok(sub.signer_name.clone()));
     if let Some(decided) = &sub.decided {
-        triage.record(Check::Pending, Err(Failure::ignore(Reason::AlreadyDecided, decided.clone())));
+        triage.record(CheckId::Pending, Err(Failure::ignore(Reason::AlreadyDecided, decided.clone())));
         return Err(conclude(triage, cfg, sub));
     }
-    triage.record(Check::Pending, Ok("no decision yet".into()));
+    triage.record(CheckId::Pending, Ok("no decision yet".into()));
     match client_rules.filter(|_| sub.signer_name == identity::CLIENT_SIGNER) {
         None => Ok((triage, SignerChecks::Serving(Box::new(kubelet_serving::stage(sub, cfg))))),
         Some(rules) => match node_client::requester(sub, rules) {
@@ -172,7 +172,7 @@ fn triage<'a>(sub: &Submission, cfg: &'a PolicyConfig) -> Result<(Report, Signer
                 Ok((triage, SignerChecks::Client(Box::new(node_client::stage(sub, groups)), rules)))
             }
             Requester::NotOurs(not_ours) => {
-                triage.record(Check::Bootstrapper, Err(not_ours));
+                triage.record(CheckId::Bootstrapper, Err(not_ours));
                 Err(conclude(triage, cfg, sub))
             }
         },

@@ -1,7 +1,7 @@
 //! One client certificate per Machine: which CSRs count as an issued client certificate for a node
 //! name, and the hold that names the earlier CSR.
 
-use node_csr_approver::policy::{Check, DecisionKind, Outcome, Reason, Submission, issued_client_node};
+use node_csr_approver::policy::{CheckId, DecisionKind, Outcome, Reason, Submission, issued_client_node};
 
 use super::{cases, client};
 use crate::support::{Request, serving};
@@ -43,6 +43,6 @@ fn the_hold_names_the_earlier_csr_and_how_to_approve_this_one() {
     let message = &evaluation.decision.message;
     assert!(message.contains(r#""boot-n1""#), "{message}");
     assert!(message.contains(r#"kubectl certificate approve "client-n1""#), "{message}");
-    let row = evaluation.checks.iter().find(|row| row.check == Check::OneClientCertificate).expect("a row");
+    let row = evaluation.checks.iter().find(|row| row.check == CheckId::OneClientCertificate).expect("a row");
     assert!(matches!(row.outcome, Outcome::Fail(_)), "{row:?}");
 }

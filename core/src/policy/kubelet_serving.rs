@@ -8,7 +8,7 @@ use crate::csr::CsrFacts;
 
 use super::evidence::{Evidence, EvidenceNeeded};
 use super::identity::{self, NODE_USER_PREFIX, NODES_GROUP};
-use super::report::{Check, Failure, Report};
+use super::report::{CheckId, Failure, Report};
 use super::rules::{HostnameMatch, PolicyConfig};
 use super::{Reason, Submission};
 use super::{cluster_identity, machine_checks};
@@ -24,19 +24,19 @@ const REQUIRED_GROUPS: [&str; 2] = [NODES_GROUP, AUTHENTICATED_GROUP];
 const REQUIRED_USAGES: [&str; 2] = ["digital signature", "server auth"];
 const OPTIONAL_USAGES: [&str; 1] = ["key encipherment"];
 /// The checks on the request that need no evidence, in order.
-const STATIC_REQUEST_CHECKS: [Check; 12] = [
-    Check::Subject,
-    Check::Usages,
-    Check::SanTypes,
-    Check::SanPresent,
-    Check::DnsNameCount,
-    Check::IpAddressCount,
-    Check::ClusterIdentity,
-    Check::DnsNameSyntax,
-    Check::IpAddressSyntax,
-    Check::Hostname,
-    Check::ProviderRegex,
-    Check::IpPrefixes,
+const STATIC_REQUEST_CHECKS: [CheckId; 12] = [
+    CheckId::Subject,
+    CheckId::Usages,
+    CheckId::SanTypes,
+    CheckId::SanPresent,
+    CheckId::DnsNameCount,
+    CheckId::IpAddressCount,
+    CheckId::ClusterIdentity,
+    CheckId::DnsNameSyntax,
+    CheckId::IpAddressSyntax,
+    CheckId::Hostname,
+    CheckId::ProviderRegex,
+    CheckId::IpPrefixes,
 ];
 
 /// A serving CSR whose static checks have all run; evidence decides the rest.
@@ -59,11 +59,13 @@ struct Parsed {
 pub(crate) fn stage(sub: &Submission, cfg: &PolicyConfig) -> ServingChecks {
     let mut report = Report::default();
     let node = node_name(&sub.username, cfg);
-    report.record(Check::Username, node.clone().map(|n| format!("node {n:?}")));
-    report.record(Check::Groups, groups(&sub.groups));
+    report.record(CheckId::Username, node.clone().map(|n| format!("node {n:?}")));
+    report.record(CheckId::Groups, groups(&sub.groups));
     let facts = CsrFacts::from_pem(&sub.request).map_err(|e| Failure::deny(Reason::MalformedRequest, e.to_string()));
-    report
-        .record(Check::Request, facts.as_ref().map(|_| "parsed, signature verified".to_owned()).map_err(Clone::clone));
+    report.record(
+        CheckId::Request,
+        facts.as_ref().map(|_| "parsed, signature verified".to_owned()).map_err(Clone::clone),
+    );
     let expiration = expiration(sub.expiration_seconds, cfg);
     let (Ok(node), Ok(facts)) = (node, facts) else {
         for check in STATIC_REQUEST_CHECKS {
@@ -71,28 +73,28 @@ pub(crate) fn stage(sub: &Submission, cfg: &PolicyConfig) -> ServingChecks {
         }
         return ServingChecks { report, request: None, expiration };
     };
-    report.record(Check::Subject, subject(&facts, &sub.username));
-    report.record(Check::Usages, usages(&sub.usages));
-    report.record(Check::SanTypes, san_types(&facts));
-    report.record(Check::SanPresent, san_present(&facts));
-    report.record(Check::DnsNameCount, dns_name_count(&facts, cfg.allowed_dns_names));
-    report.record(Check::IpAddressCount, ip_address_count(&facts, cfg.allowed_ip_addresses));
+    report.record(CheckId::Subject, subject(&facts, &sub.username));
+    report.record(CheckId::Usages, usages(&sub.usages));
+    report.record(CheckId::SanTypes, san_types(&facts));
+    report.record(CheckId::SanPresent, san_present(&facts));
+    report.record(CheckId::DnsNameCount, dns_name_count(&facts, cfg.allowed_dns_names));
+    report.record(CheckId::IpAddressCount, ip_address_count(&facts, cfg.allowed_ip_addresses));
     // Before every check a flag can weaken, and before the syntax checks so a trailing dot is no
     // way around it.
     report.record(
-        Check::ClusterIdentity,
+        CheckId::ClusterIdentity,
         cluster_identity::reserved_sans(&facts.dns_names, &facts.ip_addresses, &cfg.cluster_domain),
     );
     let dns_names: Vec<String> = facts.dns_names.iter().map(|n| n.to_ascii_lowercase()).collect();
-    report.record(Check::DnsNameSyntax, dns_name_syntax(&dns_names));
-    report.record(Check::IpAddressSyntax, ip_address_syntax(&facts.ip_addresses));
+    report.record(CheckId::DnsNameSyntax, dns_name_syntax(&dns_names));
+    report.record(CheckId::IpAddressSyntax, ip_address_syntax(&facts.ip_addresses));
     if cfg.bypass_hostname_check {
-        report.skip(Check::Hostname, "--bypass-hostname-check is set");
+        report.skip(CheckId::Hostname, "--bypass-hostname-check is set");
     } else {
-        report.record(Check::Hostname, hostname(&dns_names, &node, cfg.hostname_match));
+        report.record(CheckId::Hostname, hostname(&dns_names, &node, cfg.hostname_match));
     }
-    report.record(Check::ProviderRegex, provider_regex(&dns_names, cfg));
-    report.record(Check::IpPrefixes, ip_prefixes(&facts.ip_addresses, cfg));
+    report.record(CheckId::ProviderRegex, provider_regex(&dns_names, cfg));
+    report.record(CheckId::IpPrefixes, ip_prefixes(&facts.ip_addresses, cfg));
     ServingChecks { report, request: Some(Parsed { node, facts, dns_names }), expiration }
 }
 
@@ -124,33 +126,35 @@ impl ServingChecks {
         let usable = request.as_ref().zip(evidence);
         match usable {
             Some((parsed, evidence)) => report.record(
-                Check::ApiserverAddresses,
+                CheckId::ApiserverAddresses,
                 cluster_identity::apiserver_addresses(&parsed.facts.ip_addresses, evidence.apiserver.as_ref()),
             ),
-            None => report.skip(Check::ApiserverAddresses, "not looked up: an earlier check failed"),
+            None => report.skip(CheckId::ApiserverAddresses, "not looked up: an earlier check failed"),
         }
         match usable {
             Some(_) if cfg.bypass_dns_resolution => {
-                for check in [Check::DnsResolves, Check::ResolvedIpPrefixes, Check::IpResolved] {
+                for check in [CheckId::DnsResolves, CheckId::ResolvedIpPrefixes, CheckId::IpResolved] {
                     report.skip(check, "--bypass-dns-resolution is set");
                 }
             }
             Some((parsed, evidence)) => dns_checks(&mut report, parsed, evidence, cfg, age),
             None => {
-                for check in [Check::DnsResolves, Check::ResolvedIpPrefixes, Check::IpResolved] {
+                for check in [CheckId::DnsResolves, CheckId::ResolvedIpPrefixes, CheckId::IpResolved] {
                     report.skip(check, "not looked up: an earlier check failed");
                 }
             }
         }
-        report.record(Check::Expiration, expiration);
+        report.record(CheckId::Expiration, expiration);
         match usable.map(|(parsed, evidence)| (parsed, &evidence.node)) {
-            _ if !cfg.verify_node_addresses => report.skip(Check::NodeAddresses, "--verify-node-addresses is not set"),
-            Some((parsed, Some(node))) => report.record(Check::NodeAddresses, node_addresses(parsed, node)),
+            _ if !cfg.verify_node_addresses => {
+                report.skip(CheckId::NodeAddresses, "--verify-node-addresses is not set")
+            }
+            Some((parsed, Some(node))) => report.record(CheckId::NodeAddresses, node_addresses(parsed, node)),
             Some((parsed, None)) => report.record(
-                Check::NodeAddresses,
+                CheckId::NodeAddresses,
                 Err(Failure::retry(Reason::ClusterUnavailable, format!("Node {:?} was not looked up", parsed.node))),
             ),
-            _ => report.skip(Check::NodeAddresses, "not looked up: an earlier check failed"),
+            _ => report.skip(CheckId::NodeAddresses, "not looked up: an earlier check failed"),
         }
         match (&cfg.machine, usable) {
             (None, _) => {}
@@ -160,12 +164,12 @@ impl ServingChecks {
                     .and_then(|m| {
                         machine_checks::serving_sans_belong(m, &parsed.dns_names, &parsed.facts.ip_addresses)
                     });
-                report.record(Check::MachineAddresses, belongs);
-                report.record(Check::PendingBrake, machine_checks::pending_brake(&evidence.load, machine_cfg));
+                report.record(CheckId::MachineAddresses, belongs);
+                report.record(CheckId::PendingBrake, machine_checks::pending_brake(&evidence.load, machine_cfg));
             }
             (Some(_), None) => {
-                report.skip(Check::MachineAddresses, "not looked up: an earlier check failed");
-                report.skip(Check::PendingBrake, "not looked up: an earlier check failed");
+                report.skip(CheckId::MachineAddresses, "not looked up: an earlier check failed");
+                report.skip(CheckId::PendingBrake, "not looked up: an earlier check failed");
             }
         }
         report

@@ -12,7 +12,7 @@ use super::identity::{self, NODE_USER_PREFIX, NODES_GROUP};
 use super::machine_checks;
 use super::one_client_certificate;
 use super::ports::{MachineInfo, NodeInfo};
-use super::report::{Check, Failure, Report};
+use super::report::{CheckId, Failure, Report};
 use super::rules::MachinePolicy;
 use super::{Reason, Submission};
 
@@ -64,20 +64,22 @@ pub(crate) fn requester(sub: &Submission, cfg: &MachinePolicy) -> Requester {
 /// Runs the checks that need no evidence.
 pub(crate) fn stage(sub: &Submission, groups: Result<String, Failure>) -> ClientChecks {
     let mut report = Report::default();
-    report.record(Check::Bootstrapper, groups);
+    report.record(CheckId::Bootstrapper, groups);
     let facts = CsrFacts::from_pem(&sub.request).map_err(|e| Failure::deny(Reason::MalformedRequest, e.to_string()));
-    report
-        .record(Check::Request, facts.as_ref().map(|_| "parsed, signature verified".to_owned()).map_err(Clone::clone));
+    report.record(
+        CheckId::Request,
+        facts.as_ref().map(|_| "parsed, signature verified".to_owned()).map_err(Clone::clone),
+    );
     let Ok(facts) = facts else {
-        for check in [Check::Subject, Check::NoSans, Check::Usages] {
+        for check in [CheckId::Subject, CheckId::NoSans, CheckId::Usages] {
             report.skip(check, "needs a parsed request");
         }
         return ClientChecks { report, node: None, facts: None };
     };
     let node = subject(&facts);
-    report.record(Check::Subject, node.clone().map(|n| format!("CN=system:node:{n}, O={NODES_GROUP}")));
-    report.record(Check::NoSans, no_sans(&facts));
-    report.record(Check::Usages, usages(&sub.usages));
+    report.record(CheckId::Subject, node.clone().map(|n| format!("CN=system:node:{n}, O={NODES_GROUP}")));
+    report.record(CheckId::NoSans, no_sans(&facts));
+    report.record(CheckId::Usages, usages(&sub.usages));
     ClientChecks { report, node: node.ok(), facts: Some(facts) }
 }
 
@@ -107,25 +109,26 @@ impl ClientChecks {
         let ClientChecks { mut report, node, .. } = self;
         let (Some(node), Some(evidence)) = (node, evidence) else {
             for check in [
-                Check::NodeAbsent,
-                Check::MachineMatch,
-                Check::MachineUnclaimed,
-                Check::CreationWindow,
-                Check::OneClientCertificate,
-                Check::PendingBrake,
+                CheckId::NodeAbsent,
+                CheckId::MachineMatch,
+                CheckId::MachineUnclaimed,
+                CheckId::CreationWindow,
+                CheckId::OneClientCertificate,
+                CheckId::PendingBrake,
             ] {
                 report.skip(check, "not looked up: an earlier check failed");
             }
             return report;
         };
-        report.record(Check::NodeAbsent, node_absent(&node, &evidence.node));
+        report.record(CheckId::NodeAbsent, node_absent(&node, &evidence.node));
         let machine = machine_checks::machines(&evidence.machines)
             .and_then(|machines| machine_checks::machine_named(machines, &node));
-        report.record(Check::MachineMatch, machine.as_ref().map(|m| format!("Machine {}", m.id)).map_err(Clone::clone));
+        report
+            .record(CheckId::MachineMatch, machine.as_ref().map(|m| format!("Machine {}", m.id)).map_err(Clone::clone));
         match machine {
             Ok(machine) => {
                 report.record(
-                    Check::MachineUnclaimed,
+                    CheckId::MachineUnclaimed,
                     match &machine.node_ref {
                         None => Ok(format!("Machine {} has no nodeRef", machine.id)),
                         Some(taken) => Err(Failure::deny(
@@ -134,18 +137,18 @@ impl ClientChecks {
                         )),
                     },
                 );
-                report.record(Check::CreationWindow, creation_window(sub, machine));
+                report.record(CheckId::CreationWindow, creation_window(sub, machine));
             }
             Err(_) => {
-                report.skip(Check::MachineUnclaimed, "no Machine");
-                report.skip(Check::CreationWindow, "no Machine");
+                report.skip(CheckId::MachineUnclaimed, "no Machine");
+                report.skip(CheckId::CreationWindow, "no Machine");
             }
         }
         report.record(
-            Check::OneClientCertificate,
+            CheckId::OneClientCertificate,
             one_client_certificate::check(&evidence.client_certificates, &node, &sub.name),
         );
-        report.record(Check::PendingBrake, machine_checks::pending_brake(&evidence.load, cfg));
+        report.record(CheckId::PendingBrake, machine_checks::pending_brake(&evidence.load, cfg));
         report
     }
 }

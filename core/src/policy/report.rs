@@ -4,7 +4,7 @@ use super::Reason;
 
 /// A named check, in the order the policy runs them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Check {
+pub enum CheckId {
     /// The signer is one this approver handles.
     Signer,
     /// No decision or certificate is present yet.
@@ -71,42 +71,42 @@ pub enum Check {
     OneClientCertificate,
 }
 
-impl Check {
+impl CheckId {
     /// The kebab-case name used in reports.
     pub fn as_str(self) -> &'static str {
         match self {
-            Check::Signer => "signer",
-            Check::Pending => "pending",
-            Check::Username => "username",
-            Check::Groups => "groups",
-            Check::Request => "request",
-            Check::Subject => "subject",
-            Check::Usages => "usages",
-            Check::SanTypes => "san-types",
-            Check::SanPresent => "san-present",
-            Check::DnsNameCount => "dns-name-count",
-            Check::IpAddressCount => "ip-address-count",
-            Check::ClusterIdentity => "cluster-identity",
-            Check::DnsNameSyntax => "dns-name-syntax",
-            Check::IpAddressSyntax => "ip-address-syntax",
-            Check::Hostname => "hostname",
-            Check::ProviderRegex => "provider-regex",
-            Check::IpPrefixes => "ip-prefixes",
-            Check::ApiserverAddresses => "apiserver-addresses",
-            Check::DnsResolves => "dns-resolves",
-            Check::ResolvedIpPrefixes => "resolved-ip-prefixes",
-            Check::IpResolved => "ip-resolved",
-            Check::Expiration => "expiration",
-            Check::NodeAddresses => "node-addresses",
-            Check::MachineAddresses => "machine-addresses",
-            Check::PendingBrake => "pending-brake",
-            Check::Bootstrapper => "bootstrapper",
-            Check::NoSans => "no-sans",
-            Check::NodeAbsent => "node-absent",
-            Check::MachineMatch => "machine-match",
-            Check::MachineUnclaimed => "machine-unclaimed",
-            Check::CreationWindow => "creation-window",
-            Check::OneClientCertificate => "one-client-certificate",
+            CheckId::Signer => "signer",
+            CheckId::Pending => "pending",
+            CheckId::Username => "username",
+            CheckId::Groups => "groups",
+            CheckId::Request => "request",
+            CheckId::Subject => "subject",
+            CheckId::Usages => "usages",
+            CheckId::SanTypes => "san-types",
+            CheckId::SanPresent => "san-present",
+            CheckId::DnsNameCount => "dns-name-count",
+            CheckId::IpAddressCount => "ip-address-count",
+            CheckId::ClusterIdentity => "cluster-identity",
+            CheckId::DnsNameSyntax => "dns-name-syntax",
+            CheckId::IpAddressSyntax => "ip-address-syntax",
+            CheckId::Hostname => "hostname",
+            CheckId::ProviderRegex => "provider-regex",
+            CheckId::IpPrefixes => "ip-prefixes",
+            CheckId::ApiserverAddresses => "apiserver-addresses",
+            CheckId::DnsResolves => "dns-resolves",
+            CheckId::ResolvedIpPrefixes => "resolved-ip-prefixes",
+            CheckId::IpResolved => "ip-resolved",
+            CheckId::Expiration => "expiration",
+            CheckId::NodeAddresses => "node-addresses",
+            CheckId::MachineAddresses => "machine-addresses",
+            CheckId::PendingBrake => "pending-brake",
+            CheckId::Bootstrapper => "bootstrapper",
+            CheckId::NoSans => "no-sans",
+            CheckId::NodeAbsent => "node-absent",
+            CheckId::MachineMatch => "machine-match",
+            CheckId::MachineUnclaimed => "machine-unclaimed",
+            CheckId::CreationWindow => "creation-window",
+            CheckId::OneClientCertificate => "one-client-certificate",
         }
     }
 }
@@ -165,7 +165,7 @@ pub enum Outcome {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CheckResult {
     /// Which check.
-    pub check: Check,
+    pub check: CheckId,
     /// How it went.
     pub outcome: Outcome,
 }
@@ -178,7 +178,7 @@ pub(crate) struct Report {
 
 impl Report {
     /// Records a check's result.
-    pub(crate) fn record(&mut self, check: Check, result: Result<String, Failure>) {
+    pub(crate) fn record(&mut self, check: CheckId, result: Result<String, Failure>) {
         let outcome = match result {
             Ok(detail) => Outcome::Pass(detail),
             Err(failure) => Outcome::Fail(failure),
@@ -187,7 +187,7 @@ impl Report {
     }
 
     /// Records a check that did not run.
-    pub(crate) fn skip(&mut self, check: Check, why: impl Into<String>) {
+    pub(crate) fn skip(&mut self, check: CheckId, why: impl Into<String>) {
         self.rows.push(CheckResult { check, outcome: Outcome::Skip(why.into()) });
     }
 

@@ -9,7 +9,7 @@ use super::{Parsed, in_prefixes, prefixes_text};
 use crate::policy::Reason;
 use crate::policy::evidence::{Evidence, Lookup};
 use crate::policy::ports::{NodeInfo, Resolution};
-use crate::policy::report::{Check, Failure, Report};
+use crate::policy::report::{CheckId, Failure, Report};
 use crate::policy::rules::PolicyConfig;
 
 pub(super) fn dns_checks(
@@ -39,9 +39,9 @@ pub(super) fn dns_checks(
         }
     }
     let all_resolved = missing.is_empty() && unavailable.is_empty();
-    report.record(Check::DnsResolves, dns_resolves(&missing, &unavailable, cfg, age, &resolved));
+    report.record(CheckId::DnsResolves, dns_resolves(&missing, &unavailable, cfg, age, &resolved));
     report.record(
-        Check::ResolvedIpPrefixes,
+        CheckId::ResolvedIpPrefixes,
         match outside {
             Some((name, ip)) => Err(Failure::deny(
                 Reason::ResolvedIPNotInPrefixes,
@@ -51,11 +51,11 @@ pub(super) fn dns_checks(
         },
     );
     if !all_resolved {
-        report.skip(Check::IpResolved, "needs every DNS SAN resolved");
+        report.skip(CheckId::IpResolved, "needs every DNS SAN resolved");
         return;
     }
     report.record(
-        Check::IpResolved,
+        CheckId::IpResolved,
         match parsed.facts.ip_addresses.iter().find(|ip| !resolved.contains(ip)) {
             Some(ip) => Err(Failure::deny(
                 Reason::IPNotResolved,
