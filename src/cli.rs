@@ -5,7 +5,7 @@ pub mod go_flags;
 
 use std::ffi::OsString;
 
-use clap::{CommandFactory, Parser, Subcommand};
+use clap::{Arg, CommandFactory, FromArgMatches, Parser, Subcommand};
 
 use crate::config::{MachineArgs, PolicyArgs, RunArgs};
 
@@ -32,8 +32,21 @@ pub struct Cli {
 impl Cli {
     /// Parses `args` (program name first), Go's spellings of the long flags included (see
     /// [`go_flags`]); on an error, clap prints it and exits with code 2.
+    ///
+    /// A flag given on the command line wins over its env var, which is then not read at all:
+    /// clap reads a global flag's env var on every command level where the flag was not given
+    /// (`check --provider-regex X` would still read `PROVIDER_REGEX` for the top level) and
+    /// would stop on an invalid value the flag overrides.
     pub fn parse_go_style(args: impl IntoIterator<Item = OsString>) -> Cli {
-        Cli::parse_from(go_flags::normalize(&Cli::command(), args))
+        let command = Cli::command();
+        let args = go_flags::normalize(&command, args);
+        let given = go_flags::given_long_flags(&args);
+        let unset_env = |arg: Arg| match arg.get_long() {
+            Some(long) if given.contains(long) => arg.env(None),
+            _ => arg,
+        };
+        let matches = command.mut_args(unset_env).get_matches_from(args);
+        Cli::from_arg_matches(&matches).unwrap_or_else(|error| error.exit())
     }
 }
 

@@ -11,9 +11,9 @@ mod run_flags;
 
 pub use bind_address::{BindAddress, BindAddressError};
 pub use flags::go_bool;
-pub use machine_flags::{MachineApi, MachineArgs, MachineSource};
-pub use policy_flags::{DnsConfig, PolicyArgs, Warning};
-pub use run_flags::{EventLevel, LeaderConfig, LogFormat, RunArgs, RunConfig};
+pub use machine_flags::{Groups, MachineApi, MachineArgs, MachineSource};
+pub use policy_flags::{DnsConfig, PolicyArgs, Prefixes, Warning};
+pub use run_flags::{AdminAddress, EventLevel, LeaderConfig, LogFormat, RunArgs, RunConfig};
 
 use crate::policy::PolicyConfig;
 
@@ -56,4 +56,20 @@ pub fn validate(policy: &PolicyArgs, run: &RunArgs, machine: &MachineArgs) -> Re
         source
     });
     Ok(Settings { policy: rules, dns, run, machines, warnings })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::flags::reading::read;
+    use super::*;
+
+    /// testkit's configuration is "the documented defaults": it must be what the flags give.
+    #[test]
+    fn the_defaults_testkit_decides_with_are_the_flags_defaults() {
+        let prefixes = format!("--provider-ip-prefixes={},fd00::/64", testkit::policy::PREFIXES);
+        let regex = format!("--provider-regex={}", testkit::policy::REGEX);
+        let args = read::<PolicyArgs>(&[&regex, &prefixes, "--bypass-dns-resolution"]).unwrap();
+        let (policy, _, _) = args.validate().unwrap();
+        assert_eq!(format!("{policy:?}"), format!("{:?}", testkit::policy::config()));
+    }
 }

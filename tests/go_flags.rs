@@ -10,8 +10,9 @@ use std::ffi::OsString;
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 
-use clap::CommandFactory;
+use clap::builder::ValueParser;
 use clap::parser::ValueSource;
+use clap::{Arg, CommandFactory};
 use node_csr_approver::cli::{Cli, go_flags};
 use node_csr_approver::config::go_bool;
 use rand::rngs::StdRng;
@@ -74,10 +75,14 @@ impl Flags {
 }
 
 /// Our reading of `args`: the values the command line set (a boolean as `go_bool` reads it), or
-/// `None` when we refuse them (clap, or a boolean `go_bool` does not read).
+/// `None` when we refuse them (clap, or a boolean `go_bool` does not read). Only how the command
+/// line is cut into flags and values is compared: each value is taken as text, as the Go tool's
+/// string flags take it, and judged afterwards (tests/cli.rs holds what each flag accepts).
 fn ours(flags: &Flags, args: &[String]) -> Option<BTreeMap<String, String>> {
     let argv = std::iter::once("node-csr-approver".to_owned()).chain(args.iter().cloned()).map(OsString::from);
-    let command = Cli::command();
+    let as_text =
+        |arg: Arg| if arg.get_action().takes_values() { arg.value_parser(ValueParser::string()) } else { arg };
+    let command = Cli::command().mut_args(as_text);
     let matches = command.clone().try_get_matches_from(go_flags::normalize(&command, argv)).ok()?;
     let mut values = BTreeMap::new();
     for arg in command.get_arguments() {

@@ -1,7 +1,7 @@
 //! The documentation against the code: each `| --flag | ENV | default | meaning |` row of the
 //! README, `docs/` and CONTRIBUTING.md names a flag of `node-csr-approver` or `check` and the
 //! environment variable clap reads for it, each flag with an environment variable has a row, and a
-//! default the flag's help states as a value (`[default: 1m]`) is the row's (`` `1m` ``). The README
+//! flag's default value, written once in its clap declaration, is the row's (`` `1m` ``). The README
 //! shows the Helm install on its first screen, and every relative link of the documents leads to a
 //! file and heading that exist.
 
@@ -48,15 +48,28 @@ fn documented() -> BTreeMap<String, (String, String)> {
     rows
 }
 
-/// Flag to (env var, the `[default: …]` of its help) of every argument with an env var.
-fn declared() -> BTreeMap<String, (String, Option<String>)> {
+/// How a flag's default is declared: clap's own default value, or words in its help
+/// (`[default: all addresses]`) for a default that is not a value.
+#[derive(Debug)]
+enum DeclaredDefault {
+    Value(String),
+    Words,
+}
+
+/// Flag to (env var, its default) of every argument with an env var.
+fn declared() -> BTreeMap<String, (String, DeclaredDefault)> {
     let command = Cli::command();
     let commands = std::iter::once(&command).chain(command.get_subcommands());
     let mut flags = BTreeMap::new();
     for arg in commands.flat_map(|c| c.get_arguments()) {
         let (Some(long), Some(env)) = (arg.get_long(), arg.get_env()) else { continue };
         let help = arg.get_help().map(ToString::to_string).unwrap_or_default();
-        let default = help.rsplit_once("[default: ").map(|(_, rest)| rest.trim_end_matches(']').to_owned());
+        let values: Vec<String> = arg.get_default_values().iter().map(|v| v.to_str().unwrap().to_owned()).collect();
+        let default = if values.is_empty() { DeclaredDefault::Words } else { DeclaredDefault::Value(values.join(",")) };
+        assert!(
+            matches!(default, DeclaredDefault::Words) || !help.contains("[default: "),
+            "--{long}: a default is written once, as clap's default value: {help}"
+        );
         flags.insert(format!("--{long}"), (env.to_str().unwrap().to_owned(), default));
     }
     flags
@@ -69,19 +82,15 @@ fn the_flag_tables_list_every_flag_with_its_env_var_and_default() {
     let docs: BTreeMap<&String, &String> = documented.iter().map(|(flag, (env, _))| (flag, env)).collect();
     let clap: BTreeMap<&String, &String> = declared.iter().map(|(flag, (env, _))| (flag, env)).collect();
     assert_eq!(docs, clap, "documented rows (left) against the command line (right)");
-    // A default stated as a value (`1m`, `31708800 (367 days)`) rather than in words (`all
-    // addresses`, `OpenShift's`) is the table's, in backquotes.
+    // A default value is the table's, in backquotes (a note may follow: `31708800` (367 days)).
+    let mut values = 0;
     for (flag, (_, default)) in &declared {
-        let Some(default) = default else { continue };
-        let (value, note) = default.split_once(' ').unwrap_or((default, ""));
-        if (note.is_empty() || note.starts_with('(')) && !value.contains('\'') {
-            let cell = &documented[flag].1;
-            assert!(
-                cell.starts_with(&format!("`{value}`")),
-                "{flag}: documented default {cell:?}, help [default: {default}]"
-            );
-        }
+        let DeclaredDefault::Value(value) = default else { continue };
+        let cell = &documented[flag].1;
+        assert!(cell.starts_with(&format!("`{value}`")), "{flag}: documented default {cell:?}, clap's {value:?}");
+        values += 1;
     }
+    assert!(values > 20, "most flags have a default value: {values}");
 }
 
 #[test]

@@ -6,7 +6,7 @@
 //! (`-provider-regex -x` sets `-x`), and a boolean flag takes a value only after `=`. Rewriting
 //! stops at `--`. An argument that names no long flag is passed on unchanged, for clap to judge.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::ffi::OsString;
 
 use clap::Command;
@@ -56,6 +56,17 @@ pub fn normalize(command: &Command, args: impl IntoIterator<Item = OsString>) ->
     }
     out.extend(args);
     out
+}
+
+/// The names of the long flags that `args` (as [`normalize`] returns them) give, up to `--`.
+pub fn given_long_flags(args: &[OsString]) -> HashSet<String> {
+    args.iter()
+        .skip(1)
+        .map_while(|arg| (arg != "--").then(|| arg.to_str()))
+        .flatten()
+        .filter_map(|arg| arg.strip_prefix("--"))
+        .map(|flag| flag.split_once('=').map_or(flag, |(name, _)| name).to_owned())
+        .collect()
 }
 
 /// `-name[=value]` or `--name[=value]` as (name, value); `None` for anything else (short options
@@ -133,6 +144,17 @@ mod tests {
         );
         assert_eq!(rewrite(&["--", "-dry-run"]), ["--", "-dry-run"]);
         assert_eq!(rewrite(&["-provider-regex"]), ["--provider-regex"], "a missing value is left for clap to refuse");
+    }
+
+    #[test]
+    fn the_long_flags_given_are_named_up_to_the_terminator() {
+        let args: Vec<OsString> =
+            ["node-csr-approver", "check", "--dry-run", "--provider-regex=x=y", "-o", "--", "--level"]
+                .into_iter()
+                .map(OsString::from)
+                .collect();
+        let given = given_long_flags(&args);
+        assert_eq!(given, HashSet::from(["dry-run".to_owned(), "provider-regex".to_owned()]));
     }
 
     #[test]

@@ -3,10 +3,10 @@
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 
-use clap::Args;
+use clap::{ArgAction, Args};
 
 use super::ConfigError;
-use super::flags::{Field, field, is_dns_label};
+use super::flags::{Checked, boolean, given_path, list, namespace_or_empty, number, path};
 use crate::policy::{Bootstrapper, MachinePolicy, NODE_USER_PREFIX};
 
 /// OpenShift's node-bootstrapper ServiceAccount.
@@ -16,33 +16,37 @@ const DEFAULT_BOOTSTRAPPER_GROUPS: &str =
     "system:serviceaccounts:openshift-machine-config-operator,system:serviceaccounts,system:authenticated";
 
 /// Machine-mode flags; every flag also reads an env var. Setting `--machine-api` turns it on.
-#[derive(Debug, Clone, Default, Args)]
+#[derive(Debug, Clone, Args)]
 pub struct MachineArgs {
     /// Machine API to read, GROUP/VERSION: machine.openshift.io/v1beta1 or cluster.x-k8s.io/v1beta1 (repeatable)
-    #[arg(long = "machine-api", global = true, env = "MACHINE_API", value_delimiter = ',')]
-    pub machine_apis: Vec<String>,
+    #[arg(long = "machine-api", global = true, env = "MACHINE_API", value_delimiter = ',', value_parser = machine_api())]
+    pub machine_apis: Vec<MachineApi>,
     /// Namespace of the Machines [default: all namespaces]
-    #[arg(long, global = true, env = "MACHINE_NAMESPACE")]
+    #[arg(long, global = true, env = "MACHINE_NAMESPACE", value_parser = namespace_or_empty())]
     pub machine_namespace: Option<String>,
     /// Kubeconfig of the cluster holding the Machines [default: the CSRs' cluster]
-    #[arg(long, global = true, env = "MACHINE_KUBECONFIG", value_name = "PATH")]
-    pub machine_kubeconfig: Option<String>,
-    /// Approve node-client bootstrap CSRs in machine mode [default: true]
-    #[arg(long, global = true, env = "NODE_CLIENT_APPROVAL", num_args = 0..=1, require_equals = true, default_missing_value = "true")]
-    pub node_client_approval: Option<String>,
-    /// Username of the bootstrap identity; a trailing * makes it a prefix [default: OpenShift's node-bootstrapper]
-    #[arg(long, global = true, env = "BOOTSTRAPPER_USERNAME")]
-    pub bootstrapper_username: Option<String>,
-    /// Exact comma-separated groups of the bootstrap identity [default: OpenShift's]
-    #[arg(long, global = true, env = "BOOTSTRAPPER_GROUPS")]
-    pub bootstrapper_groups: Option<String>,
-    /// Machine-mode approvals stop while pending node CSRs exceed max(Machines, Nodes) + this, 0..=10000 [default: 100]
-    #[arg(long, global = true, env = "MAX_PENDING_DELTA")]
-    pub max_pending_delta: Option<String>,
+    #[arg(long, global = true, env = "MACHINE_KUBECONFIG", value_name = "PATH", value_parser = path())]
+    pub machine_kubeconfig: Option<PathBuf>,
+    /// Approve node-client bootstrap CSRs in machine mode
+    #[arg(long, global = true, env = "NODE_CLIENT_APPROVAL", default_value = "true", action = ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = boolean())]
+    pub node_client_approval: bool,
+    /// Username of the bootstrap identity (OpenShift's node-bootstrapper by default); a trailing * makes it a prefix
+    #[arg(long, global = true, env = "BOOTSTRAPPER_USERNAME", default_value = DEFAULT_BOOTSTRAPPER, value_parser = bootstrapper())]
+    pub bootstrapper_username: Bootstrapper,
+    /// Exact comma-separated groups of the bootstrap identity (OpenShift's by default)
+    #[arg(long, global = true, env = "BOOTSTRAPPER_GROUPS", default_value = DEFAULT_BOOTSTRAPPER_GROUPS, value_parser = groups())]
+    pub bootstrapper_groups: Groups,
+    /// Machine-mode approvals stop while pending node CSRs exceed max(Machines, Nodes) + this, 0..=10000
+    #[arg(long, global = true, env = "MAX_PENDING_DELTA", default_value = "100", value_parser = number::<u32>(0..=10_000))]
+    pub max_pending_delta: u32,
     /// OpenShift machine-approver-config file (nodeClientCert.disabled)
-    #[arg(long, global = true, env = "MACHINE_APPROVER_CONFIG", value_name = "FILE")]
-    pub machine_approver_config: Option<String>,
+    #[arg(long, global = true, env = "MACHINE_APPROVER_CONFIG", value_name = "FILE", value_parser = path())]
+    pub machine_approver_config: Option<PathBuf>,
 }
+
+/// The groups of `--bootstrapper-groups`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Groups(pub BTreeSet<String>);
 
 /// A Machine API the controller reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -102,105 +106,110 @@ struct NodeClientCert {
 }
 
 impl MachineArgs {
-    /// Validates every value; `None` when machine mode is off.
+    /// The machine-mode rules and where Machines are read from; `None` when machine mode is off.
+    /// The approver-config file is read here, the one error left after clap has read every value.
     pub fn validate(&self) -> Result<Option<(MachinePolicy, MachineSource)>, ConfigError> {
         if self.machine_apis.is_empty() {
             return Ok(None);
         }
-        let all = self.machine_apis.join(",");
         let mut apis = Vec::new();
-        for entry in &self.machine_apis {
-            let entry = entry.trim();
-            let api = MachineApi::ALL.into_iter().find(|api| api.api_version() == entry).ok_or_else(|| {
-                field!(self.machine_apis)
-                    .error(&all, format!("{entry:?} is not machine.openshift.io/v1beta1 or cluster.x-k8s.io/v1beta1"))
-            })?;
-            if !apis.contains(&api) {
-                apis.push(api);
+        for api in &self.machine_apis {
+            if !apis.contains(api) {
+                apis.push(*api);
             }
         }
-        let namespace = match self.machine_namespace.as_deref().map(str::trim) {
-            None | Some("") => None,
-            Some(ns) if is_dns_label(ns) => Some(ns.to_owned()),
-            Some(ns) => return Err(field!(self.machine_namespace).error(ns, "expected a namespace name")),
-        };
-        let mut client_approval = field!(self.node_client_approval).boolean(true)?;
-        if let Some(path) = field!(self.machine_approver_config).path() {
-            let shown = path.display().to_string();
-            let text = std::fs::read_to_string(path)
-                .map_err(|e| field!(self.machine_approver_config).error(&shown, format!("cannot read: {e}")))?;
-            let file: ApproverConfigFile = if text.trim().is_empty() {
-                ApproverConfigFile::default()
-            } else {
-                serde_saphyr::from_str(&text)
-                    .map_err(|e| field!(self.machine_approver_config).error(&shown, e.to_string()))?
-            };
-            client_approval &= !file.node_client_cert.disabled;
+        let mut client_approval = self.node_client_approval;
+        if let Some(path) = given_path(&self.machine_approver_config) {
+            client_approval &= !node_client_cert_disabled(&path)?;
         }
         let rules = MachinePolicy {
             client_approval,
-            bootstrapper: bootstrapper(field!(self.bootstrapper_username))?,
-            bootstrapper_groups: groups(field!(self.bootstrapper_groups))?,
-            max_pending_delta: u32::try_from(field!(self.max_pending_delta).number(0..=10_000, 100)?).unwrap_or(100),
+            bootstrapper: self.bootstrapper_username.clone(),
+            bootstrapper_groups: self.bootstrapper_groups.0.clone(),
+            max_pending_delta: self.max_pending_delta,
         };
-        let source =
-            MachineSource { apis, namespace, kubeconfig: field!(self.machine_kubeconfig).path(), rules: rules.clone() };
-        Ok(Some((rules, source)))
+        let namespace = self.machine_namespace.clone().filter(|namespace| !namespace.is_empty());
+        let kubeconfig = given_path(&self.machine_kubeconfig);
+        Ok(Some((rules.clone(), MachineSource { apis, namespace, kubeconfig, rules })))
     }
 }
 
-fn bootstrapper(field: Field<'_, Option<String>>) -> Result<Bootstrapper, ConfigError> {
-    let text = field.text().map(str::trim).unwrap_or(DEFAULT_BOOTSTRAPPER);
-    let invalid = |problem: &str| field.error(text, problem);
-    if text.starts_with(NODE_USER_PREFIX) || text == "*" {
-        return Err(invalid("must not match node identities (system:node:<name>)"));
+/// Whether OpenShift's machine-approver-config at `path` turns node-client approval off.
+fn node_client_cert_disabled(path: &std::path::Path) -> Result<bool, ConfigError> {
+    let shown = path.display().to_string();
+    let error = |problem: String| ConfigError::of_field("machine_approver_config", &shown, problem);
+    let text = std::fs::read_to_string(path).map_err(|e| error(format!("cannot read: {e}")))?;
+    if text.trim().is_empty() {
+        return Ok(false);
     }
-    match text.strip_suffix('*') {
-        Some(prefix) if NODE_USER_PREFIX.starts_with(prefix) => Err(invalid(&format!(
-            "the prefix {prefix:?} also matches node identities (system:node:<name>); name the bootstrap identity \
-             more narrowly, e.g. system:bootstrap:*"
-        ))),
-        Some(prefix) if prefix.ends_with(':') && prefix.len() > 1 => Ok(Bootstrapper::Prefix(prefix.to_owned())),
-        Some(_) => Err(invalid("a prefix must end with ':' before the '*', e.g. system:bootstrap:*")),
-        None if text.is_empty() || text.contains('*') => Err(invalid("expected a username or a prefix ending in :*")),
-        None => Ok(Bootstrapper::Exact(text.to_owned())),
-    }
+    let file: ApproverConfigFile = serde_saphyr::from_str(&text).map_err(|e| error(e.to_string()))?;
+    Ok(file.node_client_cert.disabled)
 }
 
-fn groups(field: Field<'_, Option<String>>) -> Result<BTreeSet<String>, ConfigError> {
-    let text = field.text().unwrap_or(DEFAULT_BOOTSTRAPPER_GROUPS);
-    text.split(',')
-        .map(|group| {
-            let group = group.trim();
-            if group.is_empty() {
-                Err(field.error(text, "empty entry in the comma-separated list"))
-            } else {
-                Ok(group.to_owned())
-            }
-        })
-        .collect()
+/// One Machine API, as `GROUP/VERSION`.
+fn machine_api() -> Checked<impl Fn(&str) -> Result<MachineApi, String> + Clone> {
+    Checked(|text: &str| {
+        let entry = text.trim();
+        MachineApi::ALL
+            .into_iter()
+            .find(|api| api.api_version() == entry)
+            .ok_or_else(|| format!("{entry:?} is not machine.openshift.io/v1beta1 or cluster.x-k8s.io/v1beta1"))
+    })
+}
+
+/// The bootstrap identity: a username, or a prefix ending in `:*` that matches no node identity.
+fn bootstrapper() -> Checked<impl Fn(&str) -> Result<Bootstrapper, String> + Clone> {
+    Checked(|text: &str| {
+        let text = text.trim();
+        if text.starts_with(NODE_USER_PREFIX) || text == "*" {
+            return Err("must not match node identities (system:node:<name>)".into());
+        }
+        match text.strip_suffix('*') {
+            Some(prefix) if NODE_USER_PREFIX.starts_with(prefix) => Err(format!(
+                "the prefix {prefix:?} also matches node identities (system:node:<name>); name the bootstrap identity \
+                 more narrowly, e.g. system:bootstrap:*"
+            )),
+            Some(prefix) if prefix.ends_with(':') && prefix.len() > 1 => Ok(Bootstrapper::Prefix(prefix.to_owned())),
+            Some(_) => Err("a prefix must end with ':' before the '*', e.g. system:bootstrap:*".into()),
+            None if text.is_empty() || text.contains('*') => Err("expected a username or a prefix ending in :*".into()),
+            None => Ok(Bootstrapper::Exact(text.to_owned())),
+        }
+    })
+}
+
+/// Comma-separated group names.
+fn groups() -> Checked<impl Fn(&str) -> Result<Groups, String> + Clone> {
+    Checked(|text: &str| list(text, |group| Ok(group.to_owned())).map(|groups| Groups(groups.into_iter().collect())))
 }
 
 #[cfg(test)]
 mod tests {
+    use super::super::flags::reading::read;
     use super::*;
-
-    fn bootstrapper_of(text: &str) -> Result<Bootstrapper, ConfigError> {
-        let args = MachineArgs { bootstrapper_username: Some(text.to_owned()), ..MachineArgs::default() };
-        bootstrapper(field!(args.bootstrapper_username))
-    }
 
     #[test]
     fn bootstrapper_prefixes_need_a_colon_and_never_match_nodes() {
+        let bootstrapper_of = bootstrapper().0;
         assert_eq!(bootstrapper_of("system:bootstrap:*").unwrap(), Bootstrapper::Prefix("system:bootstrap:".into()));
-        assert!(bootstrapper_of("system:*x").is_err());
-        assert!(bootstrapper_of("system:node:*").is_err());
-        assert!(bootstrapper_of("system:*").is_err());
-        assert!(bootstrapper_of("system:node:x").is_err());
-        assert!(bootstrapper_of("sys*").is_err());
+        for bad in ["system:*x", "system:node:*", "system:*", "system:node:x", "sys*", "*", ""] {
+            assert!(bootstrapper_of(bad).is_err(), "{bad}");
+        }
         let prefix = Bootstrapper::Prefix("system:bootstrap:".into());
         assert!(prefix.matches("system:bootstrap:abcdef"));
         assert!(!prefix.matches("system:bootstrap:"));
         assert!(!prefix.matches("system:node:a"));
+    }
+
+    #[test]
+    fn machine_mode_is_on_with_an_api_and_reads_each_api_once() {
+        assert!(read::<MachineArgs>(&[]).unwrap().validate().unwrap().is_none());
+        let args = read::<MachineArgs>(&[
+            "--machine-api=cluster.x-k8s.io/v1beta1,machine.openshift.io/v1beta1",
+            "--machine-api= cluster.x-k8s.io/v1beta1",
+        ]);
+        let (rules, source) = args.unwrap().validate().unwrap().unwrap();
+        assert_eq!(source.apis, vec![MachineApi::ClusterApi, MachineApi::OpenShift]);
+        assert_eq!((source.namespace, rules.max_pending_delta, rules.client_approval), (None, 100, true));
+        assert_eq!(rules.bootstrapper, Bootstrapper::Exact(DEFAULT_BOOTSTRAPPER.into()));
     }
 }

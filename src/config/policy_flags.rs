@@ -4,29 +4,21 @@
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
-use clap::Args;
+use clap::{ArgAction, Args};
 use ipnet::IpNet;
 
 use super::ConfigError;
-use super::flags::{Field, field};
+use super::flags::{Checked, boolean, duration, keyword, list, number};
 use super::regex_anchoring;
 use crate::policy::{HostnameMatch, PolicyConfig, is_dns_subdomain};
 
-/// The hard cap on a certificate lifetime this approver accepts: 367 days, in seconds.
+/// The hard cap on a certificate lifetime this approver accepts: 367 days, in seconds (also the
+/// default of `--max-expiration-sec`).
 const MAX_EXPIRATION_CAP_SECS: i64 = 367 * 24 * 3600;
-/// The shortest lifetime Kubernetes accepts in `spec.expirationSeconds`.
-const MIN_EXPIRATION_SECS: i64 = 600;
-const MAX_DNS_NAMES: i64 = 1000;
-/// The hard cap on `--allowed-ip-addresses`.
-const MAX_IP_ADDRESSES: i64 = 1000;
-/// The default of `--allowed-ip-addresses`: room for every InternalIP and ExternalIP of a
-/// dual-stack node with several interfaces.
-const DEFAULT_IP_ADDRESSES: i64 = 16;
-const DNS_TIMEOUT_RANGE: (Duration, Duration) = (Duration::from_millis(10), Duration::from_secs(60));
+/// The longest `--dns-grace-period`.
 const DNS_GRACE_MAX: Duration = Duration::from_secs(24 * 3600);
+/// The bound on the compiled `--provider-regex`.
 const REGEX_SIZE_LIMIT: usize = 1 << 20;
-/// The default of `--cluster-domain`, as kubeadm and most distributions set it.
-const DEFAULT_CLUSTER_DOMAIN: &str = "cluster.local";
 
 /// The validated resolver settings.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -43,71 +35,82 @@ pub struct Warning(pub String);
 
 /// Policy and DNS flags shared by `run` and `check`; every flag also reads an env var.
 ///
-/// Values are taken as text and validated by [`PolicyArgs::validate`], so every error names the
-/// flag, the env var and the value in one line.
-#[derive(Debug, Clone, Default, Args)]
+/// clap reads each value into its type; an invalid one stops the program with one line naming
+/// the flag, the env var and the value.
+#[derive(Debug, Clone, Args)]
 pub struct PolicyArgs {
     /// Regex every DNS SAN must match (required). Unanchored regexes match anywhere in the name.
-    #[arg(long, env = "PROVIDER_REGEX", global = true)]
-    pub provider_regex: Option<String>,
+    #[arg(long, env = "PROVIDER_REGEX", global = true, value_parser = provider_regex())]
+    pub provider_regex: Option<regex::Regex>,
     /// Comma-separated IPv4/IPv6 prefixes IP SANs and resolved addresses must lie in [default: all addresses]
-    #[arg(long, env = "PROVIDER_IP_PREFIXES", global = true)]
-    pub provider_ip_prefixes: Option<String>,
-    /// Largest accepted spec.expirationSeconds, 600..=31708800 [default: 31708800 (367 days)]
-    #[arg(long, env = "MAX_EXPIRATION_SEC", global = true)]
-    pub max_expiration_sec: Option<String>,
-    /// Largest number of DNS SANs per CSR, 1..=1000 [default: 1]
-    #[arg(long, env = "ALLOWED_DNS_NAMES", global = true)]
-    pub allowed_dns_names: Option<String>,
-    /// Largest number of IP SANs per CSR, 0..=1000 [default: 16]
-    #[arg(long, env = "ALLOWED_IP_ADDRESSES", global = true)]
-    pub allowed_ip_addresses: Option<String>,
-    /// Do not resolve DNS SANs (true/false/1/0) [default: false]
-    #[arg(long, env = "BYPASS_DNS_RESOLUTION", global = true, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
-    pub bypass_dns_resolution: Option<String>,
-    /// Do not bind DNS SANs to the node name (true/false/1/0) [default: false]
-    #[arg(long, env = "BYPASS_HOSTNAME_CHECK", global = true, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
-    pub bypass_hostname_check: Option<String>,
-    /// How DNS SANs bind to the node name: strict or prefix [default: strict]
-    #[arg(long, env = "HOSTNAME_MATCH", global = true)]
-    pub hostname_match: Option<String>,
-    /// Ignore CSRs whose username is not system:node:<name> instead of denying them [default: false]
-    #[arg(long, env = "IGNORE_NON_SYSTEM_NODE", global = true, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
-    pub ignore_non_system_node: Option<String>,
-    /// Never deny: leave failing CSRs pending for a human, with an event [default: false]
-    #[arg(long, env = "SKIP_DENY_STEP", global = true, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
-    pub skip_deny_step: Option<String>,
+    #[arg(long, env = "PROVIDER_IP_PREFIXES", global = true, value_parser = prefixes())]
+    pub provider_ip_prefixes: Option<Prefixes>,
+    /// Largest accepted spec.expirationSeconds, 600..=31708800 (367 days, also the hard cap)
+    #[arg(long, env = "MAX_EXPIRATION_SEC", global = true, default_value_t = MAX_EXPIRATION_CAP_SECS, value_parser = number::<i64>(600..=MAX_EXPIRATION_CAP_SECS))]
+    pub max_expiration_sec: i64,
+    /// Largest number of DNS SANs per CSR, 1..=1000
+    #[arg(long, env = "ALLOWED_DNS_NAMES", global = true, default_value = "1", value_parser = number::<usize>(1..=1000))]
+    pub allowed_dns_names: usize,
+    /// Largest number of IP SANs per CSR, 0..=1000 (the default leaves room for every InternalIP and ExternalIP of a dual-stack node with several interfaces)
+    #[arg(long, env = "ALLOWED_IP_ADDRESSES", global = true, default_value = "16", value_parser = number::<usize>(0..=1000))]
+    pub allowed_ip_addresses: usize,
+    /// Do not resolve DNS SANs (true/false/1/0)
+    #[arg(long, env = "BYPASS_DNS_RESOLUTION", global = true, default_value = "false", action = ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = boolean())]
+    pub bypass_dns_resolution: bool,
+    /// Do not bind DNS SANs to the node name (true/false/1/0)
+    #[arg(long, env = "BYPASS_HOSTNAME_CHECK", global = true, default_value = "false", action = ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = boolean())]
+    pub bypass_hostname_check: bool,
+    /// How DNS SANs bind to the node name: strict or prefix
+    #[arg(long, env = "HOSTNAME_MATCH", global = true, default_value = "strict", value_parser = keyword(HOSTNAME_MATCHES))]
+    pub hostname_match: HostnameMatch,
+    /// Ignore CSRs whose username is not system:node:<name> instead of denying them
+    #[arg(long, env = "IGNORE_NON_SYSTEM_NODE", global = true, default_value = "false", action = ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = boolean())]
+    pub ignore_non_system_node: bool,
+    /// Never deny: leave failing CSRs pending for a human, with an event
+    #[arg(long, env = "SKIP_DENY_STEP", global = true, default_value = "false", action = ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = boolean())]
+    pub skip_deny_step: bool,
     /// Nameserver ip[:port] to ask, repeatable or comma-separated [default: system resolver config]
-    #[arg(long = "dns-server", env = "DNS_SERVERS", global = true, value_delimiter = ',')]
-    pub dns_servers: Vec<String>,
-    /// Bound on each DNS lookup, e.g. 500ms, 2s [default: 2s]
-    #[arg(long, env = "DNS_TIMEOUT", global = true)]
-    pub dns_timeout: Option<String>,
-    /// How long an unresolvable DNS SAN is retried before denial, e.g. 5m [default: 5m]
-    #[arg(long, env = "DNS_GRACE_PERIOD", global = true)]
-    pub dns_grace_period: Option<String>,
-    /// Require every SAN to be one of the Node's status.addresses or its name [default: false]
-    #[arg(long, env = "VERIFY_NODE_ADDRESSES", global = true, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
-    pub verify_node_addresses: Option<String>,
-    /// The cluster's DNS domain: DNS SANs under svc.<domain> are always denied [default: cluster.local]
-    #[arg(long, env = "CLUSTER_DOMAIN", global = true)]
-    pub cluster_domain: Option<String>,
+    #[arg(long = "dns-server", env = "DNS_SERVERS", global = true, value_delimiter = ',', value_parser = dns_server())]
+    pub dns_servers: Vec<SocketAddr>,
+    /// Bound on each DNS lookup, e.g. 500ms, 2s
+    #[arg(long, env = "DNS_TIMEOUT", global = true, default_value = "2s", value_parser = duration(Duration::from_millis(10), Duration::from_secs(60)))]
+    pub dns_timeout: Duration,
+    /// How long an unresolvable DNS SAN is retried before denial, e.g. 5m
+    #[arg(long, env = "DNS_GRACE_PERIOD", global = true, default_value = "5m", value_parser = duration(Duration::ZERO, DNS_GRACE_MAX))]
+    pub dns_grace_period: Duration,
+    /// Require every SAN to be one of the Node's status.addresses or its name
+    #[arg(long, env = "VERIFY_NODE_ADDRESSES", global = true, default_value = "false", action = ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = boolean())]
+    pub verify_node_addresses: bool,
+    /// The cluster's DNS domain: DNS SANs under svc.<domain> are always denied
+    #[arg(long, env = "CLUSTER_DOMAIN", global = true, default_value = "cluster.local", value_parser = cluster_domain())]
+    pub cluster_domain: String,
 }
 
+/// The keywords of `--hostname-match`.
+const HOSTNAME_MATCHES: &[(&str, HostnameMatch)] =
+    &[("strict", HostnameMatch::Strict), ("prefix", HostnameMatch::Prefix)];
+
+/// The prefixes of `--provider-ip-prefixes`, each truncated to its network.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Prefixes(pub Vec<IpNet>);
+
 impl PolicyArgs {
-    /// Validates every value; the first invalid one is returned as a [`ConfigError`].
+    /// The rules and resolver settings, and the warnings they deserve; a missing
+    /// `--provider-regex` is the one error left after clap has read every value.
     pub fn validate(&self) -> Result<(PolicyConfig, DnsConfig, Vec<Warning>), ConfigError> {
         let mut warnings = Vec::new();
-        let regex_text = self.provider_regex.as_deref().unwrap_or_default();
-        let provider_regex = provider_regex(field!(self.provider_regex), regex_text)?;
-        for alternative in regex_anchoring::unanchored_alternatives(regex_text) {
+        let provider_regex = self
+            .provider_regex
+            .clone()
+            .ok_or_else(|| ConfigError::of_field("provider_regex", "", "required, and must not be empty"))?;
+        for alternative in regex_anchoring::unanchored_alternatives(provider_regex.as_str()) {
             warnings.push(Warning(format!(
-                "--provider-regex {regex_text:?}: {alternative:?} is not anchored with ^...$, so it matches \
-                 anywhere in a DNS name"
+                "--provider-regex {:?}: {alternative:?} is not anchored with ^...$, so it matches anywhere in a DNS name",
+                provider_regex.as_str()
             )));
         }
         let ip_prefixes = match &self.provider_ip_prefixes {
-            Some(text) => prefixes(field!(self.provider_ip_prefixes), text)?,
+            Some(Prefixes(prefixes)) => prefixes.clone(),
             None => {
                 warnings.push(Warning(
                     "--provider-ip-prefixes is not set: IP SANs and resolved addresses may be any address".into(),
@@ -115,37 +118,15 @@ impl PolicyArgs {
                 vec![IpNet::V4(Default::default()), IpNet::V6(Default::default())]
             }
         };
-        let bypass_dns_resolution = field!(self.bypass_dns_resolution).boolean(false)?;
-        let bypass_hostname_check = field!(self.bypass_hostname_check).boolean(false)?;
         for (on, name) in [
-            (bypass_dns_resolution, "--bypass-dns-resolution: DNS SANs are not resolved"),
-            (bypass_hostname_check, "--bypass-hostname-check: DNS SANs are not bound to the node name"),
+            (self.bypass_dns_resolution, "--bypass-dns-resolution: DNS SANs are not resolved"),
+            (self.bypass_hostname_check, "--bypass-hostname-check: DNS SANs are not bound to the node name"),
         ] {
             if on {
                 warnings.push(Warning(name.to_owned()));
             }
         }
-        let policy = PolicyConfig {
-            provider_regex,
-            ip_prefixes,
-            max_expiration_secs: field!(self.max_expiration_sec)
-                .number(MIN_EXPIRATION_SECS..=MAX_EXPIRATION_CAP_SECS, MAX_EXPIRATION_CAP_SECS)?,
-            allowed_dns_names: count(field!(self.allowed_dns_names).number(1..=MAX_DNS_NAMES, 1)?),
-            allowed_ip_addresses: count(
-                field!(self.allowed_ip_addresses).number(0..=MAX_IP_ADDRESSES, DEFAULT_IP_ADDRESSES)?,
-            ),
-            bypass_dns_resolution,
-            bypass_hostname_check,
-            hostname_match: hostname_match(field!(self.hostname_match))?,
-            ignore_non_system_node: field!(self.ignore_non_system_node).boolean(false)?,
-            skip_deny_step: field!(self.skip_deny_step).boolean(false)?,
-            dns_grace_period: field!(self.dns_grace_period)
-                .duration((Duration::ZERO, DNS_GRACE_MAX), Duration::from_secs(300))?,
-            verify_node_addresses: field!(self.verify_node_addresses).boolean(false)?,
-            cluster_domain: cluster_domain(field!(self.cluster_domain))?,
-            machine: None,
-        };
-        if policy.verify_node_addresses && policy.bypass_dns_resolution {
+        if self.verify_node_addresses && self.bypass_dns_resolution {
             warnings.push(Warning(
                 "--verify-node-addresses with --bypass-dns-resolution: IP SANs are checked only against the Node's \
                  status.addresses, which a kubelet reports itself without a cloud provider: a node that adds another \
@@ -153,84 +134,72 @@ impl PolicyArgs {
                     .into(),
             ));
         }
-        let dns = DnsConfig {
-            servers: dns_servers(field!(self.dns_servers))?,
-            timeout: field!(self.dns_timeout).duration(DNS_TIMEOUT_RANGE, Duration::from_secs(2))?,
+        let policy = PolicyConfig {
+            provider_regex,
+            ip_prefixes,
+            max_expiration_secs: self.max_expiration_sec,
+            allowed_dns_names: self.allowed_dns_names,
+            allowed_ip_addresses: self.allowed_ip_addresses,
+            bypass_dns_resolution: self.bypass_dns_resolution,
+            bypass_hostname_check: self.bypass_hostname_check,
+            hostname_match: self.hostname_match,
+            ignore_non_system_node: self.ignore_non_system_node,
+            skip_deny_step: self.skip_deny_step,
+            dns_grace_period: self.dns_grace_period,
+            verify_node_addresses: self.verify_node_addresses,
+            cluster_domain: self.cluster_domain.clone(),
+            machine: None,
         };
-        Ok((policy, dns, warnings))
+        let servers = (!self.dns_servers.is_empty()).then(|| self.dns_servers.clone());
+        Ok((policy, DnsConfig { servers, timeout: self.dns_timeout }, warnings))
     }
 }
 
-/// A count validated within a non-negative range.
-fn count(number: i64) -> usize {
-    usize::try_from(number).unwrap_or(0)
+/// A non-empty regex within the size limit, written on one line when it does not compile.
+fn provider_regex() -> Checked<impl Fn(&str) -> Result<regex::Regex, String> + Clone> {
+    Checked(|text: &str| {
+        if text.trim().is_empty() {
+            return Err("required, and must not be empty".into());
+        }
+        regex::RegexBuilder::new(text).size_limit(REGEX_SIZE_LIMIT).build().map_err(|e| one_line(&e.to_string()))
+    })
 }
 
-fn provider_regex(field: Field<'_, Option<String>>, text: &str) -> Result<regex::Regex, ConfigError> {
-    if text.trim().is_empty() {
-        return Err(field.error(text, "required, and must not be empty"));
-    }
-    regex::RegexBuilder::new(text)
-        .size_limit(REGEX_SIZE_LIMIT)
-        .build()
-        .map_err(|e| field.error(text, one_line(&e.to_string())))
-}
-
-fn prefixes(field: Field<'_, Option<String>>, text: &str) -> Result<Vec<IpNet>, ConfigError> {
-    text.split(',')
-        .map(|entry| {
-            let entry = entry.trim();
-            if entry.is_empty() {
-                return Err(field.error(text, "empty entry in the comma-separated list"));
-            }
-            entry.parse::<IpNet>().map(|net| net.trunc()).map_err(|_| {
-                field.error(text, format!("{entry:?} is not a CIDR prefix such as 10.0.0.0/8 or fd00::/8"))
-            })
+/// Comma-separated CIDR prefixes, each truncated to its network.
+fn prefixes() -> Checked<impl Fn(&str) -> Result<Prefixes, String> + Clone> {
+    Checked(|text: &str| {
+        list(text, |entry| {
+            entry
+                .parse::<IpNet>()
+                .map(|net| net.trunc())
+                .map_err(|_| format!("{entry:?} is not a CIDR prefix such as 10.0.0.0/8 or fd00::/8"))
         })
-        .collect()
-}
-
-fn hostname_match(field: Field<'_, Option<String>>) -> Result<HostnameMatch, ConfigError> {
-    match field.text().map(|v| v.trim().to_ascii_lowercase()).as_deref() {
-        None | Some("strict") => Ok(HostnameMatch::Strict),
-        Some("prefix") => Ok(HostnameMatch::Prefix),
-        Some(_) => Err(field.error(field.text().unwrap_or_default(), "expected strict or prefix")),
-    }
+        .map(Prefixes)
+    })
 }
 
 /// A DNS name, lowercased and without one trailing dot.
-fn cluster_domain(field: Field<'_, Option<String>>) -> Result<String, ConfigError> {
-    let Some(text) = field.text() else {
-        return Ok(DEFAULT_CLUSTER_DOMAIN.to_owned());
-    };
-    let domain = text.trim().to_ascii_lowercase();
-    let domain = domain.strip_suffix('.').unwrap_or(&domain);
-    if is_dns_subdomain(domain) {
-        Ok(domain.to_owned())
-    } else {
-        Err(field.error(text, "not a DNS name such as cluster.local"))
-    }
+fn cluster_domain() -> Checked<impl Fn(&str) -> Result<String, String> + Clone> {
+    Checked(|text: &str| {
+        let domain = text.trim().to_ascii_lowercase();
+        let domain = domain.strip_suffix('.').unwrap_or(&domain);
+        if is_dns_subdomain(domain) {
+            Ok(domain.to_owned())
+        } else {
+            Err("not a DNS name such as cluster.local".into())
+        }
+    })
 }
 
-fn dns_servers(field: Field<'_, Vec<String>>) -> Result<Option<Vec<SocketAddr>>, ConfigError> {
-    let entries = field.value;
-    if entries.is_empty() {
-        return Ok(None);
-    }
-    let all = entries.join(",");
-    entries
-        .iter()
-        .map(|entry| {
-            let entry = entry.trim();
-            if entry.is_empty() {
-                return Err(field.error(&all, "empty entry in the list"));
-            }
-            server(entry).ok_or_else(|| {
-                field.error(&all, format!("{entry:?} is not ip[:port], e.g. 10.96.0.10 or [fd00::a]:53"))
-            })
-        })
-        .collect::<Result<Vec<_>, _>>()
-        .map(Some)
+/// One nameserver: `ip[:port]`, port 53 when omitted.
+fn dns_server() -> Checked<impl Fn(&str) -> Result<SocketAddr, String> + Clone> {
+    Checked(|text: &str| {
+        let entry = text.trim();
+        if entry.is_empty() {
+            return Err("empty entry in the list".into());
+        }
+        server(entry).ok_or_else(|| format!("{entry:?} is not ip[:port], e.g. 10.96.0.10 or [fd00::a]:53"))
+    })
 }
 
 fn server(entry: &str) -> Option<SocketAddr> {
@@ -246,6 +215,7 @@ fn one_line(text: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+    use super::super::flags::reading::read;
     use super::*;
 
     #[test]
@@ -259,23 +229,26 @@ mod tests {
 
     #[test]
     fn the_cluster_domain_is_a_lowercase_dns_name() {
-        let domain = |value: Option<&str>| {
-            let args = PolicyArgs { cluster_domain: value.map(str::to_owned), ..PolicyArgs::default() };
-            cluster_domain(field!(args.cluster_domain)).ok()
-        };
-        assert_eq!(domain(None).as_deref(), Some("cluster.local"));
-        assert_eq!(domain(Some(" Corp.Example. ")).as_deref(), Some("corp.example"));
-        assert_eq!(domain(Some("")), None);
-        assert_eq!(domain(Some(".")), None);
-        assert_eq!(domain(Some("a..b")), None);
-        assert_eq!(domain(Some("*.local")), None);
+        let domain = |args: &[&str]| read::<PolicyArgs>(args).ok().map(|args| args.cluster_domain);
+        assert_eq!(domain(&[]).as_deref(), Some("cluster.local"));
+        assert_eq!(domain(&["--cluster-domain= Corp.Example. "]).as_deref(), Some("corp.example"));
+        for bad in ["", ".", "a..b", "*.local"] {
+            assert_eq!(domain(&[&format!("--cluster-domain={bad}")]), None, "{bad}");
+        }
     }
 
     #[test]
     fn prefixes_are_trimmed_and_truncated() {
-        let args = PolicyArgs::default();
-        let nets = prefixes(field!(args.provider_ip_prefixes), " 10.1.2.3/8 , fd00::/8").unwrap();
-        assert_eq!(nets, vec!["10.0.0.0/8".parse::<IpNet>().unwrap(), "fd00::/8".parse().unwrap()]);
-        assert!(prefixes(field!(args.provider_ip_prefixes), "10.0.0.0/8,,fd00::/8").is_err());
+        let read = prefixes().0;
+        let nets = read(" 10.1.2.3/8 , fd00::/8").unwrap();
+        assert_eq!(nets.0, vec!["10.0.0.0/8".parse::<IpNet>().unwrap(), "fd00::/8".parse().unwrap()]);
+        assert!(read("10.0.0.0/8,,fd00::/8").is_err());
+    }
+
+    #[test]
+    fn a_provider_regex_is_required() {
+        let error = read::<PolicyArgs>(&[]).unwrap().validate().unwrap_err();
+        assert_eq!((error.flag.as_str(), error.env.as_str()), ("--provider-regex", "PROVIDER_REGEX"));
+        assert!(read::<PolicyArgs>(&["--provider-regex= "]).unwrap_err().contains("required"));
     }
 }
