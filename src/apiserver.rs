@@ -18,10 +18,11 @@ use std::time::Duration;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::watcher;
 use kube::{Api, Client, ResourceExt};
 use tokio::task::JoinHandle;
 
+use crate::kube_watch;
 use crate::policy::ClusterError;
 
 /// The namespace of the apiserver's Service.
@@ -142,14 +143,14 @@ impl ApiserverWatch {
         let slice_config = watcher::Config::default().labels(&format!("{SERVICE_NAME_LABEL}={SERVICE}"));
         let service_state = state.clone();
         let service_task = tokio::spawn(async move {
-            let mut events = std::pin::pin!(watcher::watcher(services, service_config).default_backoff());
+            let mut events = std::pin::pin!(kube_watch::stream(services, service_config));
             while let Some(event) = events.next().await {
                 lock(&service_state).service.apply(event, service_addresses);
             }
         });
         let slice_state = state.clone();
         let slice_task = tokio::spawn(async move {
-            let mut events = std::pin::pin!(watcher::watcher(slices, slice_config).default_backoff());
+            let mut events = std::pin::pin!(kube_watch::stream(slices, slice_config));
             while let Some(event) = events.next().await {
                 lock(&slice_state).slices.apply(event, slice_addresses);
             }

@@ -26,20 +26,19 @@ use futures::{Stream, StreamExt};
 use jiff::Timestamp;
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::utils::StreamBackoff;
 use kube::runtime::{WatchStreamExt, reflector, watcher};
 use kube::{Api, Resource, ResourceExt};
 use tokio::sync::Notify;
 
 use crate::csr_object::{is_decided, submission};
 use crate::display::short_name;
+use crate::kube_watch;
 use crate::leader::Leadership;
 use crate::machines::MachineCache;
 use crate::metrics::{Metrics, WriteResult};
 use crate::policy::{
     ClusterView, Decision, KUBELET_SERVING_SIGNER, NODE_USER_PREFIX, PolicyConfig, Resolver, evaluate,
 };
-use crate::watch_backoff::WatchBackoff;
 use reconcile_state::CsrKey;
 use step::{Announcement, Step};
 
@@ -114,7 +113,7 @@ pub(crate) async fn run<R, C, W, S>(
     // or managedFields, no PKCS#10 request once a CSR is decided. Every watch event carries the
     // whole object, so nothing is lost.
     let store = csrs.as_reader();
-    let watch = StreamBackoff::new(watcher(ctx.api.clone(), config).modify(trim::trim), WatchBackoff::default());
+    let watch = kube_watch::stream(ctx.api.clone(), config).modify(trim::trim);
     let relisted = Arc::new(Notify::new());
     let (synced, first_list) = tokio::sync::oneshot::channel();
     let live = triggers::live_objects(reflector::reflector(csrs, watch), relisted.clone(), synced);

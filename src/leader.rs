@@ -21,7 +21,6 @@ use std::time::{Duration, SystemTime};
 use futures::StreamExt;
 use futures::stream::BoxStream;
 use k8s_openapi::api::coordination::v1::Lease;
-use kube::runtime::utils::StreamBackoff;
 use kube::runtime::watcher;
 use kube::{Api, Client};
 use kube_lease_manager::{LeaseCreateMode, LeaseManager, LeaseManagerError, LeaseParams};
@@ -29,7 +28,7 @@ use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
 
 use crate::config::LeaderConfig;
-use crate::watch_backoff::WatchBackoff;
+use crate::kube_watch;
 
 /// Leader election could not start or its task ended.
 #[derive(Debug, thiserror::Error)]
@@ -241,7 +240,7 @@ async fn contend(
 /// wakes [`contend`] when it has no holder.
 async fn observe(api: Api<Lease>, name: String, fence: Arc<WriteFence>) {
     let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
-    let leases = StreamBackoff::new(watcher::watcher(api, config), WatchBackoff::default());
+    let leases = kube_watch::stream(api, config);
     let mut leases = std::pin::pin!(leases);
     while let Some(event) = leases.next().await {
         let lease = match event {

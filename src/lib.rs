@@ -23,9 +23,9 @@ pub mod runner;
 mod apiserver;
 mod connect;
 mod csr_ledger;
+mod kube_watch;
 mod leader;
 mod machines;
 mod object_files;
-mod watch_backoff;
 
 pub use node_csr_approver_core::{csr, policy};

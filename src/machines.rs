@@ -10,14 +10,13 @@ use k8s_openapi::api::core::v1::Node;
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
 use kube::core::PartialObjectMeta;
 use kube::runtime::reflector::{self, Store};
-use kube::runtime::utils::StreamBackoff;
 use kube::runtime::watcher;
 use kube::{Api, Client, ResourceExt};
 use tokio::sync::watch;
 
 use crate::config::{MachineApi, MachineSource};
+use crate::kube_watch;
 use crate::policy::{MachineInfo, NodeAddress, Submission, pending_count};
-use crate::watch_backoff::WatchBackoff;
 
 /// How often readiness of the caches is re-checked.
 const SYNC_POLL: Duration = Duration::from_millis(100);
@@ -49,21 +48,13 @@ impl MachineCache {
             };
             let writer = reflector::store::Writer::new(resource);
             let reader = writer.as_reader();
-            let stream = reflector::reflector(
-                writer,
-                StreamBackoff::new(watcher::watcher(api, watcher::Config::default()), WatchBackoff::default()),
-            );
+            let stream = reflector::reflector(writer, kube_watch::stream(api, watcher::Config::default()));
             tokio::spawn(notify_on_change(stream, tx.clone()));
             machines.push(reader);
         }
         let (nodes, writer) = reflector::store();
-        let node_stream = reflector::reflector(
-            writer,
-            StreamBackoff::new(
-                watcher::watcher(Api::<PartialObjectMeta<Node>>::all(client), watcher::Config::default()),
-                WatchBackoff::default(),
-            ),
-        );
+        let nodes_api = Api::<PartialObjectMeta<Node>>::all(client);
+        let node_stream = reflector::reflector(writer, kube_watch::stream(nodes_api, watcher::Config::default()));
         tokio::spawn(notify_on_change(node_stream, tx));
         MachineCache { machines, nodes, changes }
     }

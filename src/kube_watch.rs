@@ -1,10 +1,25 @@
-//! The retry backoff of the approver's watches (CSRs, the Lease, Machines and Nodes): short, so
-//! every watch is back within seconds of the apiserver's return. kube-runtime's default backoff
-//! grows to 30 s during an outage, and the expected 410 after it counts as one more failure.
+//! Every watch of the approver (CSRs, the Lease, Machines, Nodes, the `default/kubernetes`
+//! Service and its EndpointSlices) as one kind of stream: kube-runtime's watcher with a short
+//! retry backoff, so every watch is back within seconds of the apiserver's return.
+//! kube-runtime's default backoff grows to 30 s during an outage, and the expected 410 after it
+//! counts as one more failure.
 
+use std::fmt::Debug;
 use std::time::Duration;
 
-use kube::runtime::utils::Backoff;
+use futures::Stream;
+use kube::runtime::utils::{Backoff, StreamBackoff};
+use kube::runtime::watcher;
+use kube::{Api, Resource};
+use serde::de::DeserializeOwned;
+
+/// The watch of `api` with `config`, retried after [`WatchBackoff`]'s delays.
+pub fn stream<K>(api: Api<K>, config: watcher::Config) -> impl Stream<Item = watcher::Result<watcher::Event<K>>> + Send
+where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
+{
+    StreamBackoff::new(watcher::watcher(api, config), WatchBackoff::default())
+}
 
 /// The first delay after the watch failed; each further failure doubles it...
 const WATCH_RETRY_BASE: Duration = Duration::from_millis(100);
