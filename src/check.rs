@@ -11,17 +11,17 @@ use k8s_openapi::api::core::v1::{Node, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use serde::Serialize;
 
-use crate::apiserver::{is_apiserver_service, is_apiserver_slice, service_addresses, slice_addresses};
 use crate::cli::{CheckArgs, Format};
-use crate::cluster::{KubeCluster, StaticCluster, node_info};
 use crate::config::MachineSource;
 use crate::config::Settings;
-use crate::connect::{ConnectError, connect};
-use crate::csr_ledger::CsrLedger;
-use crate::csr_object::submission;
 use crate::display::Escaped;
 use crate::dns::{DnsError, HickoryResolver};
-use crate::machines::{machine_from_json, pending_in};
+use crate::kubernetes::apiserver::{is_apiserver_service, is_apiserver_slice, service_addresses, slice_addresses};
+use crate::kubernetes::cluster::{KubeCluster, StaticCluster, node_info};
+use crate::kubernetes::connect::{ConnectError, connect};
+use crate::kubernetes::csr_ledger::CsrLedger;
+use crate::kubernetes::csr_object::submission;
+use crate::kubernetes::machines::{machine_from_json, pending_in};
 use crate::object_files::{Input, InputError, Object, read_objects};
 use crate::policy::{
     ClusterView, Evaluation, Outcome, PolicyConfig, Resolver, Submission, evaluate, issued_client_node,

@@ -14,13 +14,13 @@ use tokio::signal::unix::{Signal, SignalKind, signal};
 use tokio::sync::{oneshot, watch};
 
 use crate::admin::{self, Readiness};
-use crate::cluster::KubeCluster;
 use crate::config::{BindAddress, RunConfig, Settings};
-use crate::connect::{ConnectError, Connection, connect};
-use crate::controller::{self, Context, Events, ReconcileState};
-use crate::csr_ledger::CsrLedger;
 use crate::dns::HickoryResolver;
-use crate::leader::{self, Leadership};
+use crate::kubernetes::cluster::KubeCluster;
+use crate::kubernetes::connect::{ConnectError, Connection, connect};
+use crate::kubernetes::controller::{self, Context, Events, ReconcileState};
+use crate::kubernetes::csr_ledger::CsrLedger;
+use crate::kubernetes::leader::{self, Leadership};
 use crate::metrics::{MeteredResolver, Metrics};
 use crate::policy::{ClusterView, brake_limit};
 

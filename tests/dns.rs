@@ -8,8 +8,8 @@ use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use node_csr_approver::cluster::StaticCluster;
 use node_csr_approver::dns::HickoryResolver;
+use node_csr_approver::kubernetes::cluster::StaticCluster;
 use node_csr_approver::metrics::{MeteredResolver, Metrics};
 use node_csr_approver::policy::{DecisionKind, DnsFailure, PolicyConfig, Reason, Resolution, Resolver, evaluate};
 use support::{Request, config, minutes_after_creation, serving};

@@ -7,8 +7,8 @@ mod support;
 
 use std::time::Duration;
 
-use node_csr_approver::cluster::StaticCluster;
 use node_csr_approver::dns::HickoryResolver;
+use node_csr_approver::kubernetes::cluster::StaticCluster;
 use node_csr_approver::policy::{
     DecisionKind, Evaluation, NodeAddress, NodeInfo, PolicyConfig, Reason, Submission, evaluate,
 };

@@ -9,7 +9,7 @@ use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::{Api, Client, Resource, ResourceExt};
-use node_csr_approver::controller::write_condition;
+use node_csr_approver::kubernetes::controller::write_condition;
 use node_csr_approver::policy::{Decision, DecisionKind, Reason};
 use testenv::ControlPlane;
 

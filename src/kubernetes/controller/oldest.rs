@@ -14,7 +14,7 @@ use kube::runtime::reflector::Store;
 
 use super::Context;
 use super::reconcile_state::CsrKey;
-use crate::csr_object::is_decided;
+use crate::kubernetes::csr_object::is_decided;
 use crate::policy::{KUBELET_CLIENT_SIGNER, KUBELET_SERVING_SIGNER};
 
 /// How often the age is computed (a scan of the cache) and forgotten CSRs are dropped from the reconcile state.

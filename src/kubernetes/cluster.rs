@@ -7,9 +7,9 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Node;
 
-use crate::apiserver::ApiserverWatch;
-use crate::csr_ledger::CsrLedger;
-use crate::machines::MachineCache;
+use crate::kubernetes::apiserver::ApiserverWatch;
+use crate::kubernetes::csr_ledger::CsrLedger;
+use crate::kubernetes::machines::MachineCache;
 use crate::policy::{BrakeInputs, ClusterError, ClusterView, MachineInfo, NodeAddress, NodeInfo};
 
 /// The live cluster: one GET per Node asked for; Machines and Nodes from the watched caches of

@@ -6,7 +6,7 @@ use std::path::Path;
 use kube::Client;
 
 use crate::config::MachineSource;
-use crate::machines::MachineCache;
+use crate::kubernetes::machines::MachineCache;
 
 /// No usable cluster configuration.
 #[derive(Debug, thiserror::Error)]

@@ -30,11 +30,11 @@ use kube::runtime::{WatchStreamExt, reflector, watcher};
 use kube::{Api, Resource, ResourceExt};
 use tokio::sync::Notify;
 
-use crate::csr_object::{is_decided, submission};
 use crate::display::short_name;
-use crate::kube_watch;
-use crate::leader::Leadership;
-use crate::machines::MachineCache;
+use crate::kubernetes::csr_object::{is_decided, submission};
+use crate::kubernetes::kube_watch;
+use crate::kubernetes::leader::Leadership;
+use crate::kubernetes::machines::MachineCache;
 use crate::metrics::{Metrics, WriteResult};
 use crate::policy::{
     ClusterView, Decision, KUBELET_SERVING_SIGNER, NODE_USER_PREFIX, PolicyConfig, Resolver, evaluate,

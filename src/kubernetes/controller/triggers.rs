@@ -13,7 +13,7 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher::{self, Event};
 use tokio::sync::{Notify, oneshot};
 
-use crate::csr_object::is_decided;
+use crate::kubernetes::csr_object::is_decided;
 use crate::metrics::{Metrics, PassTrigger};
 
 /// The objects of live watch events, from `events` as the cache applied them. A completed list

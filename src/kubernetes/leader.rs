@@ -28,7 +28,7 @@ use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
 
 use crate::config::LeaderConfig;
-use crate::kube_watch;
+use crate::kubernetes::kube_watch;
 
 /// Leader election could not start or its task ended.
 #[derive(Debug, thiserror::Error)]

@@ -15,7 +15,7 @@ use kube::{Api, Client, ResourceExt};
 use tokio::sync::watch;
 
 use crate::config::{MachineApi, MachineSource};
-use crate::kube_watch;
+use crate::kubernetes::kube_watch;
 use crate::policy::{MachineInfo, NodeAddress, Submission, pending_count};
 
 /// How often readiness of the caches is re-checked.

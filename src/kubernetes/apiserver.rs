@@ -22,7 +22,7 @@ use kube::runtime::watcher;
 use kube::{Api, Client, ResourceExt};
 use tokio::task::JoinHandle;
 
-use crate::kube_watch;
+use crate::kubernetes::kube_watch;
 use crate::policy::ClusterError;
 
 /// The namespace of the apiserver's Service.

@@ -4,7 +4,7 @@ use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use crate::csr::MAX_REQUEST_BYTES;
-use crate::csr_object::is_approved;
+use crate::kubernetes::csr_object::is_approved;
 use crate::policy::KUBELET_CLIENT_SIGNER;
 
 /// Drops what decisions and the approval write never read from a watched CSR before it is cached:

@@ -11,7 +11,7 @@ use kube::runtime::reflector::{self, Store};
 use kube::runtime::watcher;
 use kube::{Api, Client, ResourceExt};
 
-use crate::csr_object::{is_approved, submission};
+use crate::kubernetes::csr_object::{is_approved, submission};
 use crate::policy::{
     KUBELET_CLIENT_SIGNER, MachinePolicy, capped_pending, counts_as_pending, issued_client_node, pending_node,
 };
