@@ -8,8 +8,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
+use testkit::approver::Process;
 use testkit::policy::{PREFIXES, REGEX};
-use tokio::process::{Child, Command};
 
 use crate::peer::Peer;
 
@@ -62,14 +62,10 @@ enum Health {
     Port(u16),
 }
 
-/// A running controller process with its memory sampler.
+/// A running controller process ([`Process`]) with its memory sampler.
 pub struct Approver {
-    child: Child,
-    pid: u32,
-    log: PathBuf,
+    process: Process,
     health: Health,
-    /// When the process was spawned.
-    pub started: Instant,
     samples: Arc<Mutex<Vec<(Instant, u64)>>>,
     sampler: tokio::task::JoinHandle<()>,
 }
@@ -77,15 +73,13 @@ pub struct Approver {
 impl Approver {
     /// Spawns the approver and starts sampling its resident memory.
     pub fn start(launch: &Launch) -> Result<Approver> {
-        let log = std::fs::File::create(&launch.log).with_context(|| format!("creating {}", launch.log.display()))?;
         let (command, health) = match &launch.program {
             Program::Ours(binary) => {
                 let mut command = testkit::approver::command(binary, &launch.kubeconfig, REGEX, PREFIXES);
                 command
                     .arg(format!("--dns-server={}", launch.dns))
                     .arg(format!("--concurrency={}", launch.concurrency))
-                    .args(["--log-format", "json", "--log-level", "info"])
-                    .stderr(log);
+                    .args(["--log-format", "json", "--log-level", "info"]);
                 if launch.bypass_dns {
                     command.arg("--bypass-dns-resolution");
                 }
@@ -96,16 +90,12 @@ impl Approver {
             }
             Program::Peer(peer) => {
                 let port = free_port()?;
-                let mut command = peer.command(&launch.kubeconfig, launch.bypass_dns, port);
-                command.stdout(log.try_clone()?).stderr(log);
-                (command, Health::Port(port))
+                (peer.command(&launch.kubeconfig, launch.bypass_dns, port), Health::Port(port))
             }
         };
-        let mut command = Command::from(command);
-        command.kill_on_drop(true);
-        let started = Instant::now();
-        let child = command.spawn().with_context(|| format!("starting the {} approver", launch.program.name()))?;
-        let pid = child.id().context("the approver exited at once")?;
+        let process = Process::spawn(command, &launch.log)
+            .with_context(|| format!("starting the {} approver", launch.program.name()))?;
+        let pid = process.pid();
         let samples = Arc::new(Mutex::new(Vec::new()));
         let sink = samples.clone();
         let sampler = tokio::spawn(async move {
@@ -119,40 +109,33 @@ impl Approver {
                 }
             }
         });
-        Ok(Approver { child, pid, log: launch.log.clone(), health, started, samples, sampler })
+        Ok(Approver { process, health, samples, sampler })
+    }
+
+    /// When the process was spawned.
+    pub fn started(&self) -> Instant {
+        self.process.started()
     }
 
     /// Waits until the health endpoint says ready (`/readyz` 200; the peer: `/healthz` 200);
     /// returns the time from spawn.
     pub async fn wait_ready(&mut self, limit: Duration) -> Result<Duration> {
-        let deadline = Instant::now() + limit;
-        loop {
-            if let Some(status) = self.child.try_wait()? {
-                bail!("the approver exited with {status} before it was ready (log: {})", self.log.display());
+        match self.health {
+            Health::FromLog => self.process.wait_ready(limit).await,
+            Health::Port(port) => {
+                let healthy = move |_: &Process| async move {
+                    testkit::http::get(port, "/healthz").await.is_some_and(|(code, _)| code == 200)
+                };
+                self.process.wait_until(limit, healthy).await
             }
-            let ready = match self.health {
-                Health::FromLog => {
-                    let log = std::fs::read_to_string(&self.log).unwrap_or_default();
-                    match testkit::approver::listening(&log, "health") {
-                        Some(health) => testkit::http::ready(health.port()).await,
-                        None => false,
-                    }
-                }
-                Health::Port(port) => testkit::http::get(port, "/healthz").await.is_some_and(|(code, _)| code == 200),
-            };
-            if ready {
-                return Ok(self.started.elapsed());
-            }
-            if Instant::now() > deadline {
-                bail!("the approver was not ready within {limit:?} (log: {})", self.log.display());
-            }
-            tokio::time::sleep(Duration::from_millis(5)).await;
         }
+        .context("the approver did not become ready")?;
+        Ok(self.started().elapsed())
     }
 
     /// Fails when the process has exited.
     pub fn check_alive(&mut self) -> Result<()> {
-        match self.child.try_wait()? {
+        match self.process.exited()? {
             Some(status) => bail!("the approver exited with {status}"),
             None => Ok(()),
         }
@@ -160,7 +143,7 @@ impl Approver {
 
     /// CPU seconds used so far (user + system).
     pub fn cpu_seconds(&self) -> Option<f64> {
-        cpu_seconds(self.pid)
+        cpu_seconds(self.process.pid())
     }
 
     /// Largest resident memory sampled in `[from, to]`, in KiB.
@@ -173,16 +156,13 @@ impl Approver {
 
     /// Resident memory now, in KiB.
     pub fn rss_now_kib(&self) -> u64 {
-        rss_kib(self.pid).unwrap_or(0)
+        rss_kib(self.process.pid()).unwrap_or(0)
     }
 
     /// Stops the process with SIGTERM (SIGKILL after 10 s) and the sampler.
-    pub async fn stop(mut self) -> Result<()> {
+    pub async fn stop(self) -> Result<()> {
         self.sampler.abort();
-        let _ = std::process::Command::new("kill").arg("-TERM").arg(self.pid.to_string()).status();
-        if tokio::time::timeout(Duration::from_secs(10), self.child.wait()).await.is_err() {
-            self.child.kill().await?;
-        }
+        self.process.stop(Duration::from_secs(10)).await?;
         Ok(())
     }
 }

@@ -71,7 +71,7 @@ pub(crate) async fn hostile(bench: &Bench, program: &Program) -> Result<Hostile>
     decisions.wait_count(n, Duration::from_secs(120)).await?;
     let last = Instant::now();
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let peak = approver.peak_kib(approver.started, last);
+    let peak = approver.peak_kib(approver.started(), last);
     let after = approver.rss_now_kib();
     approver.stop().await?;
     let denied = decisions.snapshot().values().filter(|seen| !seen.approved).count();

@@ -68,15 +68,16 @@ impl Peer {
 
     /// The peer's command line: in its own mount namespace with the bench's `resolv.conf`, the
     /// bench's regex and prefixes, its health endpoint on 127.0.0.1:`health_port`, no metrics
-    /// endpoint, no leader election, log level 0 (one line per decision, as ours at `info`).
-    /// `unshare` and `sh` exec it, so the child's pid is the peer's.
+    /// endpoint, no leader election, log level 0 (one line per decision, as ours at `info`), its
+    /// stdout joined to its stderr (the log). `unshare` and `sh` exec it, so the child's pid is
+    /// the peer's.
     pub fn command(&self, kubeconfig: &Path, bypass_dns: bool, health_port: u16) -> std::process::Command {
         let mut command = std::process::Command::new("unshare");
         command
             .env_clear()
             .env("PATH", std::env::var_os("PATH").unwrap_or_default())
             .args(["--mount", "--propagation", "private", "sh", "-c"])
-            .arg(r#"mount --bind "$0" /etc/resolv.conf && exec "$@""#)
+            .arg(r#"exec >&2; mount --bind "$0" /etc/resolv.conf && exec "$@""#)
             .arg(&self.resolv_conf)
             .arg(&self.binary)
             .arg(format!("--kubeconfig={}", kubeconfig.display()))

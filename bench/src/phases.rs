@@ -222,16 +222,16 @@ async fn catchup(bench: &Bench, program: &Program, bypass_dns: bool, events_all:
     decisions.wait_count(n, decide_limit(n)).await?;
     let seen = decisions.snapshot();
     let last = seen.values().map(|s| s.at).max().unwrap_or_else(Instant::now);
-    let seconds = last.duration_since(approver.started).as_secs_f64();
+    let seconds = last.duration_since(approver.started()).as_secs_f64();
     let events_seconds = match events.as_mut() {
-        Some(events) => events.wait_count(n, decide_limit(n)).await?.duration_since(approver.started).as_secs_f64(),
+        Some(events) => events.wait_count(n, decide_limit(n)).await?.duration_since(approver.started()).as_secs_f64(),
         None => 0.0,
     };
     tokio::time::sleep(SETTLE).await;
     approver.check_alive()?;
     let memory = Memory {
         idle_mib: 0.0,
-        peak_mib: mib(approver.peak_kib(approver.started, last)),
+        peak_mib: mib(approver.peak_kib(approver.started(), last)),
         after_mib: mib(approver.rss_now_kib()),
     };
     let cpu_seconds = approver.cpu_seconds().unwrap_or(0.0);

@@ -1,9 +1,13 @@
 //! The `node-csr-approver` binary as a child process: where it comes from, the command line every
-//! caller shares, and the ports it reports listening on.
+//! caller shares, the ports it reports listening on, and the running [`Process`].
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
+
+mod process;
+
+pub use process::{Process, ProcessError};
 
 /// Environment variable naming a prebuilt binary that [`binary`] returns instead of building one.
 pub const BINARY_ENV: &str = "NODE_CSR_APPROVER_BIN";

@@ -6,7 +6,7 @@
 //! - [`policy`]: the provider regex and prefixes everything runs the approver with, and the policy
 //!   configuration with the documented defaults.
 //! - [`approver`]: the `node-csr-approver` binary as a child process: building it, its command line,
-//!   the ports it reports listening on.
+//!   the ports it reports listening on, running it (readiness, signals, its log, stopping it).
 //! - [`http`]: a plain HTTP GET on loopback, for `/readyz` and `/metrics`.
 
 #![forbid(unsafe_code)]

@@ -2,7 +2,7 @@
 //! impersonation, and waiting for what the apiserver stores.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Command, ExitStatus};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::authorization::v1::{ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec};
@@ -11,6 +11,7 @@ use k8s_openapi::api::events::v1::Event;
 use kube::api::{DeleteParams, ListParams, PostParams};
 use kube::{Api, Client};
 use testenv::ControlPlane;
+use testkit::approver::Process;
 
 use super::{Request, SERVING_USAGES};
 
@@ -28,19 +29,13 @@ pub fn free_port() -> u16 {
     testenv::free_port().unwrap()
 }
 
-/// The real `node-csr-approver` binary running as a controller.
+/// The real `node-csr-approver` binary running as a controller: [`testkit::approver::Process`]
+/// with a log in a directory of its own, failing the test where that returns an error.
 pub struct Approver {
-    child: Child,
-    ports: Option<Ports>,
-    log: PathBuf,
-    _dir: tempfile::TempDir,
-}
-
-/// The ports the binary reported listening on.
-#[derive(Debug, Clone, Copy)]
-struct Ports {
-    health: u16,
+    process: Process,
+    /// The metrics port it logged, once ready.
     metrics: Option<u16>,
+    _dir: tempfile::TempDir,
 }
 
 impl Approver {
@@ -70,75 +65,46 @@ impl Approver {
 
     /// Runs `command` (the binary with arguments of the caller's choosing: it must log JSON and
     /// bind its admin endpoints on ports it logs), its stderr going to a log file.
-    pub fn spawn(mut command: Command) -> Approver {
+    pub fn spawn(command: Command) -> Approver {
         let dir = tempfile::tempdir().unwrap();
-        let log = dir.path().join("approver.log");
-        let child = command.stderr(std::fs::File::create(&log).unwrap()).spawn().unwrap();
-        Approver { child, ports: None, log, _dir: dir }
+        let process = Process::spawn(command, &dir.path().join("approver.log")).unwrap();
+        Approver { process, metrics: None, _dir: dir }
     }
 
-    /// Waits until `/readyz` answers 200.
+    /// Waits until `/readyz` answers 200, at most 30 s.
     pub async fn wait_ready(&mut self) {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while Instant::now() < deadline {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                panic!("approver exited with {status} before ready:\n{}", self.logs());
-            }
-            if let Some(ports) = self.listening()
-                && testkit::http::ready(ports.health).await
-            {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
+        if let Err(error) = self.process.wait_ready(Duration::from_secs(30)).await {
+            panic!("approver {error}");
         }
-        panic!("approver not ready within 30s:\n{}", self.logs());
-    }
-
-    /// The ports, once the binary logged that it listens on them.
-    fn listening(&mut self) -> Option<Ports> {
-        if self.ports.is_none() {
-            let logs = self.logs();
-            let port = |endpoints| testkit::approver::listening(&logs, endpoints).map(|address| address.port());
-            self.ports = port("health").map(|health| Ports { health, metrics: port("metrics") });
-        }
-        self.ports
+        self.metrics = self.process.listening("metrics").map(|address| address.port());
     }
 
     /// The process id.
     pub fn pid(&self) -> u32 {
-        self.child.id()
+        self.process.pid()
     }
 
     /// Sends a signal by name (`TERM`, `KILL`, `STOP`, `CONT`) with the system `kill` command;
     /// returns the moment just before it was sent, for bounds measured from the signal.
     pub fn signal(&self, name: &str) -> Instant {
         let sent = Instant::now();
-        let status = Command::new("kill").arg(format!("-{name}")).arg(self.pid().to_string()).status().unwrap();
-        assert!(status.success(), "kill -{name} failed");
+        self.process.signal(name).unwrap();
         sent
     }
 
     /// Waits for the process to exit, at most `limit`.
     pub async fn wait_exit(&mut self, limit: Duration) -> Option<ExitStatus> {
-        self.exit_by(Instant::now() + limit).await
+        self.process.wait_exit(limit).await.unwrap()
     }
 
     /// Waits for the process to exit until `deadline`.
     pub async fn exit_by(&mut self, deadline: Instant) -> Option<ExitStatus> {
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                return Some(status);
-            }
-            if Instant::now() >= deadline {
-                return None;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        self.wait_exit(deadline.saturating_duration_since(Instant::now())).await
     }
 
     /// Everything the process logged so far.
     pub fn logs(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
+        self.process.logs()
     }
 
     /// The JSON log lines so far.
@@ -172,7 +138,7 @@ impl Approver {
 
     /// `/metrics` text (empty before [`Approver::wait_ready`] or once the process is gone).
     pub async fn metrics(&self) -> String {
-        let Some(port) = self.ports.and_then(|ports| ports.metrics) else { return String::new() };
+        let Some(port) = self.metrics else { return String::new() };
         http_get(port, "/metrics").await.map(|(_, body)| body).unwrap_or_default()
     }
 
@@ -185,17 +151,6 @@ impl Approver {
     /// Approval-subresource writes this process attempted, whatever their result.
     pub async fn write_attempts(&self) -> Option<f64> {
         write_attempts(&self.metrics().await)
-    }
-}
-
-impl Drop for Approver {
-    fn drop(&mut self) {
-        if matches!(self.child.try_wait(), Ok(None)) {
-            // Resume a stopped process, so it dies of SIGKILL at once.
-            let _ = Command::new("kill").arg("-CONT").arg(self.pid().to_string()).stderr(Stdio::null()).status();
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 
