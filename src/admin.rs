@@ -17,6 +17,7 @@ use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use tokio::net::TcpListener;
+use tokio::sync::watch;
 
 use crate::config::BindAddress;
 use crate::metrics::Metrics;
@@ -110,6 +111,57 @@ pub async fn serve_metrics(
 ) -> Result<(), AdminError> {
     let router = Router::new().route("/metrics", get(metrics_handler)).with_state(metrics);
     serve::serve(listener, router, "metrics", shutdown).await
+}
+
+/// The health and metrics servers of `run`, stopped last so probes and scrapes work while it
+/// drains.
+pub struct Servers {
+    stop: watch::Sender<bool>,
+    tasks: Vec<tokio::task::JoinHandle<Result<(), AdminError>>>,
+}
+
+impl Servers {
+    /// Binds and serves `/healthz` and `/readyz` at `health`, and `/metrics` at `metrics_address`
+    /// unless it is off, logging the address each listens on (so `:0` can be used and the port
+    /// read from the log).
+    pub async fn start(
+        health: BindAddress,
+        metrics_address: Option<BindAddress>,
+        readiness: Readiness,
+        metrics: Metrics,
+    ) -> Result<Servers, AdminError> {
+        let (stop, stopped) = watch::channel(false);
+        let stopped = move || {
+            let mut stopped = stopped.clone();
+            async move {
+                let _ = stopped.wait_for(|stopped| *stopped).await;
+            }
+        };
+        let health = listen(health, "health").await?;
+        let mut tasks = vec![tokio::spawn(serve_health(health, readiness, stopped()))];
+        if let Some(address) = metrics_address {
+            let listener = listen(address, "metrics").await?;
+            tasks.push(tokio::spawn(serve_metrics(listener, metrics, stopped())));
+        }
+        Ok(Servers { stop, tasks })
+    }
+
+    /// Stops the servers once their requests in flight are answered.
+    pub async fn stop(self) {
+        let _ = self.stop.send(true);
+        for task in self.tasks {
+            let _ = task.await;
+        }
+    }
+}
+
+/// Binds `address` and logs the address actually bound.
+async fn listen(address: BindAddress, endpoints: &'static str) -> Result<TcpListener, AdminError> {
+    let listener = bind(address).await?;
+    if let Ok(bound) = listener.local_addr() {
+        tracing::info!(endpoints, address = %bound, "listening");
+    }
+    Ok(listener)
 }
 
 async fn healthz() -> &'static str {

@@ -21,5 +21,6 @@ pub mod metrics;
 pub mod runner;
 
 mod object_files;
+mod shutdown;
 
 pub use node_csr_approver_core::{csr, policy};

@@ -285,6 +285,14 @@ impl Metrics {
         self.leader.set(i64::from(leader));
     }
 
+    /// Keeps the leader gauge equal to what `changes` says (whether the Lease is held), until
+    /// its sender is gone.
+    pub async fn follow_leader(self, mut changes: tokio::sync::watch::Receiver<bool>) {
+        while changes.changed().await.is_ok() {
+            self.set_leader(*changes.borrow_and_update());
+        }
+    }
+
     /// Counts one write to the approval subresource.
     pub fn record_write(&self, result: WriteResult) {
         self.writes.get_or_create(&ResultLabels { result: result.as_str() }).inc();

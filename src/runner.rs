@@ -7,22 +7,21 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
+use kube::Api;
 use kube::runtime::events::Reporter;
 use kube::runtime::reflector;
-use kube::{Api, Client};
-use tokio::signal::unix::{Signal, SignalKind, signal};
-use tokio::sync::{oneshot, watch};
+use tokio::sync::oneshot;
 
 use crate::admin::{self, Readiness};
-use crate::config::{BindAddress, RunConfig, Settings};
+use crate::config::Settings;
 use crate::dns::HickoryResolver;
 use crate::kubernetes::cluster::KubeCluster;
 use crate::kubernetes::connect::{ConnectError, Connection, connect};
 use crate::kubernetes::controller::{self, Context, Events, ReconcileState};
 use crate::kubernetes::csr_ledger::CsrLedger;
-use crate::kubernetes::leader::{self, Leadership};
+use crate::kubernetes::leader;
 use crate::metrics::{MeteredResolver, Metrics};
-use crate::policy::{ClusterView, brake_limit};
+use crate::shutdown::ShutdownSignals;
 
 /// The controller could not start or stopped abnormally.
 #[derive(Debug, thiserror::Error)]
@@ -57,11 +56,12 @@ pub async fn run(settings: Settings) -> Result<(), RunError> {
     let ledger = machine_source.map(|source| CsrLedger::new(csr_cache, source.rules));
     let metrics = Metrics::new();
     let readiness = Readiness::new();
-    let servers = AdminServers::start(&cfg, readiness.clone(), metrics.clone()).await?;
-    let (leadership, mut election) = elect(&client, &cfg).await?;
+    let servers =
+        admin::Servers::start(cfg.health_address, cfg.metrics_address, readiness.clone(), metrics.clone()).await?;
+    let (leadership, mut election) = leader::claim(client.clone(), cfg.leader.as_ref()).await?;
     metrics.set_leader(leadership.is_leader());
     if let Some(changes) = leadership.changes() {
-        tokio::spawn(report_leader(changes, metrics.clone()));
+        tokio::spawn(metrics.clone().follow_leader(changes));
     }
     let writable = leadership.writable();
 
@@ -81,7 +81,7 @@ pub async fn run(settings: Settings) -> Result<(), RunError> {
         reconciles: ReconcileState::default(),
     });
     if let Some(rules) = &ctx.policy.machine {
-        tokio::spawn(report_pending_brake(ctx.cluster.clone(), rules.max_pending_delta, ctx.metrics.clone()));
+        tokio::spawn(ctx.cluster.clone().report_pending_brake(rules.max_pending_delta, ctx.metrics.clone()));
     }
     let (stop_controller, controller_stopped) = oneshot::channel::<()>();
     let on_synced = move || {
@@ -107,7 +107,7 @@ pub async fn run(settings: Settings) -> Result<(), RunError> {
 
     let outcome = supervise(controller, stop_controller, signals, &mut election, cfg.drain_timeout).await;
     if let Some(election) = election {
-        release(election).await;
+        election.release_logged().await;
     }
     // The controller (and with it every handle on the event queue) is gone and the Lease is free:
     // publish what is still queued.
@@ -133,7 +133,7 @@ async fn supervise(
             let _ = stop.send(());
             drain(controller, signal, drain_timeout).await
         }
-        error = election_failed(election) => Err(RunError::Leader(error)),
+        error = leader::failed(election) => Err(RunError::Leader(error)),
     }
 }
 
@@ -147,118 +147,5 @@ async fn drain(controller: Pin<&mut impl Future<Output = ()>>, signal: &str, lim
             Ok(())
         }
         Err(_) => Err(RunError::DrainTimeout(limit)),
-    }
-}
-
-/// Starts contending for the Lease with `--leader-election`; without it this replica always
-/// writes.
-async fn elect(client: &Client, cfg: &RunConfig) -> Result<(Leadership, Option<leader::Election>), RunError> {
-    match &cfg.leader {
-        Some(leader) => {
-            let (leadership, election) = leader::start(client.clone(), leader).await?;
-            Ok((leadership, Some(election)))
-        }
-        None => Ok((Leadership::always(), None)),
-    }
-}
-
-/// Releases the Lease (if held) so a standby takes over at once.
-async fn release(election: leader::Election) {
-    match election.release().await {
-        Ok(()) => tracing::info!("Lease released"),
-        Err(error) => tracing::warn!(%error, "releasing the Lease"),
-    }
-}
-
-/// The health and metrics servers, stopped last so probes and scrapes work during the drain.
-struct AdminServers {
-    stop: watch::Sender<bool>,
-    tasks: Vec<tokio::task::JoinHandle<Result<(), admin::AdminError>>>,
-}
-
-impl AdminServers {
-    /// Binds and serves `/healthz`, `/readyz` and (unless disabled) `/metrics`, logging the
-    /// address each listens on (so `:0` can be used and the port read from the log).
-    async fn start(cfg: &RunConfig, readiness: Readiness, metrics: Metrics) -> Result<AdminServers, RunError> {
-        let (stop, stopped) = watch::channel(false);
-        let stopped = move || {
-            let mut stopped = stopped.clone();
-            async move {
-                let _ = stopped.wait_for(|stopped| *stopped).await;
-            }
-        };
-        let health = listen(cfg.health_address, "health").await?;
-        let mut tasks = vec![tokio::spawn(admin::serve_health(health, readiness, stopped()))];
-        if let Some(address) = cfg.metrics_address {
-            let listener = listen(address, "metrics").await?;
-            tasks.push(tokio::spawn(admin::serve_metrics(listener, metrics, stopped())));
-        }
-        Ok(AdminServers { stop, tasks })
-    }
-
-    /// Stops the servers once their requests in flight are answered.
-    async fn stop(self) {
-        let _ = self.stop.send(true);
-        for task in self.tasks {
-            let _ = task.await;
-        }
-    }
-}
-
-/// Binds `address` and logs the address actually bound.
-async fn listen(address: BindAddress, endpoints: &'static str) -> Result<tokio::net::TcpListener, RunError> {
-    let listener = admin::bind(address).await?;
-    if let Ok(bound) = listener.local_addr() {
-        tracing::info!(endpoints, address = %bound, "listening");
-    }
-    Ok(listener)
-}
-
-/// Keeps the pending-brake gauges current.
-async fn report_pending_brake(cluster: KubeCluster, delta: u32, metrics: Metrics) {
-    loop {
-        if let Ok(load) = cluster.load().await {
-            metrics.set_pending_brake(load.pending, brake_limit(&load, delta));
-        }
-        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
-    }
-}
-
-/// Keeps the leader gauge equal to whether the Lease manager holds the Lease.
-async fn report_leader(mut changes: watch::Receiver<bool>, metrics: Metrics) {
-    while changes.changed().await.is_ok() {
-        metrics.set_leader(*changes.borrow_and_update());
-    }
-}
-
-async fn election_failed(election: &mut Option<leader::Election>) -> leader::LeaderError {
-    match election {
-        Some(election) => election.failed().await,
-        None => std::future::pending().await,
-    }
-}
-
-/// SIGTERM and SIGINT, caught from the moment they are registered.
-struct ShutdownSignals(Option<(Signal, Signal)>);
-
-impl ShutdownSignals {
-    /// Installs the handlers; if that fails the signals keep their default action.
-    fn register() -> ShutdownSignals {
-        match (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) {
-            (Ok(term), Ok(int)) => ShutdownSignals(Some((term, int))),
-            (Err(error), _) | (_, Err(error)) => {
-                tracing::warn!(%error, "cannot handle SIGTERM and SIGINT: they will end the process at once");
-                ShutdownSignals(None)
-            }
-        }
-    }
-
-    /// Resolves on the next SIGTERM or SIGINT with the signal's name.
-    async fn recv(&mut self) -> &'static str {
-        let Some((term, int)) = &mut self.0 else { return std::future::pending().await };
-        tokio::select! {
-            _ = term.recv() => "SIGTERM",
-            _ = int.recv() => "SIGINT",
-        }
     }
 }

@@ -10,7 +10,8 @@ use k8s_openapi::api::core::v1::Node;
 use crate::kubernetes::apiserver::ApiserverWatch;
 use crate::kubernetes::csr_ledger::CsrLedger;
 use crate::kubernetes::machines::MachineCache;
-use crate::policy::{BrakeInputs, ClusterError, ClusterView, MachineInfo, NodeAddress, NodeInfo};
+use crate::metrics::Metrics;
+use crate::policy::{BrakeInputs, ClusterError, ClusterView, MachineInfo, NodeAddress, NodeInfo, brake_limit};
 
 /// The live cluster: one GET per Node asked for; Machines and Nodes from the watched caches of
 /// machine mode, the pending CSRs and approved client CSRs from the CSR cache ([`CsrLedger`]);
@@ -34,7 +35,20 @@ impl KubeCluster {
     pub async fn apiserver_synced(&self) {
         self.apiserver.synced().await;
     }
+
+    /// Keeps the pending-brake gauges current (machine mode), every second.
+    pub async fn report_pending_brake(self, delta: u32, metrics: Metrics) {
+        loop {
+            if let Ok(load) = self.load().await {
+                metrics.set_pending_brake(load.pending, brake_limit(&load, delta));
+            }
+            tokio::time::sleep(BRAKE_REPORT_PERIOD).await;
+        }
+    }
 }
+
+/// How often the pending-brake gauges are brought up to date.
+const BRAKE_REPORT_PERIOD: std::time::Duration = std::time::Duration::from_secs(1);
 
 impl ClusterView for KubeCluster {
     async fn node(&self, name: &str) -> Result<Option<NodeInfo>, ClusterError> {

@@ -151,6 +151,26 @@ pub struct Election {
     observer: JoinHandle<()>,
 }
 
+/// The one Lease claim of `run`: contends for the Lease of `cfg` (`--leader-election`); without
+/// it this replica always writes.
+pub async fn claim(client: Client, cfg: Option<&LeaderConfig>) -> Result<(Leadership, Option<Election>), LeaderError> {
+    match cfg {
+        Some(cfg) => {
+            let (leadership, election) = start(client, cfg).await?;
+            Ok((leadership, Some(election)))
+        }
+        None => Ok((Leadership::always(), None)),
+    }
+}
+
+/// Resolves when the `election` (if any) ends while the controller runs: see [`Election::failed`].
+pub async fn failed(election: &mut Option<Election>) -> LeaderError {
+    match election {
+        Some(election) => election.failed().await,
+        None => std::future::pending().await,
+    }
+}
+
 /// Starts contending for the Lease of `cfg`.
 pub async fn start(client: Client, cfg: &LeaderConfig) -> Result<(Leadership, Election), LeaderError> {
     let duration = cfg.lease_duration.as_secs();
@@ -273,6 +293,14 @@ impl Election {
             Ok(Err(error)) => error.to_string(),
             Err(join) => join.to_string(),
         })
+    }
+
+    /// [`Election::release`], logging how it went.
+    pub async fn release_logged(self) {
+        match self.release().await {
+            Ok(()) => tracing::info!("Lease released"),
+            Err(error) => tracing::warn!(%error, "releasing the Lease"),
+        }
     }
 
     /// Stops contending and releases the Lease if held, so another replica takes over at once.
