@@ -66,7 +66,7 @@ pub async fn run(settings: Settings) -> Result<(), RunError> {
     let writable = leadership.writable();
 
     let resolver = MeteredResolver::new(HickoryResolver::new(dns.servers.as_deref(), dns.timeout)?, metrics.clone());
-    let instance = cfg.leader.as_ref().map(|l| l.identity.clone());
+    let instance = election.as_ref().map(|election| election.identity().to_owned());
     let (events, event_publisher) =
         Events::start(client.clone(), Reporter { controller: "node-csr-approver".into(), instance }, cfg.events);
     let ctx = Arc::new(Context {

@@ -128,8 +128,6 @@ pub struct LeaderConfig {
     pub lease_name: String,
     /// Lease namespace.
     pub namespace: String,
-    /// This replica's holder identity.
-    pub identity: String,
     /// Lease validity without renewal.
     pub lease_duration: Duration,
     /// The holder stops writing when it could not renew for this long.
@@ -193,21 +191,7 @@ impl RunArgs {
     fn leader(&self) -> Result<LeaderConfig, ConfigError> {
         let namespace = match self.leader_election_namespace.as_deref().filter(|namespace| !namespace.is_empty()) {
             Some(namespace) => namespace.to_owned(),
-            None => {
-                let mounted = std::fs::read_to_string(POD_NAMESPACE_FILE).map_err(|_| {
-                    ConfigError::of_field(
-                        "leader_election_namespace",
-                        "",
-                        "required with --leader-election outside a pod",
-                    )
-                })?;
-                let namespace = mounted.trim();
-                if !is_dns_label(namespace) {
-                    let problem = format!("{POD_NAMESPACE_FILE} holds no namespace name");
-                    return Err(ConfigError::of_field("leader_election_namespace", namespace, problem));
-                }
-                namespace.to_owned()
-            }
+            None => pod_namespace(std::fs::read_to_string(POD_NAMESPACE_FILE))?,
         };
         let (lease_duration, renew_deadline, retry_period) =
             (self.lease_duration, self.renew_deadline, self.retry_period);
@@ -222,7 +206,6 @@ impl RunArgs {
         Ok(LeaderConfig {
             lease_name: self.leader_election_id.clone(),
             namespace,
-            identity: identity(),
             lease_duration,
             renew_deadline,
             retry_period,
@@ -230,14 +213,17 @@ impl RunArgs {
     }
 }
 
-/// `POD_NAME` when set, else the host name, plus a random suffix so two processes never share one.
-fn identity() -> String {
-    let base = std::env::var("POD_NAME")
-        .ok()
-        .filter(|name| !name.is_empty())
-        .or_else(|| std::fs::read_to_string("/proc/sys/kernel/hostname").ok().map(|h| h.trim().to_owned()))
-        .unwrap_or_else(|| "node-csr-approver".into());
-    format!("{base}_{:08x}", rand::random::<u32>())
+/// The namespace mounted into the pod (`mounted`: [`POD_NAMESPACE_FILE`] as read), which must be
+/// a namespace name; unreadable: not in a pod, so `--leader-election-namespace` is required.
+fn pod_namespace(mounted: std::io::Result<String>) -> Result<String, ConfigError> {
+    let id = "leader_election_namespace";
+    let mounted =
+        mounted.map_err(|_| ConfigError::of_field(id, "", "required with --leader-election outside a pod"))?;
+    let namespace = mounted.trim();
+    if !is_dns_label(namespace) {
+        return Err(ConfigError::of_field(id, namespace, format!("{POD_NAMESPACE_FILE} holds no namespace name")));
+    }
+    Ok(namespace.to_owned())
 }
 
 /// A Lease name: a lowercase DNS subdomain.
@@ -380,6 +366,15 @@ mod tests {
         assert!(late.contains("--renew-deadline") && late.contains("shorter than --lease-duration"), "{late}");
         let slow = leader(&["--retry-period=10s"]).unwrap_err();
         assert!(slow.contains("--retry-period") && slow.contains("shorter than --renew-deadline"), "{slow}");
+    }
+
+    #[test]
+    fn the_lease_namespace_is_the_pods_own_unless_given() {
+        assert_eq!(pod_namespace(Ok("kube-system\n".into())).unwrap(), "kube-system");
+        let outside = pod_namespace(Err(std::io::ErrorKind::NotFound.into())).unwrap_err();
+        assert_eq!((outside.flag.as_str(), outside.env.as_str()), ("--leader-election-namespace", "POD_NAMESPACE"));
+        assert!(outside.problem.contains("outside a pod"), "{outside}");
+        assert!(pod_namespace(Ok("Not_A_Namespace".into())).unwrap_err().problem.contains("no namespace name"));
     }
 
     #[test]

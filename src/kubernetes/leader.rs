@@ -145,6 +145,8 @@ impl Leadership {
 /// The running election: hand it to [`Election::release`] on shutdown.
 #[derive(Debug)]
 pub struct Election {
+    /// This replica's holder identity.
+    identity: String,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     /// `None` once [`Election::failed`] has seen it end.
     task: Option<JoinHandle<Result<(), LeaseManagerError>>>,
@@ -171,19 +173,20 @@ pub async fn failed(election: &mut Option<Election>) -> LeaderError {
     }
 }
 
-/// Starts contending for the Lease of `cfg`.
-pub async fn start(client: Client, cfg: &LeaderConfig) -> Result<(Leadership, Election), LeaderError> {
+/// Starts contending for the Lease of `cfg` as [`holder_identity`].
+async fn start(client: Client, cfg: &LeaderConfig) -> Result<(Leadership, Election), LeaderError> {
+    let identity = holder_identity();
     let duration = cfg.lease_duration.as_secs();
     let grace = duration.saturating_sub(cfg.retry_period.as_secs().max(1)).max(1);
     let lease = LeaseSpec {
         client: client.clone(),
         name: cfg.lease_name.clone(),
         namespace: cfg.namespace.clone(),
-        params: LeaseParams::new(&cfg.identity, duration, grace),
+        params: LeaseParams::new(&identity, duration, grace),
     };
     let manager = lease.manager().await?;
     let fence = Arc::new(WriteFence {
-        identity: cfg.identity.clone(),
+        identity: identity.clone(),
         renew_deadline: cfg.renew_deadline,
         holding: AtomicBool::new(false),
         changes: watch::Sender::new(false),
@@ -195,7 +198,19 @@ pub async fn start(client: Client, cfg: &LeaderConfig) -> Result<(Leadership, El
     let task = tokio::spawn(contend(lease, manager, fence.clone(), stopped, cfg.retry_period));
     let observer =
         tokio::spawn(observe(Api::namespaced(client, &cfg.namespace), cfg.lease_name.clone(), fence.clone()));
-    Ok((Leadership { fence: Some(fence) }, Election { stop: Some(stop), task: Some(task), observer }))
+    let election = Election { identity, stop: Some(stop), task: Some(task), observer };
+    Ok((Leadership { fence: Some(fence) }, election))
+}
+
+/// This replica's holder identity: `POD_NAME` when set, else the host name, plus a random suffix
+/// so two processes never share one.
+fn holder_identity() -> String {
+    let base = std::env::var("POD_NAME")
+        .ok()
+        .filter(|name| !name.is_empty())
+        .or_else(|| std::fs::read_to_string("/proc/sys/kernel/hostname").ok().map(|h| h.trim().to_owned()))
+        .unwrap_or_else(|| "node-csr-approver".into());
+    format!("{base}_{:08x}", rand::random::<u32>())
 }
 
 /// What a [`LeaseManager`] is built from.
@@ -282,6 +297,11 @@ async fn observe(api: Api<Lease>, name: String, fence: Arc<WriteFence>) {
 }
 
 impl Election {
+    /// This replica's holder identity in the Lease.
+    pub fn identity(&self) -> &str {
+        &self.identity
+    }
+
     /// Resolves with an error if the election task ends while the controller runs; never
     /// resolves again afterwards.
     pub async fn failed(&mut self) -> LeaderError {
