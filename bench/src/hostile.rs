@@ -5,12 +5,11 @@
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
-use serde::Serialize;
 
 use crate::approver::{Approver, Program};
 use crate::cluster::{Decisions, create_all};
-use crate::phases::{Bench, control_plane, launch};
-use crate::report::mib;
+use crate::report::{Hostile, mib};
+use crate::setup::{Bench, control_plane, launch};
 
 /// Hostile CSRs created.
 pub const HOSTILE_CSRS: usize = 100;
@@ -18,25 +17,6 @@ pub const HOSTILE_CSRS: usize = 100;
 /// Bytes of each hostile `spec.request`: under etcd's 1.5 MiB request limit with the rest of the
 /// object, the largest CSR the apiserver stores.
 pub const HOSTILE_REQUEST_BYTES: usize = 1400 * 1024;
-
-/// Resident memory of the controller around [`HOSTILE_CSRS`] oversized pending CSRs.
-#[derive(Debug, Clone, Default, Serialize)]
-pub struct Hostile {
-    /// CSRs.
-    pub csrs: usize,
-    /// Bytes of each request.
-    pub request_bytes: usize,
-    /// Denied (all should be: `MalformedRequest`).
-    pub denied: usize,
-    /// Ready with an empty cluster, in MiB.
-    pub idle_mib: f64,
-    /// Largest sample from start until all were decided, with them pending at start, in MiB.
-    pub peak_mib: f64,
-    /// 3 s after the last decision, in MiB.
-    pub after_mib: f64,
-    /// `peak_mib - idle_mib`.
-    pub growth_mib: f64,
-}
 
 /// Measures ours: idle on an empty cluster, then started again with the hostile CSRs pending.
 pub(crate) async fn hostile(bench: &Bench, program: &Program) -> Result<Hostile> {

@@ -26,6 +26,7 @@ pub mod hostile;
 pub mod peer;
 mod phases;
 pub mod report;
+mod setup;
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -104,7 +105,7 @@ pub async fn run(options: &Options) -> Result<Report> {
             .with_context(|| format!("starting the DNS server on {PEER_DNS} for the peer"))?,
         None => DnsServer::start_on_thread(records).context("starting the DNS server")?,
     };
-    let bench = phases::Bench {
+    let bench = setup::Bench {
         options: options.clone(),
         ours: Program::Ours(binary.clone()),
         peer,

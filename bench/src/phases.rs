@@ -1,7 +1,5 @@
 //! The phases of a run, each on a fresh control plane so none sees another's objects.
 
-use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
@@ -11,13 +9,12 @@ use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::{Api, Client, Resource, ResourceExt};
 use node_csr_approver::kubernetes::controller::write_condition;
 use node_csr_approver::policy::{Decision, DecisionKind, Reason};
-use testenv::ControlPlane;
 
-use crate::Progress;
-use crate::approver::{Approver, Launch, Program};
+use crate::approver::{Approver, Program};
 use crate::cluster::{Decisions, EventCount, create_all, create_as_node, csr_name};
-use crate::csrs::NodeRequest;
+use crate::hostile::hostile;
 use crate::report::{Catchup, Latency, Limit, Live, Machine, Memory, Mode, PeerReport, Report, mib};
+use crate::setup::{Bench, control_plane, launch};
 
 /// The live phase's default rate is the measured approval rate divided by this: each live CSR
 /// costs the apiserver a create, an approval and an event.
@@ -26,24 +23,12 @@ const LIVE_SHARE: f64 = 4.0;
 /// How long memory settles after the last decision before "after" is read.
 const SETTLE: Duration = Duration::from_secs(3);
 
-/// Everything the phases share.
-pub(crate) struct Bench {
-    pub(crate) options: crate::Options,
-    pub(crate) ours: Program,
-    /// The Go kubelet-csr-approver and its release, when it runs too.
-    pub(crate) peer: Option<(Program, String)>,
-    pub(crate) requests: Vec<NodeRequest>,
-    pub(crate) dns: SocketAddr,
-    pub(crate) logs: PathBuf,
-    pub(crate) progress: Progress,
-}
-
 /// Runs limit, then catch-up and live with and without DNS checks: ours, then the peer's.
 pub(crate) async fn all(bench: &Bench) -> Result<Report> {
     let limit = limit(bench).await?;
     let rate = bench.options.live_rate.unwrap_or(limit.writes_per_second / LIVE_SHARE).max(1.0);
     let [dns, bypass_dns] = modes(bench, &bench.ours, &limit, rate).await?;
-    let hostile = crate::hostile::hostile(bench, &bench.ours).await?;
+    let hostile = hostile(bench, &bench.ours).await?;
     let mut events_all = catchup(bench, &bench.ours, false, true).await?;
     events_all.ratio = if limit.seconds > 0.0 { events_all.seconds / limit.seconds } else { 0.0 };
     let peer = match &bench.peer {
@@ -88,14 +73,6 @@ async fn modes(bench: &Bench, program: &Program, limit: &Limit, rate: f64) -> Re
 /// How many times longer the peer's catch-up took than ours.
 fn speedup(peer: &Mode, ours: &Mode) -> f64 {
     if ours.catchup.seconds > 0.0 { peer.catchup.seconds / ours.catchup.seconds } else { 0.0 }
-}
-
-pub(crate) async fn control_plane(bench: &Bench, phase: &str) -> Result<(ControlPlane, Client)> {
-    let started = Instant::now();
-    let control_plane = ControlPlane::start().await.context("starting etcd + kube-apiserver")?;
-    let admin = control_plane.admin_client().await?;
-    bench.progress.say(format_args!("{phase}: control plane up in {:.1}s", started.elapsed().as_secs_f64()));
-    Ok((control_plane, admin))
 }
 
 async fn setup_csrs(bench: &Bench, admin: &Client, prefix: &str) -> Result<Vec<CertificateSigningRequest>> {
@@ -166,24 +143,6 @@ fn approval_event() -> Event {
         note: Some("kubelet serving certificate verified".into()),
         action: "Approve".into(),
         secondary: None,
-    }
-}
-
-pub(crate) fn launch(
-    bench: &Bench,
-    program: &Program,
-    phase: &str,
-    bypass_dns: bool,
-    kubeconfig: &std::path::Path,
-) -> Launch {
-    Launch {
-        program: program.clone(),
-        kubeconfig: kubeconfig.to_owned(),
-        dns: bench.dns,
-        concurrency: bench.options.concurrency,
-        bypass_dns,
-        events_all: false,
-        log: bench.logs.join(format!("{phase}.log")),
     }
 }
 

@@ -5,8 +5,6 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::hostile::Hostile;
-
 /// Everything one run measured.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Report {
@@ -185,6 +183,26 @@ pub struct Memory {
     pub peak_mib: f64,
     /// After every CSR was decided and 3 s passed, with N decided CSRs in the cluster.
     pub after_mib: f64,
+}
+
+/// Resident memory of the controller around [`HOSTILE_CSRS`](crate::hostile::HOSTILE_CSRS)
+/// oversized pending CSRs.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Hostile {
+    /// CSRs.
+    pub csrs: usize,
+    /// Bytes of each request.
+    pub request_bytes: usize,
+    /// Denied (all should be: `MalformedRequest`).
+    pub denied: usize,
+    /// Ready with an empty cluster, in MiB.
+    pub idle_mib: f64,
+    /// Largest sample from start until all were decided, with them pending at start, in MiB.
+    pub peak_mib: f64,
+    /// 3 s after the last decision, in MiB.
+    pub after_mib: f64,
+    /// `peak_mib - idle_mib`.
+    pub growth_mib: f64,
 }
 
 /// KiB to MiB.

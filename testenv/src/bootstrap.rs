@@ -8,7 +8,7 @@ use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
 use kube::{Api, Client};
 
 use crate::Error;
-use crate::control_plane::create_if_missing;
+use crate::objects::create_if_missing;
 
 /// Creates a bootstrap token Secret and the binding that lets bootstrappers create CSRs; returns
 /// the token `<id>.<secret>`.

@@ -18,6 +18,7 @@ use crate::etcd::{self, Etcd};
 use crate::kube_apiserver::Launch;
 use crate::kube_controller_manager::{self, Signer};
 use crate::kubelet::{self, Kubelet, KubeletOptions, KubeletTools};
+use crate::objects::create_if_missing;
 use crate::pki::PkiFiles;
 use crate::ports::free_port;
 use crate::process::Supervised;
@@ -295,18 +296,6 @@ impl ControlPlane {
     /// The admin kubeconfig, for what testenv runs in front of the apiserver.
     pub(crate) fn admin_kubeconfig(&self) -> &Kubeconfig {
         &self.kubeconfig
-    }
-}
-
-/// Creates `object` unless an object of that name exists.
-pub(crate) async fn create_if_missing<K>(api: &Api<K>, object: K) -> Result<(), Error>
-where
-    K: kube::Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
-{
-    match api.create(&PostParams::default(), &object).await {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(status)) if status.is_already_exists() => Ok(()),
-        Err(error) => Err(error.into()),
     }
 }
 

@@ -47,6 +47,7 @@ mod kube_apiserver;
 mod kube_controller_manager;
 mod kubeconfig;
 mod kubelet;
+mod objects;
 mod oracle;
 mod pki;
 mod ports;
