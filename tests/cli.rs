@@ -187,7 +187,7 @@ fn every_invalid_value_stops_with_exit_2_naming_flag_env_and_value() {
     ];
     for (flag, var, value) in cases.iter().flat_map(|(flag, var, values)| values.iter().map(move |v| (flag, var, v))) {
         let as_flag = format!("{flag}={value}");
-        // Machine-mode flags are validated once machine mode is on.
+        // clap reads every value whatever the mode; the approver-config file is read in machine mode.
         let machine_mode: &[&str] =
             if flag.starts_with("--machine-api") { &[] } else { &["--machine-api=cluster.x-k8s.io/v1beta1"] };
         assert_config_error(&[&[as_flag.as_str()], machine_mode].concat(), &[], flag, var, value);

@@ -191,7 +191,8 @@ mod tests {
     fn bootstrapper_prefixes_need_a_colon_and_never_match_nodes() {
         let bootstrapper_of = bootstrapper().0;
         assert_eq!(bootstrapper_of("system:bootstrap:*").unwrap(), Bootstrapper::Prefix("system:bootstrap:".into()));
-        for bad in ["system:*x", "system:node:*", "system:*", "system:node:x", "sys*", "*", ""] {
+        assert_eq!(bootstrapper_of("ci:*").unwrap(), Bootstrapper::Prefix("ci:".into()));
+        for bad in ["system:*x", "system:node:*", "system:*", "system:node:x", "sys*", "*", "", "ci*", ":*"] {
             assert!(bootstrapper_of(bad).is_err(), "{bad}");
         }
         let prefix = Bootstrapper::Prefix("system:bootstrap:".into());
@@ -211,5 +212,11 @@ mod tests {
         assert_eq!(source.apis, vec![MachineApi::ClusterApi, MachineApi::OpenShift]);
         assert_eq!((source.namespace, rules.max_pending_delta, rules.client_approval), (None, 100, true));
         assert_eq!(rules.bootstrapper, Bootstrapper::Exact(DEFAULT_BOOTSTRAPPER.into()));
+        let namespace = |value: &str| {
+            let args = read::<MachineArgs>(&["--machine-api=cluster.x-k8s.io/v1beta1", value]).unwrap();
+            args.validate().unwrap().unwrap().1.namespace
+        };
+        assert_eq!(namespace("--machine-namespace=capi"), Some("capi".into()));
+        assert_eq!(namespace("--machine-namespace="), None, "empty: all namespaces");
     }
 }

@@ -246,6 +246,18 @@ mod tests {
     }
 
     #[test]
+    fn verifying_node_addresses_without_dns_is_warned_about() {
+        let warned = |args: &[&str]| {
+            let all = [&["--provider-regex=^x$", "--provider-ip-prefixes=10.0.0.0/8"][..], args].concat();
+            let (_, _, warnings) = read::<PolicyArgs>(&all).unwrap().validate().unwrap();
+            warnings.iter().any(|w| w.0.starts_with("--verify-node-addresses with --bypass-dns-resolution"))
+        };
+        assert!(warned(&["--verify-node-addresses", "--bypass-dns-resolution"]));
+        assert!(!warned(&["--verify-node-addresses"]));
+        assert!(!warned(&["--bypass-dns-resolution"]));
+    }
+
+    #[test]
     fn a_provider_regex_is_required() {
         let error = read::<PolicyArgs>(&[]).unwrap().validate().unwrap_err();
         assert_eq!((error.flag.as_str(), error.env.as_str()), ("--provider-regex", "PROVIDER_REGEX"));
