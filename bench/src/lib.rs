@@ -27,6 +27,7 @@ pub mod peer;
 mod phases;
 pub mod report;
 mod setup;
+mod table;
 
 use std::path::PathBuf;
 use std::time::Instant;

@@ -13,7 +13,9 @@ use node_csr_approver::policy::{Decision, DecisionKind, Reason};
 use crate::approver::{Approver, Program};
 use crate::cluster::{Decisions, EventCount, create_all, create_as_node, csr_name};
 use crate::hostile::hostile;
-use crate::report::{Catchup, Latency, Limit, Live, Machine, Memory, Mode, PeerReport, Report, mib};
+use crate::report::{
+    Catchup, CpuRatio, Latency, Limit, Live, Machine, Memory, Mode, PeerReport, Report, cpu_ms_per_decision, mib,
+};
 use crate::setup::{Bench, control_plane, launch};
 
 /// The live phase's default rate is the measured approval rate divided by this: each live CSR
@@ -38,6 +40,7 @@ pub(crate) async fn all(bench: &Bench) -> Result<Report> {
                 version: version.clone(),
                 speedup_dns: speedup(&peer_dns, &dns),
                 speedup_bypass_dns: speedup(&peer_bypass, &bypass_dns),
+                cpu_ratio: CpuRatio::of((&dns, &bypass_dns), (&peer_dns, &peer_bypass)),
                 dns: peer_dns,
                 bypass_dns: peer_bypass,
             })
@@ -196,6 +199,7 @@ async fn catchup(bench: &Bench, program: &Program, bypass_dns: bool, events_all:
     let cpu_seconds = approver.cpu_seconds().unwrap_or(0.0);
     approver.stop().await?;
     let approved = seen.values().filter(|s| s.approved).count();
+    let denied = seen.len() - approved;
     bench.progress.say(format_args!("{phase}: T_catchup = {seconds:.2}s (ready after {:.2}s)", ready.as_secs_f64()));
     Ok(Catchup {
         ready_seconds: ready.as_secs_f64(),
@@ -203,9 +207,10 @@ async fn catchup(bench: &Bench, program: &Program, bypass_dns: bool, events_all:
         events_seconds,
         ratio: 0.0,
         approved,
-        denied: seen.len() - approved,
+        denied,
         memory,
         cpu_seconds,
+        cpu_ms_per_decision: cpu_ms_per_decision(cpu_seconds, approved + denied),
     })
 }
 
@@ -257,6 +262,7 @@ async fn live(bench: &Bench, program: &Program, bypass_dns: bool, rate: f64) -> 
     let cpu_seconds = approver.cpu_seconds().unwrap_or(0.0) - cpu_before;
     approver.stop().await?;
     let approved = seen.values().filter(|s| s.approved).count();
+    let denied = seen.len() - approved;
     let latency_ms = Latency::of(latencies);
     bench.progress.say(format_args!(
         "{phase}: {n} CSRs at {:.0}/s, p50 {:.1} ms, p99 {:.1} ms",
@@ -271,8 +277,9 @@ async fn live(bench: &Bench, program: &Program, bypass_dns: bool, rate: f64) -> 
         seconds: last.duration_since(started).as_secs_f64(),
         latency_ms,
         approved,
-        denied: seen.len() - approved,
+        denied,
         memory,
         cpu_seconds,
+        cpu_ms_per_decision: cpu_ms_per_decision(cpu_seconds, approved + denied),
     })
 }

@@ -1,6 +1,5 @@
-//! The figures of a run, as JSON and as a table.
+//! The figures of a run, serialized as JSON; [`Report::table`] prints them.
 
-use std::fmt::Write;
 use std::time::Duration;
 
 use serde::Serialize;
@@ -44,6 +43,40 @@ pub struct PeerReport {
     pub speedup_dns: f64,
     /// The peer's `T_catchup` over ours, DNS bypassed.
     pub speedup_bypass_dns: f64,
+    /// Our CPU per decision over the peer's, phase by phase.
+    pub cpu_ratio: CpuRatio,
+}
+
+/// Our CPU milliseconds per decision over the peer's ([`cpu_ratio`]); `None` (null) where the
+/// peer's figure is 0.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct CpuRatio {
+    /// Catch-up, DNS checks on.
+    pub catchup_dns: Option<f64>,
+    /// Catch-up, DNS bypassed.
+    pub catchup_bypass_dns: Option<f64>,
+    /// Live, DNS checks on.
+    pub live_dns: Option<f64>,
+    /// Live, DNS bypassed.
+    pub live_bypass_dns: Option<f64>,
+}
+
+impl CpuRatio {
+    /// The ratios of `ours` over the peer's modes.
+    pub fn of(ours: (&Mode, &Mode), peer: (&Mode, &Mode)) -> CpuRatio {
+        let ((dns, bypass), (peer_dns, peer_bypass)) = (ours, peer);
+        CpuRatio {
+            catchup_dns: cpu_ratio(dns.catchup.cpu_ms_per_decision, peer_dns.catchup.cpu_ms_per_decision),
+            catchup_bypass_dns: cpu_ratio(bypass.catchup.cpu_ms_per_decision, peer_bypass.catchup.cpu_ms_per_decision),
+            live_dns: cpu_ratio(dns.live.cpu_ms_per_decision, peer_dns.live.cpu_ms_per_decision),
+            live_bypass_dns: cpu_ratio(bypass.live.cpu_ms_per_decision, peer_bypass.live.cpu_ms_per_decision),
+        }
+    }
+}
+
+/// `ours / peer`, `None` when the peer's figure is not positive.
+pub fn cpu_ratio(ours: f64, peer: f64) -> Option<f64> {
+    (peer > 0.0).then(|| ours / peer)
 }
 
 /// Where the run happened.
@@ -121,6 +154,8 @@ pub struct Catchup {
     pub memory: Memory,
     /// CPU seconds from spawn until all was decided and settled.
     pub cpu_seconds: f64,
+    /// [`cpu_ms_per_decision`] of this phase.
+    pub cpu_ms_per_decision: f64,
 }
 
 /// The live phase.
@@ -144,6 +179,8 @@ pub struct Live {
     pub memory: Memory,
     /// CPU seconds spent from the first create until all was decided and settled.
     pub cpu_seconds: f64,
+    /// [`cpu_ms_per_decision`] of this phase.
+    pub cpu_ms_per_decision: f64,
 }
 
 /// Latency percentiles in milliseconds.
@@ -210,141 +247,10 @@ pub fn mib(kib: u64) -> f64 {
     kib as f64 / 1024.0
 }
 
-impl Report {
-    /// The report as an aligned text table.
-    pub fn table(&self) -> String {
-        let mut out = String::new();
-        let m = &self.machine;
-        let _ = writeln!(
-            out,
-            "node-csr-approver burst benchmark: N = {}, concurrency = {}; {} CPUs, {} MiB, {}",
-            self.n, self.concurrency, m.nproc, m.memory_mib, m.cpu_model
-        );
-        let _ = writeln!(out, "release binary: {:.1} MiB", self.binary_bytes as f64 / (1024.0 * 1024.0));
-        let l = &self.limit;
-        let _ = writeln!(
-            out,
-            "limit (bare client, approval writes):  T_limit = {:.2} s ({:.0} writes/s); with one Event each: {:.2} s",
-            l.seconds, l.writes_per_second, l.with_events_seconds
-        );
-        let _ = writeln!(out);
-        let _ = writeln!(
-            out,
-            "{:<15} {:>8} {:>10} {:>7} {:>9} {:>9} {:>9} {:>8} {:>8}",
-            "catch-up", "ready s", "T_catchup", "ratio", "decided", "peak MiB", "after MiB", "CPU s", "events s"
-        );
-        for (name, c) in self.catchups() {
-            let _ = writeln!(
-                out,
-                "{:<15} {:>8.2} {:>10.2} {:>7.2} {:>9} {:>9.1} {:>9.1} {:>8.2} {:>8.2}",
-                name,
-                c.ready_seconds,
-                c.seconds,
-                c.ratio,
-                c.approved + c.denied,
-                c.memory.peak_mib,
-                c.memory.after_mib,
-                c.cpu_seconds,
-                c.events_seconds
-            );
-        }
-        let _ = writeln!(out);
-        if self.dns.live.achieved_rate > 0.0 {
-            self.live_table(&mut out);
-        } else {
-            let _ = writeln!(out, "live: not run (--no-live)");
-        }
-        let _ = writeln!(
-            out,
-            "\nheadline T_catchup / T_limit: {:.2} (dns), {:.2} (bypass-dns)",
-            self.dns.catchup.ratio, self.bypass_dns.catchup.ratio
-        );
-        let h = &self.hostile;
-        let _ = writeln!(
-            out,
-            "hostile: {} pending CSRs of {:.1} MiB each ({} denied): RSS {:.1} MiB idle, {:.1} MiB peak (+{:.1}), {:.1} MiB after",
-            h.csrs,
-            h.request_bytes as f64 / (1024.0 * 1024.0),
-            h.denied,
-            h.idle_mib,
-            h.peak_mib,
-            h.growth_mib,
-            h.after_mib
-        );
-        match &self.peer {
-            Some(peer) => {
-                let _ = writeln!(
-                    out,
-                    "peer kubelet-csr-approver {}: its T_catchup / ours: {:.2}x (dns), {:.2}x (bypass-dns)",
-                    peer.version, peer.speedup_dns, peer.speedup_bypass_dns
-                );
-            }
-            None => {
-                let _ = writeln!(out, "peer kubelet-csr-approver: not run");
-            }
-        }
-        out
-    }
-
-    /// The live phases' rows.
-    fn live_table(&self, out: &mut String) {
-        let _ = writeln!(
-            out,
-            "{:<15} {:>7} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>9} {:>6}",
-            "live",
-            "rate/s",
-            "ready s",
-            "p50 ms",
-            "p90 ms",
-            "p99 ms",
-            "max ms",
-            "idle MiB",
-            "peak MiB",
-            "after MiB",
-            "CPU s"
-        );
-        for (name, mode) in self.modes() {
-            let v = &mode.live;
-            let _ = writeln!(
-                out,
-                "{:<15} {:>7.0} {:>8.2} {:>8.1} {:>8.1} {:>8.1} {:>8.1} {:>8.1} {:>8.1} {:>9.1} {:>6.2}",
-                name,
-                v.achieved_rate,
-                v.ready_seconds,
-                v.latency_ms.p50,
-                v.latency_ms.p90,
-                v.latency_ms.p99,
-                v.latency_ms.max,
-                v.memory.idle_mib,
-                v.memory.peak_mib,
-                v.memory.after_mib,
-                v.cpu_seconds
-            );
-        }
-    }
-
-    /// The rows of the catch-up table: ours with and without DNS checks and with `--events=all`,
-    /// then the peer's.
-    fn catchups(&self) -> Vec<(&'static str, &Catchup)> {
-        let mut rows = vec![
-            ("dns", &self.dns.catchup),
-            ("bypass-dns", &self.bypass_dns.catchup),
-            ("dns events=all", &self.events_all),
-        ];
-        if let Some(peer) = &self.peer {
-            rows.extend([("peer dns", &peer.dns.catchup), ("peer bypass-dns", &peer.bypass_dns.catchup)]);
-        }
-        rows
-    }
-
-    /// The rows of the live table: ours with and without DNS checks, then the peer's.
-    fn modes(&self) -> Vec<(&'static str, &Mode)> {
-        let mut rows = vec![("dns", &self.dns), ("bypass-dns", &self.bypass_dns)];
-        if let Some(peer) = &self.peer {
-            rows.extend([("peer dns", &peer.dns), ("peer bypass-dns", &peer.bypass_dns)]);
-        }
-        rows
-    }
+/// CPU milliseconds per decision of a phase: `cpu_seconds` over its decisions (approved + denied);
+/// 0 when it made none.
+pub fn cpu_ms_per_decision(cpu_seconds: f64, decisions: usize) -> f64 {
+    if decisions == 0 { 0.0 } else { cpu_seconds * 1000.0 / decisions as f64 }
 }
 
 #[cfg(test)]
@@ -357,5 +263,25 @@ mod tests {
         let latency = Latency::of(samples);
         assert_eq!((latency.p50, latency.p90, latency.p99, latency.max), (50.0, 90.0, 99.0, 100.0));
         assert_eq!(Latency::of(Vec::new()).max, 0.0);
+    }
+
+    #[test]
+    fn cpu_per_decision_is_milliseconds_over_decisions() {
+        assert_eq!(cpu_ms_per_decision(1.5, 1000), 1.5);
+        assert_eq!(cpu_ms_per_decision(0.25, 50), 5.0);
+        assert_eq!(cpu_ms_per_decision(0.3, 0), 0.0);
+    }
+
+    #[test]
+    fn the_cpu_ratio_is_ours_over_the_peers_phase_by_phase() {
+        let mode = |catchup, live| Mode {
+            catchup: Catchup { cpu_ms_per_decision: catchup, ..Catchup::default() },
+            live: Live { cpu_ms_per_decision: live, ..Live::default() },
+        };
+        let ratio = CpuRatio::of((&mode(1.0, 2.0), &mode(3.0, 4.0)), (&mode(4.0, 8.0), &mode(0.0, 2.0)));
+        assert_eq!(ratio.catchup_dns, Some(0.25));
+        assert_eq!(ratio.live_dns, Some(0.25));
+        assert_eq!(ratio.catchup_bypass_dns, None, "the peer's figure is 0");
+        assert_eq!(ratio.live_bypass_dns, Some(2.0));
     }
 }

@@ -1,0 +1,211 @@
+//! The report as aligned text tables.
+
+use std::fmt::Write;
+
+use crate::report::{Catchup, Mode, Report, cpu_ratio};
+
+impl Report {
+    /// The report as an aligned text table.
+    pub fn table(&self) -> String {
+        let mut out = String::new();
+        let m = &self.machine;
+        let _ = writeln!(
+            out,
+            "node-csr-approver burst benchmark: N = {}, concurrency = {}; {} CPUs, {} MiB, {}",
+            self.n, self.concurrency, m.nproc, m.memory_mib, m.cpu_model
+        );
+        let _ = writeln!(out, "release binary: {:.1} MiB", self.binary_bytes as f64 / (1024.0 * 1024.0));
+        let l = &self.limit;
+        let _ = writeln!(
+            out,
+            "limit (bare client, approval writes):  T_limit = {:.2} s ({:.0} writes/s); with one Event each: {:.2} s",
+            l.seconds, l.writes_per_second, l.with_events_seconds
+        );
+        let _ = writeln!(out);
+        let _ = writeln!(
+            out,
+            "{:<15} {:>8} {:>10} {:>7} {:>9} {:>9} {:>9} {:>8} {:>8}",
+            "catch-up", "ready s", "T_catchup", "ratio", "decided", "peak MiB", "after MiB", "CPU s", "events s"
+        );
+        for (name, c) in self.catchups() {
+            let _ = writeln!(
+                out,
+                "{:<15} {:>8.2} {:>10.2} {:>7.2} {:>9} {:>9.1} {:>9.1} {:>8.2} {:>8.2}",
+                name,
+                c.ready_seconds,
+                c.seconds,
+                c.ratio,
+                c.approved + c.denied,
+                c.memory.peak_mib,
+                c.memory.after_mib,
+                c.cpu_seconds,
+                c.events_seconds
+            );
+        }
+        let _ = writeln!(out);
+        if self.live_ran() {
+            self.live_table(&mut out);
+        } else {
+            let _ = writeln!(out, "live: not run (--no-live)");
+        }
+        let _ = writeln!(out);
+        self.cpu_table(&mut out);
+        let _ = writeln!(
+            out,
+            "\nheadline T_catchup / T_limit: {:.2} (dns), {:.2} (bypass-dns)",
+            self.dns.catchup.ratio, self.bypass_dns.catchup.ratio
+        );
+        let h = &self.hostile;
+        let _ = writeln!(
+            out,
+            "hostile: {} pending CSRs of {:.1} MiB each ({} denied): RSS {:.1} MiB idle, {:.1} MiB peak (+{:.1}), {:.1} MiB after",
+            h.csrs,
+            h.request_bytes as f64 / (1024.0 * 1024.0),
+            h.denied,
+            h.idle_mib,
+            h.peak_mib,
+            h.growth_mib,
+            h.after_mib
+        );
+        match &self.peer {
+            Some(peer) => {
+                let _ = writeln!(
+                    out,
+                    "peer kubelet-csr-approver {}: its T_catchup / ours: {:.2}x (dns), {:.2}x (bypass-dns)",
+                    peer.version, peer.speedup_dns, peer.speedup_bypass_dns
+                );
+            }
+            None => {
+                let _ = writeln!(out, "peer kubelet-csr-approver: not run");
+            }
+        }
+        out
+    }
+
+    /// The live phases' rows.
+    fn live_table(&self, out: &mut String) {
+        let _ = writeln!(
+            out,
+            "{:<15} {:>7} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>9} {:>6}",
+            "live",
+            "rate/s",
+            "ready s",
+            "p50 ms",
+            "p90 ms",
+            "p99 ms",
+            "max ms",
+            "idle MiB",
+            "peak MiB",
+            "after MiB",
+            "CPU s"
+        );
+        for (name, mode) in self.modes() {
+            let v = &mode.live;
+            let _ = writeln!(
+                out,
+                "{:<15} {:>7.0} {:>8.2} {:>8.1} {:>8.1} {:>8.1} {:>8.1} {:>8.1} {:>8.1} {:>9.1} {:>6.2}",
+                name,
+                v.achieved_rate,
+                v.ready_seconds,
+                v.latency_ms.p50,
+                v.latency_ms.p90,
+                v.latency_ms.p99,
+                v.latency_ms.max,
+                v.memory.idle_mib,
+                v.memory.peak_mib,
+                v.memory.after_mib,
+                v.cpu_seconds
+            );
+        }
+    }
+
+    /// CPU milliseconds per decision, ours beside the peer's and ours over the peer's, for catch-up
+    /// and (when it ran) live in each mode.
+    fn cpu_table(&self, out: &mut String) {
+        let _ = writeln!(out, "{:<20} {:>8} {:>8} {:>9}", "CPU ms per decision", "ours", "peer", "ours/peer");
+        let peer = self.peer.as_ref();
+        let mut rows = vec![
+            ("catch-up dns", self.dns.catchup.cpu_ms_per_decision, peer.map(|p| p.dns.catchup.cpu_ms_per_decision)),
+            (
+                "catch-up bypass-dns",
+                self.bypass_dns.catchup.cpu_ms_per_decision,
+                peer.map(|p| p.bypass_dns.catchup.cpu_ms_per_decision),
+            ),
+        ];
+        if self.live_ran() {
+            rows.extend([
+                ("live dns", self.dns.live.cpu_ms_per_decision, peer.map(|p| p.dns.live.cpu_ms_per_decision)),
+                (
+                    "live bypass-dns",
+                    self.bypass_dns.live.cpu_ms_per_decision,
+                    peer.map(|p| p.bypass_dns.live.cpu_ms_per_decision),
+                ),
+            ]);
+        }
+        for (name, ours, peer) in rows {
+            let (theirs, ratio) = match peer {
+                Some(p) => {
+                    (format!("{p:.2}"), cpu_ratio(ours, p).map_or_else(|| "-".to_owned(), |r| format!("{r:.2}x")))
+                }
+                None => ("-".to_owned(), "-".to_owned()),
+            };
+            let _ = writeln!(out, "{name:<20} {ours:>8.2} {theirs:>8} {ratio:>9}");
+        }
+    }
+
+    /// Whether the live phases ran (not `--no-live`).
+    fn live_ran(&self) -> bool {
+        self.dns.live.achieved_rate > 0.0
+    }
+
+    /// The rows of the catch-up table: ours with and without DNS checks and with `--events=all`,
+    /// then the peer's.
+    fn catchups(&self) -> Vec<(&'static str, &Catchup)> {
+        let mut rows = vec![
+            ("dns", &self.dns.catchup),
+            ("bypass-dns", &self.bypass_dns.catchup),
+            ("dns events=all", &self.events_all),
+        ];
+        if let Some(peer) = &self.peer {
+            rows.extend([("peer dns", &peer.dns.catchup), ("peer bypass-dns", &peer.bypass_dns.catchup)]);
+        }
+        rows
+    }
+
+    /// The rows of the live table: ours with and without DNS checks, then the peer's.
+    fn modes(&self) -> Vec<(&'static str, &Mode)> {
+        let mut rows = vec![("dns", &self.dns), ("bypass-dns", &self.bypass_dns)];
+        if let Some(peer) = &self.peer {
+            rows.extend([("peer dns", &peer.dns), ("peer bypass-dns", &peer.bypass_dns)]);
+        }
+        rows
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::report::{PeerReport, Report};
+
+    /// The figures of the row `name` of `table`.
+    fn row<'a>(table: &'a str, name: &str) -> Vec<&'a str> {
+        table.lines().find_map(|l| l.strip_prefix(name)).unwrap_or_default().split_whitespace().collect()
+    }
+
+    #[test]
+    fn cpu_per_decision_sits_beside_the_peers_with_their_ratio() {
+        let mut report = Report::default();
+        report.dns.catchup.cpu_ms_per_decision = 1.5;
+        let alone = report.table();
+        assert_eq!(row(&alone, "catch-up dns"), ["1.50", "-", "-"]);
+        assert!(!alone.contains("live dns"), "{alone}");
+
+        let mut peer = PeerReport::default();
+        peer.dns.catchup.cpu_ms_per_decision = 3.0;
+        report.peer = Some(peer);
+        report.dns.live.achieved_rate = 100.0;
+        let both = report.table();
+        assert_eq!(row(&both, "catch-up dns"), ["1.50", "3.00", "0.50x"]);
+        assert_eq!(row(&both, "catch-up bypass-dns"), ["0.00", "0.00", "-"]);
+        assert_eq!(row(&both, "live dns"), ["0.00", "0.00", "-"]);
+    }
+}
