@@ -183,10 +183,12 @@ pub(super) fn is_dns_label(name: &str) -> bool {
 pub(super) mod reading {
     use clap::{Args, FromArgMatches};
 
-    /// `A` read from `args` alone (no environment variables are consulted by clap in tests that
-    /// set none); the error is the line clap would print.
+    /// `A` read from `args` alone: the env vars are not read, so the environment the tests run
+    /// in cannot change what they see (errors still name them); the error is the line clap
+    /// would print.
     pub fn read<A: Args + FromArgMatches>(args: &[&str]) -> Result<A, String> {
         let command = A::augment_args(clap::Command::new("node-csr-approver").no_binary_name(true));
+        let command = command.mut_args(|arg| arg.env(None));
         let matches = command.try_get_matches_from(args).map_err(|e| e.to_string())?;
         A::from_arg_matches(&matches).map_err(|e| e.to_string())
     }
