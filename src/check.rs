@@ -19,6 +19,7 @@ use crate::dns::{DnsError, HickoryResolver};
 use crate::kubernetes::apiserver::{is_apiserver_service, is_apiserver_slice, service_addresses, slice_addresses};
 use crate::kubernetes::cluster::{KubeCluster, StaticCluster, node_info};
 use crate::kubernetes::connect::{ConnectError, connect};
+use crate::kubernetes::csr_fetch;
 use crate::kubernetes::csr_ledger::CsrLedger;
 use crate::kubernetes::csr_object::submission;
 use crate::kubernetes::machines::{machine_from_json, pending_in};
@@ -135,7 +136,7 @@ pub async fn command(args: &CheckArgs, settings: &Settings, out: &mut impl Write
         return Ok(run(&inputs.csrs, policy, &resolver, &inputs.cluster, now, args.output, out).await?);
     }
     let connection = connect(settings.run.kubeconfig.as_deref(), settings.machines.as_ref()).await?;
-    let csrs = fetch(connection.client.clone(), &args.names).await?;
+    let csrs = csr_fetch::fetch(connection.client.clone(), &args.names).await?;
     let machines = match (connection.machines, settings.machines.as_ref()) {
         (Some(cache), Some(source)) => {
             let ledger = CsrLedger::listed(connection.client.clone(), source.rules.clone()).await?;
@@ -148,16 +149,6 @@ pub async fn command(args: &CheckArgs, settings: &Settings, out: &mut impl Write
     // Until listed, a CSR with an IP SAN is reported as a retry (ClusterUnavailable).
     let _ = tokio::time::timeout(APISERVER_SYNC, cluster.apiserver_synced()).await;
     Ok(run(&csrs, policy, &resolver, &cluster, now, args.output, out).await?)
-}
-
-/// Fetches the named CSRs from the cluster, in the order given.
-pub async fn fetch(client: kube::Client, names: &[String]) -> Result<Vec<Submission>, kube::Error> {
-    let api: kube::Api<CertificateSigningRequest> = kube::Api::all(client);
-    let mut csrs = Vec::with_capacity(names.len());
-    for name in names {
-        csrs.push(submission(&api.get(name).await?));
-    }
-    Ok(csrs)
 }
 
 fn expect_kind(input: &Input, object: &crate::object_files::Object, kind: &str) -> Result<(), InputError> {
