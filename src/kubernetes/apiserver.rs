@@ -33,6 +33,8 @@ pub const SERVICE: &str = "kubernetes";
 pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
 /// How often [`ApiserverWatch::synced`] looks again.
 const SYNC_POLL: Duration = Duration::from_millis(100);
+/// How often [`ApiserverWatch::first_answer`] looks again.
+const FIRST_ANSWER_POLL: Duration = Duration::from_millis(20);
 
 /// The Service's ClusterIPs (`spec.clusterIPs` and `spec.clusterIP`); `None` and other text that
 /// is no address is skipped.
@@ -98,6 +100,11 @@ impl Part {
                 self.error = Some(error.to_string());
             }
         }
+    }
+
+    /// Whether the watch has answered: its first list completed, or it failed.
+    fn answered(&self) -> bool {
+        self.synced || self.error.is_some()
     }
 
     fn addresses(&self, what: &str) -> Result<impl Iterator<Item = IpAddr> + '_, ClusterError> {
@@ -166,6 +173,23 @@ impl ApiserverWatch {
         Ok(service.chain(slices).collect())
     }
 
+    /// Resolves once both watches have answered (listed, or failed), or after `limit`: a CSR
+    /// evaluated in the first moments after start asks before the first lists could complete,
+    /// and would otherwise be retried for nothing. Once both have answered it returns at once.
+    pub async fn first_answer(&self, limit: Duration) {
+        let deadline = tokio::time::Instant::now() + limit;
+        loop {
+            let answered = {
+                let state = lock(&self.state);
+                state.service.answered() && state.slices.answered()
+            };
+            if answered || tokio::time::Instant::now() >= deadline {
+                return;
+            }
+            tokio::time::sleep(FIRST_ANSWER_POLL).await;
+        }
+    }
+
     /// Resolves once both watches have listed.
     pub async fn synced(&self) {
         while self.addresses().is_err() {
@@ -208,17 +232,38 @@ mod tests {
         assert_eq!(closed, Ok(None), "the task still runs");
     }
 
+    #[tokio::test]
+    async fn the_first_answer_is_awaited_at_most_the_limit_and_not_at_all_once_given() {
+        let state = Arc::new(Mutex::new(State::default()));
+        let watch = ApiserverWatch { state: state.clone(), _tasks: Arc::new(Tasks(Vec::new())) };
+        let limit = Duration::from_millis(200);
+        let started = std::time::Instant::now();
+        watch.first_answer(limit).await;
+        assert!(started.elapsed() >= limit, "waited {:?}", started.elapsed());
+        {
+            let mut state = lock(&state);
+            state.service.apply(Ok(watcher::Event::<Service>::InitDone), service_addresses);
+            state.slices.apply(Err(watcher::Error::NoResourceVersion), slice_addresses);
+        }
+        let started = std::time::Instant::now();
+        watch.first_answer(Duration::from_secs(60)).await;
+        assert!(started.elapsed() < Duration::from_secs(1), "waited {:?} though both answered", started.elapsed());
+    }
+
     #[test]
     fn unknown_until_listed_then_kept_current() {
         let mut part = Part::default();
         assert!(part.addresses("s").is_err());
+        assert!(!part.answered(), "nothing listed, nothing failed");
         part.apply(Err(watcher::Error::NoResourceVersion), service_addresses);
+        assert!(part.answered(), "a failed watch has answered: waiting longer does not help");
         let error = part.addresses("s").err().map(|e| e.to_string()).unwrap_or_default();
         assert!(error.contains("resourceVersion"), "{error}");
         part.apply(Ok(watcher::Event::Init), service_addresses);
         part.apply(Ok(watcher::Event::InitApply(service("kubernetes", &["10.96.0.1", "None"]))), service_addresses);
         assert!(part.addresses("s").is_err());
         part.apply(Ok(watcher::Event::InitDone), service_addresses);
+        assert!(part.answered());
         let ips = |part: &Part| part.addresses("s").map(Iterator::collect::<Vec<_>>).unwrap_or_default();
         assert_eq!(ips(&part), ["10.96.0.1".parse::<IpAddr>().unwrap()]);
         part.apply(Ok(watcher::Event::Apply(service("kubernetes", &["fd00::1"]))), service_addresses);

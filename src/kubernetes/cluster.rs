@@ -47,6 +47,10 @@ impl KubeCluster {
     }
 }
 
+/// How long an evaluation waits for the apiserver's addresses to be first listed (right after
+/// start) before the CSR is retried as `ClusterUnavailable`.
+const APISERVER_FIRST_ANSWER: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// How often the pending-brake gauges are brought up to date.
 const BRAKE_REPORT_PERIOD: std::time::Duration = std::time::Duration::from_secs(1);
 
@@ -69,6 +73,7 @@ impl ClusterView for KubeCluster {
     }
 
     async fn apiserver_addresses(&self) -> Result<Vec<IpAddr>, ClusterError> {
+        self.apiserver.first_answer(APISERVER_FIRST_ANSWER).await;
         self.apiserver.addresses()
     }
 
