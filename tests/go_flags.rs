@@ -1,11 +1,13 @@
 //! The command line read as Go's `flag` package reads it (the Go kubelet-csr-approver parses its
 //! flags with it): every root flag, in Go's spellings, against the real Go parser (the tool
 //! `go-flags`). Whenever one side accepts a command line, the other accepts it too and reads the
-//! same values; booleans read as Go's `strconv.ParseBool` reads them.
+//! same values; booleans read as Go's `strconv.ParseBool` reads them. And the flags the binary
+//! takes as given on the command line (whose env vars it then does not read) are exactly the
+//! flags clap reads from it.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::ffi::OsString;
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
@@ -83,7 +85,16 @@ fn ours(flags: &Flags, args: &[String]) -> Option<BTreeMap<String, String>> {
     let as_text =
         |arg: Arg| if arg.get_action().takes_values() { arg.value_parser(ValueParser::string()) } else { arg };
     let command = Cli::command().mut_args(as_text);
-    let matches = command.clone().try_get_matches_from(go_flags::normalize(&command, argv)).ok()?;
+    let normalized = go_flags::normalize(&command, argv);
+    let matches = command.clone().try_get_matches_from(&normalized).ok()?;
+    // The binary drops the env var of each flag `given_long_flags` names: it must name exactly
+    // the flags clap read from the command line.
+    let from_command_line: HashSet<String> = command
+        .get_arguments()
+        .filter(|arg| matches.value_source(arg.get_id().as_str()) == Some(ValueSource::CommandLine))
+        .filter_map(|arg| arg.get_long().map(str::to_owned))
+        .collect();
+    assert_eq!(go_flags::given_long_flags(&normalized), from_command_line, "{args:?}");
     let mut values = BTreeMap::new();
     for arg in command.get_arguments() {
         let (Some(long), id) = (arg.get_long(), arg.get_id().as_str()) else { continue };
