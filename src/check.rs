@@ -147,7 +147,7 @@ pub async fn command(args: &CheckArgs, settings: &Settings, out: &mut impl Write
     };
     let cluster = KubeCluster::new(connection.client, machines);
     // Until listed, a CSR with an IP SAN is reported as a retry (ClusterUnavailable).
-    let _ = tokio::time::timeout(APISERVER_SYNC, cluster.apiserver_synced()).await;
+    cluster.apiserver_first_answer(APISERVER_SYNC).await;
     Ok(run(&csrs, policy, &resolver, &cluster, now, args.output, out).await?)
 }
 

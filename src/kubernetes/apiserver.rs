@@ -6,7 +6,8 @@
 //! `metadata.name=kubernetes` (RBAC's `resourceNames` restricts get, not list or watch, so the
 //! Role grants `services` in `default` and the selector narrows what is read), the EndpointSlices by
 //! the label `kubernetes.io/service-name=kubernetes`. Until both have listed, the addresses are
-//! unknown and every CSR with an IP SAN is retried. Afterwards the last state listed or watched
+//! unknown and every CSR with an IP SAN is retried, after a short wait for the first lists
+//! ([`ApiserverWatch::first_answer`]). Afterwards the last state listed or watched
 //! stands while a watch restarts, as in every reflector-backed cache of this controller; a relist
 //! replaces it whole.
 
@@ -31,8 +32,6 @@ pub const NAMESPACE: &str = "default";
 pub const SERVICE: &str = "kubernetes";
 /// The label that ties an EndpointSlice to its Service.
 pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
-/// How often [`ApiserverWatch::synced`] looks again.
-const SYNC_POLL: Duration = Duration::from_millis(100);
 /// How often [`ApiserverWatch::first_answer`] looks again.
 const FIRST_ANSWER_POLL: Duration = Duration::from_millis(20);
 
@@ -187,13 +186,6 @@ impl ApiserverWatch {
                 return;
             }
             tokio::time::sleep(FIRST_ANSWER_POLL).await;
-        }
-    }
-
-    /// Resolves once both watches have listed.
-    pub async fn synced(&self) {
-        while self.addresses().is_err() {
-            tokio::time::sleep(SYNC_POLL).await;
         }
     }
 }

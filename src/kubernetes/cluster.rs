@@ -31,9 +31,11 @@ impl KubeCluster {
         KubeCluster { nodes: kube::Api::all(client.clone()), machines, apiserver: ApiserverWatch::start(client) }
     }
 
-    /// Resolves once the apiserver's addresses have been listed.
-    pub async fn apiserver_synced(&self) {
-        self.apiserver.synced().await;
+    /// Resolves once the apiserver's addresses have been listed (or their watch failed), at
+    /// most after `limit`: every evaluation waits so, for [`APISERVER_FIRST_ANSWER`]; `check`,
+    /// which starts the watches just before it evaluates, waits longer.
+    pub async fn apiserver_first_answer(&self, limit: std::time::Duration) {
+        self.apiserver.first_answer(limit).await;
     }
 
     /// Keeps the pending-brake gauges current (machine mode), every second.
