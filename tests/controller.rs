@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 use rcgen::DnType;
 use support::Request;
 use support::cluster::{
-    Approver, Csrs, PREFIXES, REGEX, SERIAL, conditions, control_plane, create_csr, create_serving_csr, events_for,
-    json_keys, unique, wait_decided, wait_event,
+    Approver, Csrs, PREFIXES, REGEX, SERIAL, conditions, control_plane, create_csr, create_serving_csr,
+    create_serving_csrs, events_for, json_keys, unique, wait_decided, wait_event,
 };
 use support::nodes::{dns_for, legit};
 
@@ -151,6 +151,49 @@ async fn csrs_created_while_the_controller_is_down_are_decided_after_it_starts()
         let decided = wait_decided(&admin, name, DECIDE).await;
         assert_eq!(decided.first().map(|c| c.type_.as_str()), Some("Approved"), "{name}: {decided:?}");
     }
+}
+
+/// Turns are shared between requesting nodes: with one reconcile at a time, a CSR another node
+/// creates while 400 of one node's CSRs wait is decided while most of those still wait, and then
+/// the flood is decided too.
+#[tokio::test]
+async fn another_nodes_csr_is_decided_before_a_flooding_nodes_backlog_drains() {
+    let _serial = SERIAL.lock().await;
+    let cp = control_plane().await;
+    let admin = cp.admin_client().await.unwrap();
+    let (flooder, other) = (unique("flooder"), unique("n"));
+    let dns = dns_for(&[(&flooder, 24), (&other, 25)]);
+    let csrs = Csrs::new(cp.kubeconfig_path());
+    let flood = csrs.names("flood", 400);
+    create_serving_csrs(cp, &flood, &flooder, &legit(&flooder, 24)).await;
+    let dns_server = format!("--dns-server={}", dns.addr());
+    let mut approver = Approver::start(cp.kubeconfig_path(), &[&dns_server, "--concurrency=1"], &[]);
+    approver.wait_ready().await;
+    let late = csrs.name("other");
+    create_serving_csr(cp, &late, &other, &legit(&other, 25)).await;
+
+    let decided = wait_decided(&admin, &late, DECIDE).await;
+    assert_eq!(decided.first().map(|c| c.type_.as_str()), Some("Approved"), "{decided:?}");
+    let waiting = undecided(&admin, &flood).await;
+    assert!(waiting >= 200, "only {waiting} of the flood's 400 CSRs still waited\n{}", approver.logs());
+    let deadline = Instant::now() + DECIDE;
+    while undecided(&admin, &flood).await > 0 {
+        assert!(Instant::now() < deadline, "the flood was not decided\n{}", approver.logs());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// How many of the CSRs `names` have no condition.
+async fn undecided(admin: &kube::Client, names: &[String]) -> usize {
+    let all = kube::Api::<k8s_openapi::api::certificates::v1::CertificateSigningRequest>::all(admin.clone());
+    let listed = all.list(&kube::api::ListParams::default()).await.unwrap();
+    let names: std::collections::HashSet<_> = names.iter().map(String::as_str).collect();
+    listed
+        .items
+        .iter()
+        .filter(|csr| csr.metadata.name.as_deref().is_some_and(|name| names.contains(name)))
+        .filter(|csr| csr.status.as_ref().and_then(|s| s.conditions.as_ref()).is_none_or(Vec::is_empty))
+        .count()
 }
 
 #[tokio::test]

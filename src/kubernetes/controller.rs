@@ -9,6 +9,7 @@
 
 mod approval;
 mod events;
+mod fair_turns;
 mod oldest;
 mod reconcile_state;
 mod step;
@@ -26,6 +27,7 @@ use futures::{Stream, StreamExt};
 use jiff::Timestamp;
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use kube::runtime::controller::{Action, Controller};
+use kube::runtime::reflector::ObjectRef;
 use kube::runtime::{WatchStreamExt, reflector, watcher};
 use kube::{Api, Resource, ResourceExt};
 use tokio::sync::Notify;
@@ -39,6 +41,7 @@ use crate::metrics::{Metrics, WriteResult};
 use crate::policy::{
     ClusterView, Decision, KUBELET_SERVING_SIGNER, NODE_USER_PREFIX, PolicyConfig, Resolver, evaluate,
 };
+use fair_turns::FairTurns;
 use reconcile_state::CsrKey;
 use step::{Announcement, Step};
 
@@ -77,7 +80,7 @@ pub(crate) struct Context<R, C> {
 /// How the controller is run: concurrency, the pass triggers it does not make itself, and when to
 /// stop.
 pub(crate) struct Schedule<W, S> {
-    /// Bound on concurrent reconciles.
+    /// Bound on concurrent reconciles; the turns are shared round-robin between requesters.
     pub concurrency: u16,
     /// Every undecided CSR is reconciled again at this interval.
     pub resync_period: Duration,
@@ -136,12 +139,21 @@ pub(crate) async fn run<R, C, W, S>(
         None => futures::stream::empty().boxed(),
     };
     let forget = ctx.clone();
+    // Every triggered CSR gets a reconcile at once (concurrency 0: unbounded), which then waits for
+    // one of the `concurrency` turns; the Controller alone would take its triggers in arrival
+    // order, so one node's backlog would delay every other node's CSR.
+    let turns = FairTurns::new(usize::from(schedule.concurrency));
+    let closing = turns.clone();
+    let shutdown = async move {
+        schedule.shutdown.await;
+        closing.close();
+    };
     controller
-        .with_config(kube::runtime::controller::Config::default().concurrency(schedule.concurrency))
+        .with_config(kube::runtime::controller::Config::default().concurrency(0))
         .reconcile_on(undecided)
         .reconcile_all_on(waiting)
-        .graceful_shutdown_on(schedule.shutdown)
-        .run(reconcile, error_policy, ctx)
+        .graceful_shutdown_on(shutdown)
+        .run(move |csr, ctx| in_turn(csr, ctx, turns.clone(), store.clone()), error_policy, ctx)
         .for_each(|result| {
             if let Err(kube::runtime::controller::Error::ObjectNotFound(object)) = &result {
                 forget.forget(&object.name);
@@ -168,6 +180,27 @@ where
         Some(((), changes))
     })
     .filter(move |()| futures::future::ready(ctx.reconciles.anyone_waiting_on_cluster()))
+}
+
+/// Waits for a turn for the CSR's requester, then reconciles the CSR as the cache holds it by then
+/// (it may have changed while it waited). Once the controller stops taking work, a CSR still
+/// waiting is left as it is, for this replica's next start or the next leader.
+async fn in_turn<R: Resolver, C: ClusterView>(
+    csr: Arc<CertificateSigningRequest>,
+    ctx: Arc<Context<R, C>>,
+    turns: FairTurns,
+    store: reflector::Store<CertificateSigningRequest>,
+) -> Result<Action, ControllerError> {
+    let Some(_turn) = turns.take(csr.spec.username.as_deref().unwrap_or_default()).await else {
+        return Ok(Action::await_change());
+    };
+    match store.get(&ObjectRef::from_obj(csr.as_ref())) {
+        Some(latest) => Box::pin(reconcile(latest, ctx)).await,
+        None => {
+            ctx.forget(&csr.name_any());
+            Ok(Action::await_change())
+        }
+    }
 }
 
 /// Evaluates one CSR (only while leading, or under `--dry-run`) and carries out its [`Step`].

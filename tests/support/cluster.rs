@@ -286,6 +286,21 @@ pub async fn create_serving_csr(cp: &ControlPlane, name: &str, node: &str, reque
     create_csr(cp, name, node, testkit::csr::SERVING_SIGNER, &SERVING_USAGES, &request.pem()).await;
 }
 
+/// Creates kubelet-serving CSRs `names`, all with the same request, as `system:node:<node>`, 16 at
+/// a time.
+pub async fn create_serving_csrs(cp: &ControlPlane, names: &[String], node: &str, request: &Request) {
+    use futures::StreamExt;
+    let client = cp.impersonated_client(&format!("system:node:{node}"), &["system:nodes"]).await.unwrap();
+    let (api, pem) = (Api::<CertificateSigningRequest>::all(client), request.pem());
+    let create = |name: &String| {
+        let csr = testkit::csr::object(name, testkit::csr::SERVING_SIGNER, &SERVING_USAGES, &pem);
+        let api = api.clone();
+        async move { api.create(&PostParams::default(), &csr).await.map(drop) }
+    };
+    let created: Vec<_> = futures::stream::iter(names).map(create).buffer_unordered(16).collect().await;
+    created.into_iter().collect::<Result<(), _>>().unwrap();
+}
+
 /// Creates a CSR with any signer and usages as `system:node:<node>`.
 pub async fn create_csr(cp: &ControlPlane, name: &str, node: &str, signer: &str, usages: &[&str], pem: &str) {
     let client = cp.impersonated_client(&format!("system:node:{node}"), &["system:nodes"]).await.unwrap();
