@@ -13,6 +13,8 @@
 //!   watch sees. The headline is `T_catchup / T_limit`.
 //! - **live**: the controller running and ready, N CSRs created at a steady rate; per-CSR latency
 //!   from the create response to the decision seen in the watch.
+//! - **flood**: one node's N CSRs waiting when the controller starts, then 100 other nodes
+//!   creating one CSR each while it decides them; the others' latency ([`flood`]).
 //!
 //! Catch-up and live run with DNS checks and with `--bypass-dns-resolution`, for ours and then,
 //! when it is built and the bench runs as root, for the Go kubelet-csr-approver ([`peer`]) on the
@@ -22,6 +24,7 @@
 pub mod approver;
 pub mod cluster;
 pub mod csrs;
+pub mod flood;
 pub mod hostile;
 pub mod peer;
 mod phases;

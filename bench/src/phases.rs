@@ -12,6 +12,7 @@ use node_csr_approver::policy::{Decision, DecisionKind, Reason};
 
 use crate::approver::{Approver, Program};
 use crate::cluster::{Decisions, EventCount, create_all, create_as_node, csr_name};
+use crate::flood::flood;
 use crate::hostile::hostile;
 use crate::report::{
     Catchup, CpuRatio, Latency, Limit, Live, Machine, Memory, Mode, PeerReport, Report, cpu_ms_per_decision, mib,
@@ -31,6 +32,7 @@ pub(crate) async fn all(bench: &Bench) -> Result<Report> {
     let rate = bench.options.live_rate.unwrap_or(limit.writes_per_second / LIVE_SHARE).max(1.0);
     let [dns, bypass_dns] = modes(bench, &bench.ours, &limit, rate).await?;
     let hostile = hostile(bench, &bench.ours).await?;
+    let flood = flood(bench, &bench.ours).await?;
     let mut events_all = catchup(bench, &bench.ours, false, true).await?;
     events_all.ratio = if limit.seconds > 0.0 { events_all.seconds / limit.seconds } else { 0.0 };
     let peer = match &bench.peer {
@@ -57,6 +59,7 @@ pub(crate) async fn all(bench: &Bench) -> Result<Report> {
         bypass_dns,
         events_all,
         hostile,
+        flood,
         peer,
     })
 }
@@ -150,7 +153,7 @@ fn approval_event() -> Event {
 }
 
 /// How long a phase may take to decide `n` CSRs before the run is declared failed.
-fn decide_limit(n: usize) -> Duration {
+pub(crate) fn decide_limit(n: usize) -> Duration {
     Duration::from_secs(60) + Duration::from_millis(50).saturating_mul(n as u32)
 }
 

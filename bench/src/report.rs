@@ -25,6 +25,8 @@ pub struct Report {
     pub events_all: Catchup,
     /// Memory with 100 pending CSRs at the apiserver's object size limit.
     pub hostile: Hostile,
+    /// One node's N CSRs waiting, other nodes' CSRs created while they are decided.
+    pub flood: Flood,
     /// The Go kubelet-csr-approver in the same run, when it ran.
     pub peer: Option<PeerReport>,
 }
@@ -240,6 +242,25 @@ pub struct Hostile {
     pub after_mib: f64,
     /// `peak_mib - idle_mib`.
     pub growth_mib: f64,
+}
+
+/// The flood phase (ours, DNS checks on): how long other nodes wait behind one node's backlog.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Flood {
+    /// CSRs of the flooding node, waiting when the controller started.
+    pub flood_csrs: usize,
+    /// Other nodes' CSRs, one each, created after the controller was ready.
+    pub other_csrs: usize,
+    /// From ready to the flood's last decision.
+    pub flood_seconds: f64,
+    /// The other nodes' CSRs, from create to decision.
+    pub others_latency_ms: Latency,
+    /// Other nodes' CSRs decided before the flood's last.
+    pub others_decided_before_flood: usize,
+    /// CPU milliseconds per decision over the whole phase.
+    pub cpu_ms_per_decision: f64,
+    /// Largest resident memory from start to the last decision, in MiB.
+    pub peak_mib: f64,
 }
 
 /// KiB to MiB.

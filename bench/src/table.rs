@@ -67,6 +67,20 @@ impl Report {
             h.growth_mib,
             h.after_mib
         );
+        let f = &self.flood;
+        let _ = writeln!(
+            out,
+            "flood: {} CSRs of one node decided {:.2}s after ready; {} other nodes' CSRs meanwhile: p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms, {} decided before the flood's last; {:.2} CPU ms per decision, peak RSS {:.1} MiB",
+            f.flood_csrs,
+            f.flood_seconds,
+            f.other_csrs,
+            f.others_latency_ms.p50,
+            f.others_latency_ms.p99,
+            f.others_latency_ms.max,
+            f.others_decided_before_flood,
+            f.cpu_ms_per_decision,
+            f.peak_mib
+        );
         match &self.peer {
             Some(peer) => {
                 let _ = writeln!(

@@ -35,6 +35,8 @@ async fn benchmark_runs_at_n_50() {
     assert_eq!(report.events_all.approved, 50, "{}", report.table());
     assert_eq!((report.hostile.csrs, report.hostile.denied), (50, 50), "{}", report.table());
     assert!(report.hostile.request_bytes > 1024 * 1024);
+    assert_eq!((report.flood.flood_csrs, report.flood.other_csrs), (50, 49), "{}", report.table());
+    assert!(report.flood.others_latency_ms.max > 0.0, "{}", report.table());
     assert!(report.events_all.events_seconds > 0.0);
     assert_eq!(report.peer.is_some(), peer.is_some());
     if let Some(peer) = &report.peer {
