@@ -20,15 +20,15 @@ pub const OTHER_NODES: usize = 100;
 /// The others are created this far apart, from the moment the controller is ready.
 const OTHERS_INTERVAL: Duration = Duration::from_millis(20);
 
-/// Measures `program` with DNS checks on: the flood's N CSRs are all the first request's (one node),
-/// the others are requests 1..=100.
+/// Measures `program` with DNS checks on: the flood's CSRs (`--flood-csrs`) are all the first
+/// request's (one node), the others are requests 1..=100.
 pub(crate) async fn flood(bench: &Bench, program: &Program) -> Result<Flood> {
     let phase = "flood";
     let Some((flooder, others)) = bench.requests.split_first() else { return Ok(Flood::default()) };
     let others = &others[..others.len().min(OTHER_NODES)];
     ensure!(!others.is_empty(), "the flood phase needs at least two nodes");
     let (control_plane, admin) = control_plane(bench, phase).await?;
-    let n = bench.requests.len();
+    let n = bench.options.flood_csrs;
     let flood = vec![flooder.clone(); n];
     let started = Instant::now();
     create_all(&admin, phase, &flood, bench.options.create_concurrency).await?;

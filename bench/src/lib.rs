@@ -48,6 +48,8 @@ pub use report::Report;
 pub struct Options {
     /// CSRs (and nodes) per phase.
     pub n: usize,
+    /// The flooding node's CSRs in the flood phase.
+    pub flood_csrs: usize,
     /// Concurrency of the controller (`--concurrency`) and of the bare client in the limit phase.
     pub concurrency: u16,
     /// CSRs created per second in the live phase; `None`: a quarter of the approval rate measured in the
@@ -69,6 +71,7 @@ impl Default for Options {
     fn default() -> Self {
         Options {
             n: 2000,
+            flood_csrs: 2000,
             concurrency: 32,
             live_rate: None,
             create_concurrency: 32,

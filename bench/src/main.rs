@@ -13,6 +13,9 @@ struct Args {
     /// CSRs (and nodes) per phase.
     #[arg(long, default_value_t = 2000)]
     n: usize,
+    /// The flooding node's CSRs in the flood phase [default: --n].
+    #[arg(long)]
+    flood_csrs: Option<usize>,
     /// Concurrency of the controller and of the bare client.
     #[arg(long, default_value_t = 32)]
     concurrency: u16,
@@ -58,6 +61,7 @@ async fn main() -> ExitCode {
     };
     let options = bench::Options {
         n: args.n,
+        flood_csrs: args.flood_csrs.unwrap_or(args.n),
         concurrency: args.concurrency,
         live_rate: args.live_rate,
         create_concurrency: args.create_concurrency,

@@ -15,6 +15,7 @@ async fn benchmark_runs_at_n_50() {
     });
     let options = bench::Options {
         n: 50,
+        flood_csrs: 50,
         release: false,
         live_rate: Some(100.0),
         verbose: true,
