@@ -159,8 +159,8 @@ impl ControlPlane {
 
     /// Starts a real kubelet (on fake-cri, Kubernetes' fake container runtime) as `options` says,
     /// and waits until its `/healthz` answers. It registers its Node with InternalIP
-    /// `options.node_ip`, where the apiserver reaches it and verifies its serving certificate with
-    /// the cluster CA. With `serverTLSBootstrap` it requests that certificate through a
+    /// `options.node_ip` (in a [`crate::NodeNetwork`], one InternalIP per address of the network),
+    /// where the apiserver reaches it and verifies its serving certificate with the cluster CA. With `serverTLSBootstrap` it requests that certificate through a
     /// `kubernetes.io/kubelet-serving` CSR at once, and completes no TLS handshake until it is
     /// issued. It is sandboxed (see [`Kubelet`]); dropping it ends it and removes its directory. On
     /// failure the error, including the tail of its log, is also printed to stderr.

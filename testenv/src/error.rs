@@ -48,6 +48,10 @@ pub enum Error {
     /// `csr-oracle` failed to start, to answer, or answered something unreadable.
     #[error("csr-oracle: {0}")]
     Oracle(String),
+    /// A node network (see [`crate::NodeNetwork`]) could not be created: this machine uses its
+    /// address ranges, or a command (`ip`, `unshare`, `nsenter`) failed.
+    #[error("node network: {0}")]
+    Network(String),
     /// The operation needs processes this [`crate::ControlPlane`] does not own (it is attached).
     #[error("{0} needs a control plane started by this process, not an attached one")]
     NotOwned(&'static str),

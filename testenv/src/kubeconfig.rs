@@ -31,11 +31,13 @@ pub(crate) fn admin(server: &str, pki: &PkiFiles) -> Kubeconfig {
     single(cluster, user)
 }
 
-/// A kubeconfig for the apiserver at `server`, verified with the CA certificate file `ca`, as `user`.
-pub(crate) fn for_user(server: &str, ca: &Path, user: AuthInfo) -> Kubeconfig {
+/// A kubeconfig for the apiserver at `server`, verified with the CA certificate file `ca` (for
+/// `tls_server_name` when given, else for `server`'s host), as `user`.
+pub(crate) fn for_user(server: &str, ca: &Path, user: AuthInfo, tls_server_name: Option<&str>) -> Kubeconfig {
     let cluster = Cluster {
         server: Some(server.to_owned()),
         certificate_authority: Some(ca.display().to_string()),
+        tls_server_name: tls_server_name.map(str::to_owned),
         ..Cluster::default()
     };
     single(cluster, user)

@@ -10,7 +10,9 @@ use serde_json::json;
 use tempfile::TempDir;
 use tokio::time::{Instant, sleep};
 
+use crate::node_network::NodeNetwork;
 use crate::pki::{self, PkiFiles};
+use crate::placement::Placement;
 use crate::ports::free_port;
 use crate::process::Supervised;
 use crate::{Error, kubeconfig};
@@ -51,24 +53,34 @@ pub struct KubeletOptions {
     /// The Node name it registers (`--hostname-override`).
     pub node_name: String,
     /// Its node address (`--node-ip`), reported as InternalIP and where its HTTPS server listens;
-    /// not loopback (the kubelet refuses it): see [`host_address`].
+    /// not loopback (the kubelet refuses it): see [`host_address`]. In a [`NodeNetwork`], its first.
     pub node_ip: IpAddr,
     /// How it authenticates to the apiserver.
     pub credentials: KubeletCredentials,
     /// `serverTLSBootstrap`: request the serving certificate through a CSR (true, the default of
     /// [`KubeletOptions::new`]), or serve a self-signed certificate the kubelet makes itself.
     pub server_tls_bootstrap: bool,
+    /// The network namespace it runs in, with all its addresses as node addresses (one InternalIP
+    /// of each family); `None`: this machine's own, with `node_ip`.
+    pub network: Option<std::sync::Arc<NodeNetwork>>,
 }
 
 impl KubeletOptions {
     /// A kubelet named `node_name` on `node_ip` with `credentials` and `serverTLSBootstrap: true`.
     pub fn new(node_name: &str, node_ip: IpAddr, credentials: KubeletCredentials) -> KubeletOptions {
-        KubeletOptions { node_name: node_name.to_owned(), node_ip, credentials, server_tls_bootstrap: true }
+        KubeletOptions {
+            node_name: node_name.to_owned(),
+            node_ip,
+            credentials,
+            server_tls_bootstrap: true,
+            network: None,
+        }
     }
 }
 
 /// A kubelet and the fake container runtime it uses (fake-cri), with their directory. Ended (and
-/// the directory removed) when dropped; fields drop in order: kubelet, runtime, directory.
+/// the directory removed) when dropped; fields drop in order: kubelet, runtime, its relay to the
+/// apiserver and network namespace (when in a [`NodeNetwork`], where both run), directory.
 ///
 /// The kubelet runs sandboxed so that it cannot touch the machine: when this process is root it
 /// is first moved to an unprivileged user ([`SANDBOX_UID`]) with `setpriv`, then `unshare` gives it
@@ -89,6 +101,7 @@ impl KubeletOptions {
 pub struct Kubelet {
     process: Supervised,
     runtime: Supervised,
+    placement: Placement,
     node_name: String,
     address: SocketAddr,
     dir: TempDir,
@@ -103,6 +116,11 @@ impl Kubelet {
     /// Where its HTTPS server (`port`) listens: the node address it reports as InternalIP.
     pub fn address(&self) -> SocketAddr {
         self.address
+    }
+
+    /// Its node addresses (`--node-ip`), each reported as an InternalIP.
+    pub fn node_ips(&self) -> &[IpAddr] {
+        &self.placement.node_ips
     }
 
     /// Its directory, holding everything it writes (removed when it is dropped).
@@ -161,8 +179,9 @@ pub(crate) async fn start(
     pki: &PkiFiles,
     options: &KubeletOptions,
 ) -> Result<Kubelet, Error> {
-    let KubeletOptions { node_name, node_ip, credentials, .. } = options;
-    let node_ip = *node_ip;
+    let KubeletOptions { node_name, credentials, .. } = options;
+    let placement = Placement::new(options, server)?;
+    let (server, tls_server_name) = (placement.server.as_str(), placement.tls_server_name.as_deref());
     let dir = tempfile::Builder::new()
         .prefix("testenv-kubelet-")
         .tempdir()
@@ -180,7 +199,7 @@ pub(crate) async fn start(
         format!("--root-dir={}", path.join("root").display()),
         format!("--cert-dir={}", path.join("pki").display()),
         format!("--hostname-override={node_name}"),
-        format!("--node-ip={node_ip}"),
+        placement.node_ip_flag(),
         "--v=2".to_owned(),
     ];
     match credentials {
@@ -194,19 +213,19 @@ pub(crate) async fn start(
                 client_key: Some(key_path.display().to_string()),
                 ..AuthInfo::default()
             };
-            kubeconfig::write(&kubeconfig::for_user(server, &ca, user), &kubeconfig_path)?;
+            kubeconfig::write(&kubeconfig::for_user(server, &ca, user, tls_server_name), &kubeconfig_path)?;
         }
         KubeletCredentials::BootstrapToken(token) => {
             let user = AuthInfo { token: Some(SecretString::from(token.clone())), ..AuthInfo::default() };
             let bootstrap = path.join("bootstrap-kubeconfig");
-            kubeconfig::write(&kubeconfig::for_user(server, &ca, user), &bootstrap)?;
+            kubeconfig::write(&kubeconfig::for_user(server, &ca, user, tls_server_name), &bootstrap)?;
             args.push(format!("--bootstrap-kubeconfig={}", bootstrap.display()));
         }
     }
     let port = free_port()?;
     let healthz_port = free_port()?;
     let socket = path.join("cri.sock");
-    let config = configuration(path, &ca, &socket, options, port, healthz_port);
+    let config = configuration(path, &ca, &socket, options, &placement, (port, healthz_port));
     write(&path.join("config.json"), &config.to_string())?;
     let privileged = running_as_root()?;
     if privileged {
@@ -217,14 +236,16 @@ pub(crate) async fn start(
     let kubelet = link_or_copy(&tools.kubelet, &path.join("kubelet"))?;
     let fake_cri = link_or_copy(&tools.fake_cri, &path.join("fake-cri"))?;
 
-    let runtime_args = sandboxed(privileged, false, &fake_cri, &[format!("--socket={}", socket.display())], path);
+    let runtime_args =
+        sandboxed(&placement, privileged, false, &fake_cri, &[format!("--socket={}", socket.display())], path);
     let mut runtime =
         Supervised::spawn("fake-cri", &runtime_args.0, &runtime_args.1, &path.join("fake-cri.log"), None)?;
     wait_for_socket(&mut runtime, &socket).await?;
-    let (program, args) = sandboxed(privileged, true, &kubelet, &args, path);
+    let (program, args) = sandboxed(&placement, privileged, true, &kubelet, &args, path);
     let mut process = Supervised::spawn("kubelet", &program, &args, &path.join("kubelet.log"), Some(path))?;
-    wait_healthy(&mut process, healthz_port).await?;
-    Ok(Kubelet { process, runtime, node_name: node_name.clone(), address: SocketAddr::new(node_ip, port), dir })
+    wait_healthy(&mut process, &placement, healthz_port).await?;
+    let address = SocketAddr::new(options.node_ip, port);
+    Ok(Kubelet { process, runtime, placement, node_name: node_name.clone(), address, dir })
 }
 
 /// Paths of the binaries a kubelet needs.
@@ -240,17 +261,17 @@ fn configuration(
     ca: &Path,
     socket: &Path,
     options: &KubeletOptions,
-    port: u16,
-    healthz_port: u16,
+    placement: &Placement,
+    (port, healthz_port): (u16, u16),
 ) -> serde_json::Value {
     let endpoint = format!("unix://{}", socket.display());
     json!({
         "apiVersion": "kubelet.config.k8s.io/v1beta1",
         "kind": "KubeletConfiguration",
-        "address": options.node_ip.to_string(),
+        "address": placement.listen.to_string(),
         "port": port,
         "readOnlyPort": 0,
-        "healthzBindAddress": "127.0.0.1",
+        "healthzBindAddress": placement.healthz.to_string(),
         "healthzPort": healthz_port,
         "authentication": {
             "anonymous": {"enabled": true},
@@ -276,10 +297,18 @@ fn configuration(
     })
 }
 
-/// The program and arguments that run `binary args` as the sandbox user (when this process is
-/// root) and, for the kubelet (`namespaces`), in its own user and mount namespaces.
-fn sandboxed(privileged: bool, namespaces: bool, binary: &Path, args: &[String], dir: &Path) -> (PathBuf, Vec<String>) {
-    let mut command: Vec<String> = Vec::new();
+/// The program and arguments that run `binary args` in the network namespace of `placement`, as
+/// the sandbox user (when this process is root) and, for the kubelet (`namespaces`), in its own
+/// user and mount namespaces.
+fn sandboxed(
+    placement: &Placement,
+    privileged: bool,
+    namespaces: bool,
+    binary: &Path,
+    args: &[String],
+    dir: &Path,
+) -> (PathBuf, Vec<String>) {
+    let mut command = placement.enter.clone();
     if privileged {
         command.extend([
             "setpriv".to_owned(),
@@ -358,17 +387,7 @@ async fn wait_for_socket(process: &mut Supervised, socket: &Path) -> Result<(), 
     Ok(())
 }
 
-/// Waits until the kubelet's `http://127.0.0.1:<healthz_port>/healthz` answers `ok`.
-async fn wait_healthy(process: &mut Supervised, healthz_port: u16) -> Result<(), Error> {
-    process.wait_healthy(START_TIMEOUT, || healthz(healthz_port)).await
-}
-
-/// The body of a plain HTTP `GET /healthz` on 127.0.0.1:`port`.
-async fn healthz(port: u16) -> std::io::Result<String> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut stream = tokio::net::TcpStream::connect((Ipv4Addr::LOCALHOST, port)).await?;
-    stream.write_all(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n").await?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response).await?;
-    Ok(response.split_once("\r\n\r\n").map(|(_, body)| body.to_owned()).unwrap_or_default())
+/// Waits until the kubelet's `/healthz` on `port` answers `ok`.
+async fn wait_healthy(process: &mut Supervised, placement: &Placement, port: u16) -> Result<(), Error> {
+    process.wait_healthy(START_TIMEOUT, || placement.healthz(port)).await
 }

@@ -25,7 +25,9 @@
 //! [`ControlPlane::start_kubelet`] runs a real kubelet on Kubernetes' fake container runtime
 //! (`fake-cri`), sandboxed in its own user and mount namespaces, with `serverTLSBootstrap: true`;
 //! the apiserver verifies kubelet serving certificates with the cluster CA, and accepts bootstrap
-//! tokens ([`ControlPlane::create_bootstrap_token`]) for TLS bootstrapping.
+//! tokens ([`ControlPlane::create_bootstrap_token`]) for TLS bootstrapping. A kubelet can run in a
+//! [`NodeNetwork`], a network namespace of its own with IPv4, IPv6 or both from documentation ranges,
+//! reaching the apiserver through a relay on the host end of its link.
 //!
 //! [`FaultProxy`] sits in front of the apiserver and fails approval writes, cuts watches, expires
 //! their resourceVersion (410) or holds requests up, on command, counting what passes.
@@ -47,12 +49,15 @@ mod kube_apiserver;
 mod kube_controller_manager;
 mod kubeconfig;
 mod kubelet;
+mod node_network;
 mod objects;
 mod oracle;
 mod pki;
+mod placement;
 mod ports;
 mod probe;
 mod process;
+mod relay;
 mod shared;
 mod tools;
 
@@ -61,6 +66,7 @@ pub use error::Error;
 pub use fault_proxy::{Block, FaultProxy, Write, WriteFault};
 pub use kube_controller_manager::Signer;
 pub use kubelet::{Kubelet, KubeletCredentials, KubeletOptions, SANDBOX_UID, host_address};
+pub use node_network::{AddressFamilies, IPV4_RANGE, IPV6_RANGE, NodeNetwork};
 pub use oracle::{GoView, Oracle};
 pub use ports::free_port;
 pub use probe::{is_forbidden, process_running};
