@@ -34,6 +34,7 @@ for version in $(scripts/build-tools.sh --list | tail -n +2); do
   echo "== cargo test against Kubernetes ${version}"
   NODE_CSR_APPROVER_KUBERNETES_VERSION="${version}" cargo test --workspace --locked --no-fail-fast \
     --test admin --test controller --test writes --test ha --test rbac --test machine --test chart --test chart_live --test kubelet \
+    --test kubelet_netns \
     || status=1
 done
 exit "${status}"

@@ -6,6 +6,7 @@
 pub mod chart;
 pub mod cluster;
 pub mod json;
+pub mod kubelet_flow;
 pub mod lease;
 pub mod nodes;
 pub mod process;
