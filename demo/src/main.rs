@@ -6,23 +6,30 @@
 //! are printed as the apiserver stored them, then the apiserver's proxy to the kubelet is called,
 //! which works only over TLS the apiserver verifies with the cluster CA.
 //!
+//! The kubelet runs in a network namespace of its own with an IPv4 and an IPv6 address from
+//! documentation ranges (`testenv::NodeNetwork`, which needs root), so the demo does not depend on
+//! this machine's address; where namespaces cannot be created it says so and uses this machine's
+//! own address instead.
+//!
 //! Usage: `cargo run -p demo`. The first run builds the tools it runs (etcd, kube-apiserver,
 //! kube-controller-manager, kubelet and the fake container runtime, from their Go modules: about
 //! 5 minutes on 2 idle cores, cached afterwards) and the approver (a debug build that reuses what
 //! cargo compiled for the demo), saying so before each step.
 
+use std::net::IpAddr;
 use std::process::{ExitCode, Stdio};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::certificates::v1::{CertificateSigningRequest, CertificateSigningRequestCondition};
 use kube::Api;
 use kube::api::PostParams;
 use testdns::{DnsServer, Records};
-use testenv::{ControlPlane, Kubelet, KubeletCredentials, KubeletOptions};
+use testenv::{AddressFamilies, ControlPlane, Kubelet, KubeletCredentials, KubeletOptions, NodeNetwork};
 use testkit::Request;
 use testkit::csr::{ECDSA_SERVING_USAGES, SERVING_SIGNER};
 use testkit::policy::{PREFIXES, REGEX};
-/// The real kubelet's node name; its address is this machine's (the kubelet refuses loopback).
+/// The real kubelet's node name (its addresses: see [`kubelet_options`]).
 const KUBELET_NODE: &str = "kubelet-1.nodes.example.com";
 /// How long each CSR may take to be decided, and the kubelet to pick up its certificate.
 const WAIT: Duration = Duration::from_secs(30);
@@ -88,18 +95,17 @@ async fn demo() -> Result<(), Error> {
         TOOLS.join(", ")
     );
     let _ = testenv::tools_dir()?;
-    let host = testenv::host_address()?;
-    let prefixes = format!("{PREFIXES},{host}/32");
+    let kubelet_options = kubelet_options()?;
+    let addresses = kubelet_options.network.as_ref().map_or(vec![kubelet_options.node_ip], |n| n.addresses().to_vec());
+    let exact = |address: &IpAddr| format!(",{address}/{}", if address.is_ipv4() { 32 } else { 128 });
+    let prefixes = format!("{PREFIXES}{}", addresses.iter().map(exact).collect::<String>());
     println!("starting etcd + kube-apiserver + kube-controller-manager's signer on 127.0.0.1 ...");
     let control_plane = ControlPlane::start().await?;
     let _signer = control_plane.start_signer().await?;
-    let dns = DnsServer::start(
-        Records::new()
-            .a("worker-1.nodes.example.com", "10.0.0.11")
-            .a("worker-2.nodes.example.com", "10.0.0.12")
-            .ip(KUBELET_NODE, host),
-    )
-    .await?;
+    let records =
+        Records::new().a("worker-1.nodes.example.com", "10.0.0.11").a("worker-2.nodes.example.com", "10.0.0.12");
+    let dns =
+        DnsServer::start(addresses.iter().fold(records, |records, address| records.ip(KUBELET_NODE, *address))).await?;
     println!("DNS server on {} with worker-1/worker-2/kubelet-1.nodes.example.com", dns.addr());
     let mut child = testkit::approver::command(&approver, control_plane.kubeconfig_path(), REGEX, &prefixes)
         .args(["--log-format", "text", "--log-level", "warn"])
@@ -107,16 +113,37 @@ async fn demo() -> Result<(), Error> {
         .stderr(Stdio::inherit())
         .spawn()?;
     println!("approver: {} --provider-regex '{REGEX}' --provider-ip-prefixes {prefixes}", approver.display());
-    let result = run_kubelet_and_samples(&control_plane, host).await;
+    let result = run_kubelet_and_samples(&control_plane, kubelet_options).await;
     let _ = child.kill();
     let _ = child.wait();
     result
 }
 
-async fn run_kubelet_and_samples(control_plane: &ControlPlane, host: std::net::IpAddr) -> Result<(), Error> {
-    let options = KubeletOptions::new(KUBELET_NODE, host, KubeletCredentials::NodeCertificate);
+/// The demo kubelet: in a dual-stack [`NodeNetwork`] of its own when this machine allows it (root,
+/// `ip`, `unshare`, `nsenter`), else on this machine's own address, saying which and why.
+fn kubelet_options() -> Result<KubeletOptions, Error> {
+    let credentials = KubeletCredentials::NodeCertificate;
+    match NodeNetwork::create(AddressFamilies::DualStack) {
+        Ok(network) => {
+            println!(
+                "kubelet network: a namespace of its own at {:?}, linked to this machine only (documentation ranges)",
+                network.addresses()
+            );
+            Ok(KubeletOptions::in_network(KUBELET_NODE, Arc::new(network), credentials))
+        }
+        Err(error) => {
+            let host = testenv::host_address()?;
+            println!(
+                "kubelet network: cannot create a network namespace ({error}); using this machine's address {host}"
+            );
+            Ok(KubeletOptions::new(KUBELET_NODE, host, credentials))
+        }
+    }
+}
+
+async fn run_kubelet_and_samples(control_plane: &ControlPlane, options: KubeletOptions) -> Result<(), Error> {
     let kubelet = control_plane.start_kubelet(options).await?;
-    println!("kubelet: node {KUBELET_NODE} at {}, serverTLSBootstrap: true", kubelet.address());
+    println!("kubelet: node {KUBELET_NODE} at {:?}, serverTLSBootstrap: true", kubelet.node_ips());
     for sample in &SAMPLES {
         let client =
             control_plane.impersonated_client(&format!("system:node:{}", sample.node), &["system:nodes"]).await?;
