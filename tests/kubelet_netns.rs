@@ -11,7 +11,7 @@
 
 mod support;
 
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -22,8 +22,8 @@ use kube::{Api, Client};
 use serde_json::json;
 use support::cluster::{Approver, REGEX, wait_decided, wait_event};
 use support::kubelet_flow::{
-    CLIENT_SIGNER, SERVING_SIGNER, STEP, assert_decided, certificate_sans, install_cluster_api, machine_resource,
-    machines, node_name, prefixes_of, proxy_healthz, requested_sans, wait_csr, wait_proxy_healthz,
+    CLIENT_SIGNER, SERVING_SIGNER, STEP, assert_decided, certificate_sans, direct_healthz, install_cluster_api,
+    machine_resource, machines, node_name, prefixes_of, proxy_healthz, requested_sans, wait_csr, wait_proxy_healthz,
     wait_serving_certificate,
 };
 use testdns::{DnsServer, Records};
@@ -45,8 +45,9 @@ async fn internal_ips(admin: &Client, name: &str) -> Vec<IpAddr> {
 }
 
 /// The kubelet's own serving CSR is approved with exactly the SANs it asked for (its name and all
-/// its addresses), the certificate issued holds exactly those, the kubelet serves it, and the
-/// apiserver's proxy reaches it over TLS verified for its first InternalIP.
+/// its addresses), the certificate issued holds exactly those, the kubelet serves it, the
+/// apiserver's proxy reaches it over TLS verified for its first InternalIP, and this process
+/// reaches it over TLS verified for each of its addresses, at that address.
 async fn assert_served(cp: &ControlPlane, admin: &Client, approver: &Approver, kubelet: &Kubelet) {
     let name = kubelet.node_name();
     let csr = wait_csr(admin, SERVING_SIGNER, &format!("system:node:{name}")).await;
@@ -60,6 +61,11 @@ async fn assert_served(cp: &ControlPlane, admin: &Client, approver: &Approver, k
     assert_eq!(certificate_sans(&issued), (vec![name.to_owned()], addresses), "the issued certificate");
     assert_eq!(internal_ips(admin, name).await, kubelet.node_ips(), "the Node's InternalIPs");
     assert_eq!(wait_proxy_healthz(cp, kubelet).await, "ok");
+    let ca = cp.ca_cert_pem().unwrap();
+    for address in kubelet.node_ips() {
+        let at = SocketAddr::new(*address, kubelet.address().port());
+        assert_eq!(direct_healthz(&ca, at, *address).as_deref(), Ok("ok"), "TLS to {at}");
+    }
 }
 
 /// Whether this machine has a link named `name`.
@@ -115,6 +121,12 @@ async fn kubelets_on_ipv4_ipv6_and_dual_stack_addresses_of_their_own() {
         assert_served(&cp, &admin, &approver, kubelet).await;
         eprintln!("{} ({:?}) served after {:?}", kubelet.node_name(), kubelet.node_ips(), started.elapsed());
     }
+
+    // The verification is real: the IPv4 node's certificate is not valid for another address.
+    let (at, other) = (kubelets[0].address(), v4.host_addresses()[0]);
+    let error =
+        direct_healthz(&cp.ca_cert_pem().unwrap(), at, other).expect_err("verified for an address not in the SANs");
+    assert!(error.contains("not valid for name"), "{error}");
 
     // The rogue node is denied with the reason, gets no certificate, and is unreachable.
     let rogue_kubelet = &kubelets[3];
@@ -210,5 +222,6 @@ async fn ipv6_only_kubelet_joins_through_a_cluster_api_machine() {
     assert_eq!(certificate_sans(&issued), (vec![node.clone()], vec![address]), "the issued certificate");
     assert_eq!(internal_ips(&admin, &node).await, [address]);
     assert_eq!(wait_proxy_healthz(&cp, &kubelet).await, "ok");
+    assert_eq!(direct_healthz(&cp.ca_cert_pem().unwrap(), kubelet.address(), address).as_deref(), Ok("ok"));
     eprintln!("done after {:?}", started.elapsed());
 }

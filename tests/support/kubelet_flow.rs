@@ -2,7 +2,9 @@
 //! kubelet to use the issued certificate, the apiserver's proxy to it, and what a CSR or a
 //! certificate asks for or holds, read with `x509-parser` (not the approver's own parser).
 
-use std::net::IpAddr;
+use std::io::{Read, Write};
+use std::net::{IpAddr, SocketAddr, TcpStream};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
@@ -10,6 +12,7 @@ use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind, PostParams};
 use kube::{Api, Client};
+use rustls::pki_types::{CertificateDer, ServerName};
 use testenv::{ControlPlane, Kubelet};
 use x509_parser::extensions::{GeneralName, ParsedExtension};
 use x509_parser::prelude::{FromDer, X509Certificate, X509CertificationRequest};
@@ -101,6 +104,35 @@ pub async fn wait_proxy_healthz(cp: &ControlPlane, kubelet: &Kubelet) -> String 
             Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
         }
     }
+}
+
+/// `GET /healthz` on the kubelet's HTTPS server at `address`, straight from this process (not
+/// through the apiserver), over TLS verified with the CA `ca_pem` for the IP address `verify_as`.
+pub fn direct_healthz(ca_pem: &str, address: SocketAddr, verify_as: IpAddr) -> Result<String, String> {
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(CertificateDer::from(pem::parse(ca_pem).unwrap().into_contents())).unwrap();
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let connection = rustls::ClientConnection::new(Arc::new(config), ServerName::IpAddress(verify_as.into()))
+        .map_err(|error| error.to_string())?;
+    let tcp = TcpStream::connect_timeout(&address, Duration::from_secs(5)).map_err(|error| error.to_string())?;
+    tcp.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut tls = rustls::StreamOwned::new(connection, tcp);
+    tls.write_all(b"GET /healthz HTTP/1.1\r\nHost: kubelet\r\nConnection: close\r\n\r\n")
+        .map_err(|error| error.to_string())?;
+    let mut response = Vec::new();
+    // The kubelet may close without close_notify once it has answered: what was read counts.
+    if let Err(error) = tls.read_to_end(&mut response)
+        && response.is_empty()
+    {
+        return Err(error.to_string());
+    }
+    let response = String::from_utf8_lossy(&response).into_owned();
+    Ok(response.split_once("\r\n\r\n").map(|(_, body)| body.to_owned()).unwrap_or(response))
 }
 
 /// Subject alternative names: DNS names and IP addresses, each sorted.
