@@ -76,26 +76,26 @@ fn link_exists(name: &str) -> bool {
 #[tokio::test]
 async fn kubelets_on_ipv4_ipv6_and_dual_stack_addresses_of_their_own() {
     let started = Instant::now();
-    let (v4, v6, dual, rogue) = (
-        network(AddressFamilies::Ipv4),
-        network(AddressFamilies::Ipv6),
-        network(AddressFamilies::DualStack),
-        network(AddressFamilies::Ipv6),
-    );
+    let families = [
+        AddressFamilies::Ipv4,
+        AddressFamilies::Ipv6,
+        AddressFamilies::DualStack,
+        AddressFamilies::DualStackIpv6Primary,
+    ];
+    let networks = families.map(network);
+    let rogue = network(AddressFamilies::Ipv6);
     let cp = ControlPlane::start().await.unwrap();
     let _signer = cp.start_signer().await.unwrap();
     let admin = cp.admin_client().await.unwrap();
-    let names = [node_name("ipv4"), node_name("ipv6"), node_name("dual"), node_name("rogue6")];
-    // DNS answers A for the IPv4 node, AAAA for the IPv6 ones, both for the dual-stack one; the
+    let names = ["ipv4", "ipv6", "dual", "dual-ipv6-primary"].map(node_name);
+    let rogue_name = node_name("rogue6");
+    // DNS answers A for the IPv4 node, AAAA for the IPv6 one, both for the dual-stack ones; the
     // rogue node's AAAA answer lies outside the prefixes, though its own address does not.
-    let records = Records::new()
-        .ip(&names[0], v4.addresses()[0])
-        .ip(&names[1], v6.addresses()[0])
-        .ip(&names[2], dual.addresses()[0])
-        .ip(&names[2], dual.addresses()[1])
-        .aaaa(&names[3], ROGUE_AAAA);
-    let dns = DnsServer::start_on_thread(records).unwrap();
-    let all: Vec<IpAddr> = [&v4, &v6, &dual, &rogue].iter().flat_map(|n| n.addresses().to_vec()).collect();
+    let records = names.iter().zip(&networks).fold(Records::new(), |records, (name, network)| {
+        network.addresses().iter().fold(records, |records, address| records.ip(name, *address))
+    });
+    let dns = DnsServer::start_on_thread(records.aaaa(&rogue_name, ROGUE_AAAA)).unwrap();
+    let all: Vec<IpAddr> = networks.iter().chain([&rogue]).flat_map(|n| n.addresses().to_vec()).collect();
     let dns_flag = format!("--dns-server={}", dns.addr());
     let mut approver = Approver::start_with(cp.kubeconfig_path(), REGEX, &prefixes_of(&all), &[&dns_flag], &[]);
     approver.wait_ready().await;
@@ -104,33 +104,33 @@ async fn kubelets_on_ipv4_ipv6_and_dual_stack_addresses_of_their_own() {
         KubeletOptions::in_network(name, Arc::clone(network), KubeletCredentials::NodeCertificate)
     };
     let kubelets = tokio::join!(
-        cp.start_kubelet(options(&names[0], &v4)),
-        cp.start_kubelet(options(&names[1], &v6)),
-        cp.start_kubelet(options(&names[2], &dual)),
-        cp.start_kubelet(options(&names[3], &rogue)),
+        cp.start_kubelet(options(&names[0], &networks[0])),
+        cp.start_kubelet(options(&names[1], &networks[1])),
+        cp.start_kubelet(options(&names[2], &networks[2])),
+        cp.start_kubelet(options(&names[3], &networks[3])),
+        cp.start_kubelet(options(&rogue_name, &rogue)),
     );
-    let kubelets = [kubelets.0.unwrap(), kubelets.1.unwrap(), kubelets.2.unwrap(), kubelets.3.unwrap()];
-    eprintln!("control plane, approver and four kubelets up after {:?}", started.elapsed());
-    assert!(kubelets[0].address().is_ipv4() && kubelets[1].address().is_ipv6(), "{:?}", kubelets[1].address());
-    assert_eq!(kubelets[2].node_ips(), dual.addresses());
-    assert!(dual.addresses()[0].is_ipv4() && dual.addresses()[1].is_ipv6(), "{:?}", dual.addresses());
+    let (rogue_kubelet, kubelets) =
+        (kubelets.4.unwrap(), [kubelets.0.unwrap(), kubelets.1.unwrap(), kubelets.2.unwrap(), kubelets.3.unwrap()]);
+    eprintln!("control plane, approver and five kubelets up after {:?}", started.elapsed());
+    let kinds: Vec<Vec<bool>> = kubelets.iter().map(|k| k.node_ips().iter().map(IpAddr::is_ipv4).collect()).collect();
+    assert_eq!(kinds, [vec![true], vec![false], vec![true, false], vec![false, true]], "IPv4 (true) or IPv6");
 
-    // The IPv6-only node has no IPv4 address but loopback, and registers only its IPv6 address: the
-    // apiserver reaches it over IPv6.
-    for kubelet in &kubelets[..3] {
+    // The IPv6-only node has no IPv4 address but loopback and registers only its IPv6 address, and
+    // the IPv6-primary node registers its IPv6 address first: the apiserver reaches both over IPv6.
+    for kubelet in &kubelets {
         assert_served(&cp, &admin, &approver, kubelet).await;
         eprintln!("{} ({:?}) served after {:?}", kubelet.node_name(), kubelet.node_ips(), started.elapsed());
     }
 
     // The verification is real: the IPv4 node's certificate is not valid for another address.
-    let (at, other) = (kubelets[0].address(), v4.host_addresses()[0]);
+    let (at, other) = (kubelets[0].address(), networks[0].host_addresses()[0]);
     let error =
         direct_healthz(&cp.ca_cert_pem().unwrap(), at, other).expect_err("verified for an address not in the SANs");
     assert!(error.contains("not valid for name"), "{error}");
 
     // The rogue node is denied with the reason, gets no certificate, and is unreachable.
-    let rogue_kubelet = &kubelets[3];
-    let csr = wait_csr(&admin, SERVING_SIGNER, &format!("system:node:{}", names[3])).await;
+    let csr = wait_csr(&admin, SERVING_SIGNER, &format!("system:node:{rogue_name}")).await;
     let name = csr.metadata.name.clone().unwrap();
     let context = || format!("{}\n{}", approver.logs(), rogue_kubelet.logs());
     assert_decided(&admin, &name, "Denied", "ResolvedIPNotInPrefixes", &context).await;
@@ -138,17 +138,18 @@ async fn kubelets_on_ipv4_ipv6_and_dual_stack_addresses_of_their_own() {
     let stored = Api::<CertificateSigningRequest>::all(admin.clone()).get(&name).await.unwrap();
     assert!(stored.status.and_then(|s| s.certificate).is_none(), "a denied CSR was issued");
     assert!(rogue_kubelet.serving_certificate_pem().is_none(), "the rogue kubelet has a serving certificate");
-    let error = proxy_healthz(&cp, &names[3]).await.expect_err("the apiserver reached a kubelet without a certificate");
+    let error =
+        proxy_healthz(&cp, &rogue_name).await.expect_err("the apiserver reached a kubelet without a certificate");
     assert!(
         matches!(&error, kube::Error::Api(status) if status.code == 503 && status.message.contains("tls:")),
         "{error}"
     );
 
     // Dropping the kubelets and their networks removes the links, addresses and namespaces.
-    let links: Vec<String> = [&v4, &v6, &dual, &rogue].iter().map(|n| n.link_name().to_owned()).collect();
-    let namespaces: Vec<_> = [&v4, &v6, &dual, &rogue].iter().map(|n| n.namespace_path()).collect();
-    drop(kubelets);
-    drop((v4, v6, dual, rogue));
+    let links: Vec<String> = networks.iter().chain([&rogue]).map(|n| n.link_name().to_owned()).collect();
+    let namespaces: Vec<_> = networks.iter().chain([&rogue]).map(|n| n.namespace_path()).collect();
+    drop((kubelets, rogue_kubelet));
+    drop((networks, rogue));
     for link in &links {
         assert!(!link_exists(link), "link {link} survived");
     }

@@ -33,8 +33,11 @@ pub enum AddressFamilies {
     Ipv4,
     /// One IPv6 address (global; no IPv4 address but 127.0.0.1 on its own loopback).
     Ipv6,
-    /// One IPv4 and one IPv6 address, IPv4 first.
+    /// One IPv4 and one IPv6 address, IPv4 first (the kubelet's primary family, the one its first
+    /// InternalIP and the apiserver's connections to it use).
     DualStack,
+    /// One IPv6 and one IPv4 address, IPv6 first: an IPv6-primary dual-stack node.
+    DualStackIpv6Primary,
 }
 
 /// A network namespace for one node, linked to this machine's namespace by a veth pair: the host
@@ -85,7 +88,10 @@ impl NodeNetwork {
         }
         let v4_pair = (Ipv4Addr::from(ranges::ipv4_base() + 4 * u32::from(slot)), 30);
         let v6_pair = (Ipv6Addr::from(ranges::ipv6_base() + (u128::from(slot) << 64)), 64);
-        let pairs = [(v4, IpAddr::V4(v4_pair.0), v4_pair.1), (v6, IpAddr::V6(v6_pair.0), v6_pair.1)];
+        let mut pairs = [(v4, IpAddr::V4(v4_pair.0), v4_pair.1), (v6, IpAddr::V6(v6_pair.0), v6_pair.1)];
+        if families == AddressFamilies::DualStackIpv6Primary {
+            pairs.reverse();
+        }
         for (_, subnet, bits) in pairs.into_iter().filter(|(wanted, _, _)| *wanted) {
             let (host, node) = (offset(subnet, 1), offset(subnet, 2));
             let flags = if subnet.is_ipv6() { " nodad" } else { "" };
@@ -104,7 +110,7 @@ impl NodeNetwork {
         Ok(network)
     }
 
-    /// The node's addresses, IPv4 first.
+    /// The node's addresses, the primary family's first.
     pub fn addresses(&self) -> &[IpAddr] {
         &self.node_addresses
     }
