@@ -236,12 +236,12 @@ pub(crate) async fn start(
     let kubelet = link_or_copy(&tools.kubelet, &path.join("kubelet"))?;
     let fake_cri = link_or_copy(&tools.fake_cri, &path.join("fake-cri"))?;
 
-    let runtime_args =
-        sandboxed(&placement, privileged, false, &fake_cri, &[format!("--socket={}", socket.display())], path);
+    let runtime_args = sandboxed(privileged, false, &fake_cri, &[format!("--socket={}", socket.display())], path);
+    let runtime_args = placement.entered(runtime_args);
     let mut runtime =
         Supervised::spawn("fake-cri", &runtime_args.0, &runtime_args.1, &path.join("fake-cri.log"), None)?;
     wait_for_socket(&mut runtime, &socket).await?;
-    let (program, args) = sandboxed(&placement, privileged, true, &kubelet, &args, path);
+    let (program, args) = placement.entered(sandboxed(privileged, true, &kubelet, &args, path));
     let mut process = Supervised::spawn("kubelet", &program, &args, &path.join("kubelet.log"), Some(path))?;
     wait_healthy(&mut process, &placement, healthz_port).await?;
     let address = SocketAddr::new(options.node_ip, port);
@@ -297,18 +297,10 @@ fn configuration(
     })
 }
 
-/// The program and arguments that run `binary args` in the network namespace of `placement`, as
-/// the sandbox user (when this process is root) and, for the kubelet (`namespaces`), in its own
-/// user and mount namespaces.
-fn sandboxed(
-    placement: &Placement,
-    privileged: bool,
-    namespaces: bool,
-    binary: &Path,
-    args: &[String],
-    dir: &Path,
-) -> (PathBuf, Vec<String>) {
-    let mut command = placement.enter.clone();
+/// The program and arguments that run `binary args` as the sandbox user (when this process is
+/// root) and, for the kubelet (`namespaces`), in its own user and mount namespaces.
+fn sandboxed(privileged: bool, namespaces: bool, binary: &Path, args: &[String], dir: &Path) -> (PathBuf, Vec<String>) {
+    let mut command: Vec<String> = Vec::new();
     if privileged {
         command.extend([
             "setpriv".to_owned(),

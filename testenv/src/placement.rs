@@ -1,6 +1,7 @@
 //! [`Placement`]: where a kubelet runs, what addresses it has, and how it reaches the apiserver.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use crate::Error;
@@ -28,7 +29,7 @@ pub(crate) struct Placement {
     pub(crate) healthz: IpAddr,
     /// The command prefix that runs it (and its runtime) in its network namespace; empty on the
     /// machine's own.
-    pub(crate) enter: Vec<String>,
+    enter: Vec<String>,
     _relay: Option<Relay>,
     _network: Option<Arc<NodeNetwork>>,
 }
@@ -85,6 +86,18 @@ impl Placement {
     pub(crate) fn node_ip_flag(&self) -> String {
         let addresses: Vec<String> = self.node_ips.iter().map(IpAddr::to_string).collect();
         format!("--node-ip={}", addresses.join(","))
+    }
+
+    /// The program and arguments that run the command `(program, args)` in the kubelet's network
+    /// namespace; the command itself on the machine's own network.
+    pub(crate) fn entered(&self, (program, args): (PathBuf, Vec<String>)) -> (PathBuf, Vec<String>) {
+        let Some((first, rest)) = self.enter.split_first() else {
+            return (program, args);
+        };
+        let mut entered = rest.to_vec();
+        entered.push(program.display().to_string());
+        entered.extend(args);
+        (PathBuf::from(first), entered)
     }
 
     /// The body of a plain HTTP `GET /healthz` on the kubelet's healthz `port`.
