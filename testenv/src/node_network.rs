@@ -162,7 +162,8 @@ fn wait_for_namespace(holder: &mut Supervised) -> Result<(), Error> {
     let deadline = Instant::now() + SETTLE_TIMEOUT;
     loop {
         if let Some(status) = holder.exited() {
-            return Err(holder.start_error(format!("unshare --net exited with {status}")));
+            let reason = format!("unshare --net exited with {status} (it needs root: CAP_SYS_ADMIN)");
+            return Err(holder.start_error(reason));
         }
         if std::fs::read_link(&path).is_ok_and(|theirs| theirs != ours) {
             return Ok(());
