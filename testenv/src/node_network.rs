@@ -72,7 +72,7 @@ impl NodeNetwork {
         let args = ["--net", "sleep", "infinity"].map(str::to_owned);
         let mut holder =
             Supervised::spawn("network namespace", Path::new("unshare"), &args, Path::new("/dev/null"), None)?;
-        wait_for_namespace(&mut holder)?;
+        let namespace = wait_for_namespace(&mut holder)?;
         let slot = claim_slot(holder.id())?;
         let mut network = NodeNetwork {
             holder,
@@ -81,7 +81,9 @@ impl NodeNetwork {
             host_addresses: Vec::new(),
         };
         let (v4, v6) = (families != AddressFamilies::Ipv6, families != AddressFamilies::Ipv4);
-        let mut configure_node = vec!["ip link set lo up".to_owned()];
+        // Refuses to touch links unless it runs in the node's namespace, not this machine's.
+        let mut configure_node = vec![format!("test \"$(readlink /proc/self/ns/net)\" = '{namespace}'")];
+        configure_node.push("ip link set lo up".to_owned());
         if v6 {
             enable_ipv6(&network.link)?;
             configure_node.push(format!("echo 0 > /proc/sys/net/ipv6/conf/{NODE_LINK}/disable_ipv6"));
@@ -155,8 +157,9 @@ fn offset(subnet: IpAddr, n: u8) -> IpAddr {
     }
 }
 
-/// Waits until the holder has left this process's network namespace for its own.
-fn wait_for_namespace(holder: &mut Supervised) -> Result<(), Error> {
+/// Waits until the holder has left this process's network namespace for its own; returns that
+/// namespace's identity (`net:[<inode>]`).
+fn wait_for_namespace(holder: &mut Supervised) -> Result<String, Error> {
     let ours = std::fs::read_link("/proc/self/ns/net").map_err(Error::io("reading /proc/self/ns/net"))?;
     let path = format!("/proc/{}/ns/net", holder.id());
     let deadline = Instant::now() + SETTLE_TIMEOUT;
@@ -165,8 +168,10 @@ fn wait_for_namespace(holder: &mut Supervised) -> Result<(), Error> {
             let reason = format!("unshare --net exited with {status} (it needs root: CAP_SYS_ADMIN)");
             return Err(holder.start_error(reason));
         }
-        if std::fs::read_link(&path).is_ok_and(|theirs| theirs != ours) {
-            return Ok(());
+        if let Ok(theirs) = std::fs::read_link(&path)
+            && theirs != ours
+        {
+            return Ok(theirs.display().to_string());
         }
         if Instant::now() > deadline {
             return Err(holder.start_error(format!("no namespace of its own after {SETTLE_TIMEOUT:?}")));
