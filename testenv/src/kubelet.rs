@@ -82,8 +82,9 @@ impl KubeletOptions {
 /// the directory removed) when dropped; fields drop in order: kubelet, runtime, its relay to the
 /// apiserver and network namespace (when in a [`NodeNetwork`], where both run), directory.
 ///
-/// The kubelet runs sandboxed so that it cannot touch the machine: when this process is root it
-/// is first moved to an unprivileged user ([`SANDBOX_UID`]) with `setpriv`, then `unshare` gives it
+/// The kubelet runs sandboxed so that it cannot touch the machine: in a [`NodeNetwork`] it first
+/// joins that namespace (`nsenter`); when this process is root it is then
+/// moved to an unprivileged user ([`SANDBOX_UID`]) with `setpriv`, then `unshare` gives it
 /// a user namespace (in which it is root, mapped to that user) and a private mount namespace, in
 /// which its own `var-lib` and `var-log` directories are bind-mounted over `/var/lib` and
 /// `/var/log`. That is needed, not only prudent: the kubelet creates
