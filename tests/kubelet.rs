@@ -253,7 +253,12 @@ async fn real_kubelet_joins_through_a_cluster_api_machine() {
     let name = csr.metadata.name.clone().unwrap();
     let context = || format!("{}\n{}", approver.logs(), kubelet.logs());
     assert_decided(&admin, &name, "Approved", "AutoApproved", &context).await;
-    assert!(kubelet.client_certificate_pem().is_some(), "the kubelet has no client certificate\n{}", context());
+    // The signer issues the certificate after the approval, and the kubelet then writes it.
+    let deadline = Instant::now() + STEP;
+    while kubelet.client_certificate_pem().is_none() {
+        assert!(Instant::now() < deadline, "the kubelet has no client certificate\n{}", context());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
     eprintln!("kubelet bootstrapped after {:?}", started.elapsed());
 
     // It registers its Node, and requests its serving certificate as that node.
