@@ -2,13 +2,16 @@
 //! for the cluster) or fetched from the cluster, and prints the decision and every check's
 //! result, as text for people or JSON lines for tools.
 
+use std::collections::HashMap;
 use std::io::Write;
 use std::net::IpAddr;
+use std::path::PathBuf;
 
 use jiff::Timestamp;
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use k8s_openapi::api::core::v1::{Node, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
+use rustls::pki_types::CertificateDer;
 use serde::Serialize;
 
 use crate::cli::{CheckArgs, Format};
@@ -16,6 +19,7 @@ use crate::config::MachineSource;
 use crate::config::Settings;
 use crate::display::Escaped;
 use crate::dns::{DnsError, HickoryResolver};
+use crate::kubelet_tls::read_chain;
 use crate::kubernetes::apiserver::{is_apiserver_service, is_apiserver_slice, service_addresses, slice_addresses};
 use crate::kubernetes::cluster::{KubeCluster, StaticCluster, node_info};
 use crate::kubernetes::connect::{ConnectError, connect};
@@ -79,9 +83,25 @@ pub fn read_inputs(args: &CheckArgs, source: Option<&MachineSource>) -> Result<I
     let now = args.now.unwrap_or_else(Timestamp::now);
     let pending = pending_in(&csrs, source, now);
     let issued = csrs.iter().filter_map(|csr| Some((issued_client_node(csr)?, csr.name.clone()))).collect::<Vec<_>>();
-    let cluster =
+    let mut cluster =
         StaticCluster::new(nodes, machines, pending).with_apiserver(apiserver).with_client_certificates(issued);
+    if let Some(ca) = source.and_then(|source| source.kubelet_ca.clone()) {
+        cluster = cluster.with_kubelet_certificates(kubelet_certificates(args)?, ca, now);
+    }
     Ok(Inputs { csrs, cluster })
+}
+
+/// The chains of `--kubelet-certificate NODE=PEMFILE`, by node name.
+fn kubelet_certificates(args: &CheckArgs) -> Result<HashMap<String, Vec<CertificateDer<'static>>>, InputError> {
+    let read = |(node, path): &(String, PathBuf)| {
+        let chain = read_chain(path).map_err(|message| InputError::Document {
+            input: Input::File(path.clone()),
+            document: 1,
+            message: format!("--kubelet-certificate {node}: {message}"),
+        })?;
+        Ok((node.clone(), chain))
+    };
+    args.kubelet_certificate.iter().map(read).collect()
 }
 
 /// The apiserver's addresses from `object` when it is a Service or an EndpointSlice: only
@@ -145,7 +165,8 @@ pub async fn command(args: &CheckArgs, settings: &Settings, out: &mut impl Write
         }
         _ => None,
     };
-    let cluster = KubeCluster::new(connection.client, machines);
+    let kubelet_ca = settings.machines.as_ref().and_then(|source| source.kubelet_ca.clone());
+    let cluster = KubeCluster::new(connection.client, machines).with_kubelet_ca(kubelet_ca);
     // Until listed, a CSR with an IP SAN is reported as a retry (ClusterUnavailable).
     cluster.apiserver_first_answer(APISERVER_SYNC).await;
     Ok(run(&csrs, policy, &resolver, &cluster, now, args.output, out).await?)

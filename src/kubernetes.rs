@@ -1,6 +1,6 @@
 //! The Kubernetes adapters: everything that reads from or writes to the apiserver. The watches
 //! (CSRs, the Lease, Machines, Nodes, the `default/kubernetes` Service and its EndpointSlices),
-//! the cluster view the decision core asks for evidence, leader election, and the controller that
+//! the cluster view the decision core asks for evidence (with the dial of a node's kubelet), leader election, and the controller that
 //! writes each decision and its Event. The application around them (flags, `run`, `check`, the
 //! admin endpoints, metrics, logs) lives beside this module and reaches the cluster only through it.
 
@@ -12,5 +12,6 @@ pub(crate) mod csr_fetch;
 pub(crate) mod csr_ledger;
 pub mod csr_object;
 pub(crate) mod kube_watch;
+pub(crate) mod kubelet_endpoint;
 pub(crate) mod leader;
 pub(crate) mod machines;

@@ -15,6 +15,7 @@ pub mod cli;
 pub mod config;
 pub mod display;
 pub mod dns;
+pub mod kubelet_tls;
 pub mod kubernetes;
 pub mod logging;
 pub mod metrics;

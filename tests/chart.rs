@@ -228,6 +228,7 @@ fn every_feature_reaches_its_environment_variable() {
         ("BOOTSTRAPPER_USERNAME", "system:bootstrap:*"),
         ("BOOTSTRAPPER_GROUPS", "system:bootstrappers,system:authenticated"),
         ("MAX_PENDING_DELTA", "50"),
+        ("KUBELET_SERVING_CA_FILE", "/etc/node-csr-approver/kubelet-serving-ca/ca-bundle.crt"),
         ("HEALTH_PROBE_BIND_ADDRESS", ":9091"),
         ("METRICS_BIND_ADDRESS", ":9090"),
         ("LOG_FORMAT", "text"),
@@ -263,6 +264,10 @@ fn every_feature_reaches_its_environment_variable() {
     let machines = objects.iter().find(|o| o["metadata"]["name"] == "approver-node-csr-approver-machines").unwrap();
     assert_eq!(machines["rules"][0]["apiGroups"], json!(["machine.openshift.io", "cluster.x-k8s.io"]));
     assert!(!render_with(&[]).unwrap().iter().any(|o| o["metadata"]["name"] == "approver-node-csr-approver-machines"));
+    let pod = &find(&objects, "Deployment").unwrap()["spec"]["template"]["spec"];
+    assert_eq!(pod["volumes"], json!([{"name": "kubelet-serving-ca", "configMap": {"name": "kubelet-serving-ca"}}]));
+    let mounts = &pod["containers"][0]["volumeMounts"];
+    assert_eq!(mounts[0]["mountPath"], "/etc/node-csr-approver/kubelet-serving-ca");
 }
 
 #[test]

@@ -5,6 +5,8 @@
 
 #[path = "machine_policy/brake.rs"]
 mod brake;
+#[path = "machine_policy/kubelet_renewal.rs"]
+mod kubelet_renewal;
 #[path = "machine_policy/one_client_certificate.rs"]
 mod one_client_certificate;
 mod support;
@@ -33,6 +35,7 @@ fn rules() -> MachinePolicy {
         bootstrapper: Bootstrapper::Exact(BOOTSTRAPPER.into()),
         bootstrapper_groups: GROUPS.iter().map(|g| (*g).to_owned()).collect(),
         max_pending_delta: 100,
+        serving_renewal: false,
     }
 }
 
@@ -292,7 +295,8 @@ fn client_csrs_are_never_denied() {
 
 #[test]
 fn every_machine_mode_reason_code_is_produced() {
-    let produced: BTreeSet<Reason> = cases().iter().map(|case| case.evaluate().decision.reason).collect();
+    let all = cases().into_iter().chain(kubelet_renewal::cases());
+    let produced: BTreeSet<Reason> = all.map(|case| case.evaluate().decision.reason).collect();
     let missing: Vec<&Reason> = Reason::ALL.iter().filter(|r| r.machine_mode() && !produced.contains(r)).collect();
     assert!(missing.is_empty(), "no case produces {missing:?}");
 }

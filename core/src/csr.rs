@@ -12,12 +12,14 @@
 //! Anything else is a [`CsrError`], which the policy turns into a denial.
 
 mod canonical_pem;
+mod served_certificate;
 mod signature;
 mod strict_der;
 
 use std::net::IpAddr;
 
 pub use canonical_pem::MAX_REQUEST_BYTES;
+pub use served_certificate::CertificateFacts;
 
 /// Why a request could not be turned into [`CsrFacts`].
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -32,7 +32,8 @@ pub use machine_checks::{
 };
 pub use one_client_certificate::issued_client_node;
 pub use ports::{
-    BrakeInputs, ClusterError, ClusterView, DnsFailure, MachineInfo, NodeAddress, NodeInfo, Resolution, Resolver,
+    BrakeInputs, ClusterError, ClusterView, DnsFailure, KubeletCertificate, MachineInfo, NodeAddress, NodeInfo,
+    Resolution, Resolver,
 };
 pub use reason::Reason;
 pub use report::{CheckId, CheckResult, Consequence, Failure, Outcome};
@@ -192,7 +193,7 @@ fn finish(
         SignerChecks::Client(staged, rules) => (*staged).finish(sub, rules, evidence),
         SignerChecks::Serving(staged) => {
             let age = sub.created.map(|created| age_at(created, now));
-            staged.finish(cfg, evidence, age)
+            staged.finish(cfg, evidence, age, now)
         }
     };
     triage.rows.append(&mut report.rows);
@@ -234,5 +235,9 @@ fn approval_message(report: &Report, sub: &Submission) -> String {
         .map(|row| row.check.as_str())
         .collect();
     let what = if sub.signer_name == identity::CLIENT_SIGNER { "node-client bootstrap" } else { "kubelet serving" };
-    format!("{what} certificate for {} verified: {}", sub.username, passed.join(", "))
+    let renewal = report.rows.iter().find_map(|row| match &row.outcome {
+        Outcome::Pass(detail) if row.check == CheckId::KubeletRenewal => Some(format!("; {detail}")),
+        _ => None,
+    });
+    format!("{what} certificate for {} verified: {}{}", sub.username, passed.join(", "), renewal.unwrap_or_default())
 }

@@ -18,6 +18,9 @@ pub struct CheckArgs {
     /// Nodes, Machines (machine.openshift.io, cluster.x-k8s.io), the default/kubernetes Service and its EndpointSlices standing in for the cluster, as YAML or JSON
     #[arg(long, value_name = "PATH", requires = "file")]
     pub objects: Option<PathBuf>,
+    /// NODE=PEMFILE: the certificate (and intermediates) node NODE's kubelet serves, as renewal evidence verified against --kubelet-serving-ca-file (repeatable; needs the Node in --objects)
+    #[arg(long, value_name = "NODE=PEMFILE", requires = "objects", value_parser = parse_kubelet_certificate)]
+    pub kubelet_certificate: Vec<(String, PathBuf)>,
     /// The time used for age-based rules, RFC 3339 (default: now)
     #[arg(long, value_name = "RFC3339", value_parser = parse_now)]
     pub now: Option<Timestamp>,
@@ -33,6 +36,13 @@ pub enum Format {
     Text,
     /// One JSON object per CSR per line.
     Json,
+}
+
+fn parse_kubelet_certificate(text: &str) -> Result<(String, PathBuf), String> {
+    match text.split_once('=') {
+        Some((node, path)) if !node.is_empty() && !path.is_empty() => Ok((node.to_owned(), PathBuf::from(path))),
+        _ => Err(format!("{text:?} is not NODE=PEMFILE")),
+    }
 }
 
 fn parse_now(text: &str) -> Result<Timestamp, String> {

@@ -1,4 +1,5 @@
-//! Machine-mode flags: which Machine APIs to read, where, and the node-client bootstrap rules.
+//! Machine-mode flags: which Machine APIs to read, where, the node-client bootstrap rules and the
+//! kubelet-serving CA that evidences serving renewals.
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
@@ -7,6 +8,7 @@ use clap::{ArgAction, Args};
 
 use super::ConfigError;
 use super::flags::{Checked, boolean, given_path, list, namespace_or_empty, number, path};
+use crate::kubelet_tls::KubeletServingCa;
 use crate::policy::{Bootstrapper, MachinePolicy, NODE_USER_PREFIX};
 
 /// OpenShift's node-bootstrapper ServiceAccount.
@@ -42,6 +44,9 @@ pub struct MachineArgs {
     /// OpenShift machine-approver-config file (nodeClientCert.disabled)
     #[arg(long, global = true, env = "MACHINE_APPROVER_CONFIG", value_name = "FILE", value_parser = path())]
     pub machine_approver_config: Option<PathBuf>,
+    /// PEM bundle of the kubelet-serving CA: a serving CSR of a node no Machine claims is approved when it renews the certificate its kubelet serves [default: no renewals]
+    #[arg(long, global = true, env = "KUBELET_SERVING_CA_FILE", value_name = "FILE", value_parser = kubelet_serving_ca())]
+    pub kubelet_serving_ca_file: Option<KubeletServingCa>,
 }
 
 /// The groups of `--bootstrapper-groups`.
@@ -89,6 +94,8 @@ pub struct MachineSource {
     pub kubeconfig: Option<PathBuf>,
     /// The machine-mode rules, which the pending brake's count reads.
     pub rules: MachinePolicy,
+    /// The bundle kubelets' serving certificates are verified against, for renewals.
+    pub kubelet_ca: Option<KubeletServingCa>,
 }
 
 /// The part of OpenShift's machine-approver-config this approver reads.
@@ -127,10 +134,12 @@ impl MachineArgs {
             bootstrapper: self.bootstrapper_username.clone(),
             bootstrapper_groups: self.bootstrapper_groups.0.clone(),
             max_pending_delta: self.max_pending_delta,
+            serving_renewal: self.kubelet_serving_ca_file.is_some(),
         };
         let namespace = self.machine_namespace.clone().filter(|namespace| !namespace.is_empty());
         let kubeconfig = given_path(&self.machine_kubeconfig);
-        Ok(Some((rules.clone(), MachineSource { apis, namespace, kubeconfig, rules })))
+        let kubelet_ca = self.kubelet_serving_ca_file.clone();
+        Ok(Some((rules.clone(), MachineSource { apis, namespace, kubeconfig, rules, kubelet_ca })))
     }
 }
 
@@ -175,6 +184,11 @@ fn bootstrapper() -> Checked<impl Fn(&str) -> Result<Bootstrapper, String> + Clo
             None => Ok(Bootstrapper::Exact(text.to_owned())),
         }
     })
+}
+
+/// The kubelet-serving CA bundle, read (and every certificate in it checked) at start.
+fn kubelet_serving_ca() -> Checked<impl Fn(&str) -> Result<KubeletServingCa, String> + Clone> {
+    Checked(|text: &str| KubeletServingCa::read(std::path::Path::new(text)))
 }
 
 /// Comma-separated group names.

@@ -6,21 +6,28 @@ use std::net::IpAddr;
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Node;
+use rustls::pki_types::CertificateDer;
 
+use crate::kubelet_tls::KubeletServingCa;
 use crate::kubernetes::apiserver::ApiserverWatch;
 use crate::kubernetes::csr_ledger::CsrLedger;
+use crate::kubernetes::kubelet_endpoint::{served_by, served_offline};
 use crate::kubernetes::machines::MachineCache;
 use crate::metrics::Metrics;
-use crate::policy::{BrakeInputs, ClusterError, ClusterView, MachineInfo, NodeAddress, NodeInfo, brake_limit};
+use crate::policy::{
+    BrakeInputs, ClusterError, ClusterView, KubeletCertificate, MachineInfo, NodeAddress, NodeInfo, brake_limit,
+};
 
 /// The live cluster: one GET per Node asked for; Machines and Nodes from the watched caches of
 /// machine mode, the pending CSRs and approved client CSRs from the CSR cache ([`CsrLedger`]);
-/// the apiserver's addresses from their own watch ([`ApiserverWatch`]).
+/// the apiserver's addresses from their own watch ([`ApiserverWatch`]); a kubelet's certificate
+/// from a GET of its Node and a dial of the address that Node gives.
 #[derive(Clone)]
 pub struct KubeCluster {
     nodes: kube::Api<Node>,
     machines: Option<(MachineCache, CsrLedger)>,
     apiserver: ApiserverWatch,
+    kubelet_ca: Option<KubeletServingCa>,
 }
 
 impl KubeCluster {
@@ -28,7 +35,14 @@ impl KubeCluster {
     /// CSRs from the ledger; starts watching the apiserver's Service and EndpointSlices (so it must
     /// be called on a Tokio runtime).
     pub fn new(client: kube::Client, machines: Option<(MachineCache, CsrLedger)>) -> KubeCluster {
-        KubeCluster { nodes: kube::Api::all(client.clone()), machines, apiserver: ApiserverWatch::start(client) }
+        let apiserver = ApiserverWatch::start(client.clone());
+        KubeCluster { nodes: kube::Api::all(client), machines, apiserver, kubelet_ca: None }
+    }
+
+    /// The same view, verifying the certificates kubelets serve against `ca` (renewals are
+    /// evidenced only with one).
+    pub fn with_kubelet_ca(self, ca: Option<KubeletServingCa>) -> KubeCluster {
+        KubeCluster { kubelet_ca: ca, ..self }
     }
 
     /// Resolves once the apiserver's addresses have been listed (or their watch failed), at
@@ -82,6 +96,17 @@ impl ClusterView for KubeCluster {
     async fn client_certificates(&self, node: &str) -> Result<Vec<String>, ClusterError> {
         Ok(self.machines.as_ref().map(|(_, ledger)| ledger.client_certificates(node)).unwrap_or_default())
     }
+
+    async fn kubelet_certificate(&self, name: &str) -> Result<KubeletCertificate, ClusterError> {
+        let Some(ca) = &self.kubelet_ca else {
+            return Ok(KubeletCertificate::Unusable("--kubelet-serving-ca-file is not set".into()));
+        };
+        let node = self.nodes.get_opt(name).await.map_err(|e| ClusterError::Request(e.to_string()))?;
+        Ok(match node {
+            Some(node) => served_by(&node, &node_info(&node).addresses, ca).await,
+            None => KubeletCertificate::Unusable(format!("Node {name:?} does not exist")),
+        })
+    }
 }
 
 /// A fixed set of objects standing in for the cluster (`check --objects`).
@@ -93,6 +118,9 @@ pub struct StaticCluster {
     apiserver: Vec<IpAddr>,
     /// `(node name, CSR name)` of each approved client CSR.
     client_certificates: Vec<(String, String)>,
+    /// The certificate chain each node's kubelet serves, the bundle they are verified against
+    /// and when.
+    kubelets: Option<(HashMap<String, Vec<CertificateDer<'static>>>, KubeletServingCa, jiff::Timestamp)>,
 }
 
 impl StaticCluster {
@@ -108,7 +136,19 @@ impl StaticCluster {
             pending,
             apiserver: Vec::new(),
             client_certificates: Vec::new(),
+            kubelets: None,
         }
+    }
+
+    /// The same cluster whose kubelets serve these chains (leaf first), by node name, verified
+    /// against `ca` at `now`.
+    pub fn with_kubelet_certificates(
+        self,
+        served: HashMap<String, Vec<CertificateDer<'static>>>,
+        ca: KubeletServingCa,
+        now: jiff::Timestamp,
+    ) -> StaticCluster {
+        StaticCluster { kubelets: Some((served, ca, now)), ..self }
     }
 
     /// The same cluster with these apiserver addresses (from the `default/kubernetes` Service and
@@ -147,6 +187,17 @@ impl ClusterView for StaticCluster {
             .filter(|(issued_for, _)| issued_for == node)
             .map(|(_, csr)| csr.clone())
             .collect())
+    }
+
+    async fn kubelet_certificate(&self, name: &str) -> Result<KubeletCertificate, ClusterError> {
+        let Some((served, ca, now)) = &self.kubelets else {
+            return Ok(KubeletCertificate::Unusable("--kubelet-serving-ca-file is not set".into()));
+        };
+        Ok(match (self.nodes.get(name), served.get(name)) {
+            (None, _) => KubeletCertificate::Unusable(format!("Node {name:?} is not in --objects")),
+            (Some(_), None) => KubeletCertificate::Unusable(format!("no --kubelet-certificate for node {name:?}")),
+            (Some(node), Some(chain)) => served_offline(chain, &node.addresses, ca, *now),
+        })
     }
 }
 

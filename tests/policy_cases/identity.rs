@@ -100,6 +100,7 @@ fn machine_mode(case: Case) -> Case {
             ),
             bootstrapper_groups: BTreeSet::new(),
             max_pending_delta: 100,
+            serving_renewal: false,
         });
     })
 }

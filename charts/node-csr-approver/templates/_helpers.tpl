@@ -137,6 +137,10 @@ subjects:
 - name: MAX_PENDING_DELTA
   value: {{ int64 $.Values.machineMode.maxPendingDelta | toString | quote }}
 {{- end }}
+{{- with $.Values.machineMode.kubeletServingCA.configMap }}
+- name: KUBELET_SERVING_CA_FILE
+  value: {{ printf "/etc/node-csr-approver/kubelet-serving-ca/%s" $.Values.machineMode.kubeletServingCA.key | quote }}
+{{- end }}
 {{- end }}
 - name: HEALTH_PROBE_BIND_ADDRESS
   value: {{ printf ":%d" (int .Values.healthProbe.port) | quote }}

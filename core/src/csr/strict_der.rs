@@ -84,7 +84,7 @@ pub(super) fn facts(request: &CertReq) -> Result<CsrFacts, CsrError> {
 }
 
 /// Each RDN holds one attribute; only CN and O, as UTF8String or PrintableString.
-fn read_subject(subject: &Name, facts: &mut CsrFacts) -> Result<(), CsrError> {
+pub(super) fn read_subject(subject: &Name, facts: &mut CsrFacts) -> Result<(), CsrError> {
     for rdn in subject.iter_rdn() {
         if rdn.len() != 1 {
             return Err(CsrError::Ambiguous(format!("a subject RDN holds {} attributes, expected one", rdn.len())));
@@ -158,7 +158,8 @@ where
 }
 
 impl CsrFacts {
-    fn add_san(&mut self, name: &GeneralName) -> Result<(), CsrError> {
+    /// Adds one SAN to the list of its type.
+    pub(super) fn add_san(&mut self, name: &GeneralName) -> Result<(), CsrError> {
         match name {
             GeneralName::DnsName(dns) => self.dns_names.push(dns.to_string()),
             GeneralName::IpAddress(bytes) => self.ip_addresses.push(ip_from_bytes(bytes.as_bytes())?),

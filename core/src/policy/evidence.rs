@@ -1,12 +1,14 @@
 //! Evidence from outside the process (DNS answers, the Node, Machines, the brake's counts, the
-//! apiserver's addresses),
+//! apiserver's addresses, the certificate a kubelet serves),
 //! gathered concurrently once per evaluation, before the pure decision.
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::sync::Arc;
 
-use super::ports::{BrakeInputs, ClusterError, ClusterView, MachineInfo, NodeInfo, Resolution, Resolver};
+use super::ports::{
+    BrakeInputs, ClusterError, ClusterView, KubeletCertificate, MachineInfo, NodeInfo, Resolution, Resolver,
+};
 
 /// What a cluster lookup found.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -36,6 +38,8 @@ pub struct Evidence {
     pub apiserver: Option<Result<Vec<IpAddr>, ClusterError>>,
     /// The approved client CSRs for the requested node name, when asked for.
     pub client_certificates: Option<Result<Vec<String>, ClusterError>>,
+    /// The certificate the requester's kubelet serves, when asked for and no Machine claims the node.
+    pub kubelet_certificate: Option<Result<KubeletCertificate, ClusterError>>,
 }
 
 /// What must be gathered for one CSR.
@@ -51,10 +55,13 @@ pub struct EvidenceNeeded {
     pub apiserver: bool,
     /// The node name whose approved client CSRs are needed.
     pub client_certificates: Option<String>,
+    /// The node whose kubelet's certificate is needed, should no Machine claim it.
+    pub kubelet_certificate: Option<String>,
 }
 
 /// Gathers `needs` concurrently: every DNS name, the Node, the Machines and the apiserver's
-/// addresses at once.
+/// addresses at once; then, only when the Machines were read and none claims the node, the
+/// certificate its kubelet serves (a dial no Machine-backed node pays for).
 pub async fn gather<R: Resolver, C: ClusterView>(needs: &EvidenceNeeded, resolver: &R, cluster: &C) -> Evidence {
     let lookups = futures::future::join_all(
         needs.dns_names.iter().map(|name| async move { (name.clone(), resolver.resolve(name).await) }),
@@ -84,5 +91,21 @@ pub async fn gather<R: Resolver, C: ClusterView>(needs: &EvidenceNeeded, resolve
     };
     let (dns, node, (machines, load), apiserver, client_certificates) =
         futures::join!(lookups, node, machines, apiserver, client_certificates);
-    Evidence { dns: dns.into_iter().collect(), node, machines, load, apiserver, client_certificates }
+    let unclaimed = needs.kubelet_certificate.as_ref().filter(|name| match &machines {
+        Some(Ok(machines)) => !machines.iter().any(|machine| machine.node_ref.as_ref() == Some(name)),
+        _ => false,
+    });
+    let kubelet_certificate = match unclaimed {
+        Some(name) => Some(cluster.kubelet_certificate(name).await),
+        None => None,
+    };
+    Evidence {
+        dns: dns.into_iter().collect(),
+        node,
+        machines,
+        load,
+        apiserver,
+        client_certificates,
+        kubelet_certificate,
+    }
 }

@@ -4,16 +4,19 @@
 use std::net::IpAddr;
 use std::time::Duration;
 
+use jiff::Timestamp;
+
 use crate::csr::CsrFacts;
 
+use super::cluster_identity;
 use super::evidence::{Evidence, EvidenceNeeded};
 use super::identity::{self, NODE_USER_PREFIX, NODES_GROUP};
 use super::report::{CheckId, Failure, Report};
 use super::rules::{HostnameMatch, PolicyConfig};
 use super::{Reason, Submission};
-use super::{cluster_identity, machine_checks};
 
 mod evidence_checks;
+mod machine_serving;
 
 use evidence_checks::{dns_checks, node_addresses};
 
@@ -116,12 +119,19 @@ impl ServingChecks {
             machines: cfg.machine.is_some(),
             apiserver: !parsed.facts.ip_addresses.is_empty(),
             client_certificates: None,
+            kubelet_certificate: cfg.machine.as_ref().filter(|m| m.serving_renewal).map(|_| parsed.node.clone()),
         };
         Some(needs)
     }
 
     /// Runs the evidence checks (skipped when `evidence` is `None`) and returns the full report.
-    pub(crate) fn finish(self, cfg: &PolicyConfig, evidence: Option<&Evidence>, age: Option<Duration>) -> Report {
+    pub(crate) fn finish(
+        self,
+        cfg: &PolicyConfig,
+        evidence: Option<&Evidence>,
+        age: Option<Duration>,
+        now: Timestamp,
+    ) -> Report {
         let ServingChecks { mut report, request, expiration } = self;
         let usable = request.as_ref().zip(evidence);
         match usable {
@@ -159,16 +169,11 @@ impl ServingChecks {
         match (&cfg.machine, usable) {
             (None, _) => {}
             (Some(machine_cfg), Some((parsed, evidence))) => {
-                let belongs = machine_checks::machines(&evidence.machines)
-                    .and_then(|machines| machine_checks::machine_of_node(machines, &parsed.node))
-                    .and_then(|m| {
-                        machine_checks::serving_sans_belong(m, &parsed.dns_names, &parsed.facts.ip_addresses)
-                    });
-                report.record(CheckId::MachineAddresses, belongs);
-                report.record(CheckId::PendingBrake, machine_checks::pending_brake(&evidence.load, machine_cfg));
+                machine_serving::record(&mut report, machine_cfg, parsed, evidence, now);
             }
             (Some(_), None) => {
                 report.skip(CheckId::MachineAddresses, "not looked up: an earlier check failed");
+                report.skip(CheckId::KubeletRenewal, "not looked up: an earlier check failed");
                 report.skip(CheckId::PendingBrake, "not looked up: an earlier check failed");
             }
         }

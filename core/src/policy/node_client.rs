@@ -101,6 +101,7 @@ impl ClientChecks {
             machines: true,
             apiserver: false,
             client_certificates: Some(node.clone()),
+            kubelet_certificate: None,
         })
     }
 

@@ -1,6 +1,6 @@
 //! The ports of the decision core: the traits through which evidence arrives ([`Resolver`] for
 //! DNS, [`ClusterView`] for Nodes, Machines, the pending brake's counts, the apiserver's
-//! addresses and the approved client CSRs) and the types they return. The shell crate implements
+//! addresses, the approved client CSRs and the certificate a kubelet serves) and the types they return. The shell crate implements
 //! them; nothing here does I/O.
 
 use std::future::Future;
@@ -108,6 +108,19 @@ pub struct BrakeInputs {
     pub nodes: usize,
 }
 
+/// What the requesting node's kubelet presented on its serving port: the evidence of a renewal.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KubeletCertificate {
+    /// The leaf (DER) of a chain that verified, for server auth and now, against the
+    /// kubelet-serving CA bundle, presented by a kubelet that proved it holds the key.
+    Verified(Vec<u8>),
+    /// Nothing that can stand as evidence (the Node is missing or has no InternalIP, or the chain
+    /// did not verify); the text says why.
+    Unusable(String),
+    /// The kubelet could not be reached, or did not finish the handshake, in time; the text says why.
+    Unreachable(String),
+}
+
 /// Read access to the cluster objects decisions depend on.
 pub trait ClusterView: Send + Sync {
     /// The Node named `name`, or `None` when it does not exist.
@@ -126,6 +139,10 @@ pub trait ClusterView: Send + Sync {
     /// The names of the approved client CSRs whose certificate is for node `node`
     /// ([`super::issued_client_node`]).
     fn client_certificates(&self, node: &str) -> impl Future<Output = Result<Vec<String>, ClusterError>> + Send;
+
+    /// The serving certificate the kubelet of Node `node` presents, dialled at that Node's
+    /// InternalIP and `status.daemonEndpoints.kubeletEndpoint.Port` only.
+    fn kubelet_certificate(&self, node: &str) -> impl Future<Output = Result<KubeletCertificate, ClusterError>> + Send;
 }
 
 #[cfg(test)]

@@ -103,6 +103,8 @@ reasons! {
     MachineNotFound,
     /// Machine mode: a serving SAN is not an address of the node's Machine.
     MachineAddressMismatch,
+    /// Machine mode: no Machine claims the node and its kubelet could not be reached in time to read the certificate it serves (--kubelet-serving-ca-file); retried, never denied.
+    KubeletUnreachable,
     /// Machine mode: approvals are paused while pending node CSRs exceed max(Machines, Nodes) + --max-pending-delta; retried.
     TooManyPending,
     /// Machine mode: a node-client CSR from neither the bootstrapper nor a node; not ours.

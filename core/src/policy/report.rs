@@ -53,6 +53,8 @@ pub enum CheckId {
     NodeAddresses,
     /// Every SAN is an address of the node's Machine.
     MachineAddresses,
+    /// No Machine claims the node: the request renews the certificate its kubelet serves.
+    KubeletRenewal,
     /// The pending brake is not engaged.
     PendingBrake,
     /// A node-client CSR comes from the bootstrapper with its exact groups.
@@ -99,6 +101,7 @@ impl CheckId {
             CheckId::Expiration => "expiration",
             CheckId::NodeAddresses => "node-addresses",
             CheckId::MachineAddresses => "machine-addresses",
+            CheckId::KubeletRenewal => "kubelet-renewal",
             CheckId::PendingBrake => "pending-brake",
             CheckId::Bootstrapper => "bootstrapper",
             CheckId::NoSans => "no-sans",

@@ -79,4 +79,7 @@ pub struct MachinePolicy {
     pub bootstrapper_groups: BTreeSet<String>,
     /// The pending brake's allowance over max(Machines, Nodes).
     pub max_pending_delta: u32,
+    /// Approve a serving CSR of a node no Machine claims when it asks for exactly the names of
+    /// the certificate its kubelet serves (`--kubelet-serving-ca-file` is set).
+    pub serving_renewal: bool,
 }

@@ -1,0 +1,64 @@
+//! The certificate a node's kubelet serves, as renewal evidence: dialled at the Node's first
+//! InternalIP and `status.daemonEndpoints.kubeletEndpoint.Port` (nothing else in the Node or the
+//! CSR chooses the address), or for `check` read from a file and verified as the dial verifies it.
+
+use std::net::{IpAddr, SocketAddr};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Node;
+use rustls::pki_types::{CertificateDer, UnixTime};
+
+use crate::kubelet_tls::KubeletServingCa;
+use crate::kubelet_tls::dial::{Served, served_certificate};
+use crate::policy::{KubeletCertificate, NodeAddress};
+
+/// How long the connection and the TLS handshake with a kubelet may take together.
+pub const DIAL_LIMIT: Duration = Duration::from_secs(3);
+
+/// The first InternalIP of a Node's addresses.
+pub fn internal_ip(addresses: &[NodeAddress]) -> Result<IpAddr, String> {
+    let address = addresses.iter().find(|a| a.kind == "InternalIP").ok_or("the Node has no InternalIP address")?;
+    address
+        .address
+        .trim()
+        .parse()
+        .map_err(|_| format!("the Node's InternalIP {:?} is not an IP address", address.address))
+}
+
+/// Dials the kubelet of `node` and verifies what it presents against `ca`.
+pub async fn served_by(node: &Node, addresses: &[NodeAddress], ca: &KubeletServingCa) -> KubeletCertificate {
+    let port = node.status.as_ref().and_then(|s| s.daemon_endpoints.as_ref()).and_then(|d| d.kubelet_endpoint.as_ref());
+    let port = match port.map(|endpoint| u16::try_from(endpoint.port)) {
+        Some(Ok(port)) if port > 0 => port,
+        _ => return KubeletCertificate::Unusable("the Node has no kubelet port in status.daemonEndpoints".into()),
+    };
+    let ip = match internal_ip(addresses) {
+        Ok(ip) => ip,
+        Err(why) => return KubeletCertificate::Unusable(why),
+    };
+    match served_certificate(SocketAddr::new(ip, port), ca, DIAL_LIMIT).await {
+        Served::Verified(leaf) => KubeletCertificate::Verified(leaf),
+        Served::Untrusted(why) => KubeletCertificate::Unusable(why),
+        Served::Unreachable(why) => KubeletCertificate::Unreachable(why),
+    }
+}
+
+/// Verifies `chain` (from `check --kubelet-certificate`) at `now` as the dial verifies what the
+/// kubelet of a Node with `addresses` presents.
+pub fn served_offline(
+    chain: &[CertificateDer<'static>],
+    addresses: &[NodeAddress],
+    ca: &KubeletServingCa,
+    now: jiff::Timestamp,
+) -> KubeletCertificate {
+    let ip = match internal_ip(addresses) {
+        Ok(ip) => ip,
+        Err(why) => return KubeletCertificate::Unusable(why),
+    };
+    let now = UnixTime::since_unix_epoch(Duration::from_secs(now.as_second().max(0).unsigned_abs()));
+    match (ca.verify(chain, ip, now), chain.first()) {
+        (Ok(()), Some(leaf)) => KubeletCertificate::Verified(leaf.to_vec()),
+        (Ok(()), None) => KubeletCertificate::Unusable("no certificate".into()),
+        (Err(error), _) => KubeletCertificate::Unusable(format!("the certificate given for the node: {error}")),
+    }
+}
