@@ -9,6 +9,8 @@ mod brake;
 mod kubelet_renewal;
 #[path = "machine_policy/one_client_certificate.rs"]
 mod one_client_certificate;
+#[path = "machine_policy/renewal_evidence.rs"]
+mod renewal_evidence;
 mod support;
 
 use std::collections::BTreeSet;
