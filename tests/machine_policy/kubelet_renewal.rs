@@ -173,9 +173,49 @@ pub(super) fn cases() -> Vec<Case> {
     ]
 }
 
+/// Cluster-machine-approver's `TestAuthorizeServingRenewal` fixtures as they are: node `test`
+/// serving `node1`, `node1.local`, 127.0.0.1 and 10.0.0.1 (names not bound to the node, which the
+/// flags here allow; a loopback address, which nothing allows).
+fn cma_cases() -> Vec<Case> {
+    let cma = |name: &'static str, node: &'static str, request: Request, served: Served, expect| {
+        let sub = crate::support::serving(node, &request.pem());
+        case(name, sub, served.evidence(), expect).cfg(|c| {
+            let machine = c.machine.as_mut().unwrap();
+            machine.serving_renewal = true;
+            c.provider_regex = regex::Regex::new("^[a-z0-9.-]+$").unwrap();
+            c.ip_prefixes = vec!["0.0.0.0/0".parse().unwrap()];
+            (c.allowed_dns_names, c.allowed_ip_addresses, c.bypass_hostname_check) = (2, 3, true);
+        })
+    };
+    let request = |node: &str| Request::node(node).dns("node1").dns("node1.local").ip("10.0.0.1");
+    let served = || Served {
+        node: "test",
+        sans: vec![dns("node1"), dns("node1.local"), ip("127.0.0.1"), ip("10.0.0.1")],
+        valid: (2025, 2027),
+    };
+    let without_loopback = || Served { sans: vec![dns("node1"), dns("node1.local"), ip("10.0.0.1")], ..served() };
+    let waits = (Retry, Reason::MachineNotFound);
+    vec![
+        // "all good": we never approve a loopback SAN, whatever the evidence.
+        cma("cma all good", "test", request("test").ip("127.0.0.1"), served(), (Deny, Reason::ClusterIdentity)),
+        cma(
+            "cma all good without loopback",
+            "test",
+            request("test"),
+            without_loopback(),
+            (Approve, Reason::AutoApproved),
+        ),
+        cma("cma SAN list differs", "test", request("test").ip("99.0.1.1"), without_loopback(), waits),
+        cma("cma request from different node", "foobar", request("foobar"), without_loopback(), waits),
+        cma("cma unexpected CN", "panda", request("panda"), without_loopback(), waits),
+        cma("cma reject expired", "test", request("test"), Served { valid: (2024, 2025), ..without_loopback() }, waits),
+    ]
+}
+
 #[test]
 fn every_renewal_case_decides_as_expected() {
     assert_all(&cases());
+    assert_all(&cma_cases());
 }
 
 #[test]
