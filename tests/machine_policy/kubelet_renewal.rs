@@ -47,6 +47,10 @@ impl Served {
     }
 }
 
+fn at(time: &str) -> jiff::Timestamp {
+    time.parse().unwrap()
+}
+
 fn dns(name: &str) -> SanType {
     SanType::DnsName(name.try_into().unwrap())
 }
@@ -134,6 +138,11 @@ pub(super) fn cases() -> Vec<Case> {
         // CMA "reject expired".
         renewal("expired", same(), Served { valid: (2024, 2025), ..Served::n1() }.evidence(), waits),
         renewal("not yet valid", same(), Served { valid: (2027, 2028), ..Served::n1() }.evidence(), waits),
+        // Valid from notBefore to notAfter, both included, as Go's x509 has it.
+        renewal("at notBefore", same(), Served::n1().evidence(), approved).at(at("2025-01-01T00:00:00Z")),
+        renewal("a second before notBefore", same(), Served::n1().evidence(), waits).at(at("2024-12-31T23:59:59Z")),
+        renewal("at notAfter", same(), Served::n1().evidence(), approved).at(at("2027-01-01T00:00:00Z")),
+        renewal("a second after notAfter", same(), Served::n1().evidence(), waits).at(at("2027-01-01T00:00:01Z")),
         renewal("unreadable certificate", same(), served(Ok(KubeletCertificate::Verified(b"garbage".to_vec()))), waits),
         // CMA "No certificate match": the shell found nothing the bundle verifies.
         renewal(
