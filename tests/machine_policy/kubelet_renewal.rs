@@ -3,7 +3,7 @@
 //! on the served leaf (CN, validity, the SANs as sets), and what a failed dial or a missing
 //! certificate leads to. Cluster-machine-approver's `TestAuthorizeServingRenewal` cases are marked.
 
-use node_csr_approver::policy::{ClusterError, DecisionKind, Evidence, KubeletCertificate, Reason};
+use node_csr_approver::policy::{CheckId, ClusterError, DecisionKind, Evidence, KubeletCertificate, Outcome, Reason};
 use rcgen::{CertificateParams, DnType, ExtendedKeyUsagePurpose, KeyPair, SanType, SerialNumber, date_time_ymd};
 
 use super::{case, evidence, n1_machine, serving_n1};
@@ -246,4 +246,20 @@ fn a_renewal_that_fails_says_why_in_the_decision() {
         message.contains("IP SANs {10.0.0.11, 10.0.0.12} are not those of the served certificate 1A:2B:3C"),
         "{message}"
     );
+}
+
+#[test]
+fn a_renewal_not_looked_at_says_why() {
+    let skipped = |name: &str| {
+        let all = cases();
+        let case = all.iter().find(|c| c.name == name).unwrap();
+        let row = case.evaluate().checks.into_iter().find(|row| row.check == CheckId::KubeletRenewal);
+        match row.map(|row| row.outcome) {
+            Some(Outcome::Skip(why)) => why,
+            other => panic!("{name}: kubelet-renewal {other:?}"),
+        }
+    };
+    assert_eq!(skipped("renewals off"), "--kubelet-serving-ca-file is not set");
+    assert_eq!(skipped("a machine decides first"), "Machine openshift-machine-api/m1 claims the node");
+    assert_eq!(skipped("machines unreadable"), "the Machines could not be read");
 }
