@@ -184,13 +184,18 @@ where
 
 /// Waits for a turn for the CSR's requester, then reconciles the CSR as the cache holds it by then
 /// (it may have changed while it waited). Once the controller stops taking work, a CSR still
-/// waiting is left as it is, for this replica's next start or the next leader.
+/// waiting is left as it is, for this replica's next start or the next leader. A decided CSR (the
+/// watch event of every decision written) needs no turn: it is only forgotten.
 async fn in_turn<R: Resolver, C: ClusterView>(
     csr: Arc<CertificateSigningRequest>,
     ctx: Arc<Context<R, C>>,
     turns: FairTurns,
     store: reflector::Store<CertificateSigningRequest>,
 ) -> Result<Action, ControllerError> {
+    if is_decided(&csr) {
+        ctx.forget(&csr.name_any());
+        return Ok(Action::await_change());
+    }
     let Some(_turn) = turns.take(csr.spec.username.as_deref().unwrap_or_default()).await else {
         return Ok(Action::await_change());
     };
