@@ -7,6 +7,7 @@ mod flags;
 mod machine_flags;
 mod policy_flags;
 mod regex_anchoring;
+mod rules_file;
 mod run_flags;
 
 pub use bind_address::{BindAddress, BindAddressError};
@@ -53,7 +54,7 @@ pub fn validate(policy: &PolicyArgs, run: &RunArgs, machine: &MachineArgs) -> Re
     let run = run.validate()?;
     let machines = machine.map(|(machine_rules, source)| {
         rules.machine = Some(machine_rules);
-        source
+        MachineSource { keep_objects: rules.user_rules.read_machine(), ..source }
     });
     Ok(Settings { policy: rules, dns, run, machines, warnings })
 }

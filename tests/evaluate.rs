@@ -7,10 +7,11 @@ mod support;
 
 use std::time::Duration;
 
+use k8s_openapi::api::core::v1::Node;
 use node_csr_approver::dns::HickoryResolver;
-use node_csr_approver::kubernetes::cluster::StaticCluster;
+use node_csr_approver::kubernetes::cluster::{StaticCluster, node_info};
 use node_csr_approver::policy::{
-    DecisionKind, Evaluation, NodeAddress, NodeInfo, PolicyConfig, Reason, Submission, evaluate,
+    DecisionKind, Evaluation, NodeAddress, NodeInfo, PolicyConfig, Reason, Submission, UserRule, UserRules, evaluate,
 };
 use support::{Request, config, minutes_after_creation, serving};
 use testdns::{DnsServer, Records};
@@ -108,10 +109,33 @@ async fn node_addresses_come_from_the_cluster_view() {
             NodeAddress { kind: "InternalIP".into(), address: "10.0.0.11".into() },
             NodeAddress { kind: "Hostname".into(), address: "n1.nodes.example.com".into() },
         ],
+        object: None,
     };
     let now = minutes_after_creation(1);
     let missing = evaluate(&legit(), &cfg, &resolver(&server), &StaticCluster::default(), now).await;
     assert_eq!(kind_reason(&missing), (DecisionKind::Retry, Reason::NodeNotFound));
     let present = evaluate(&legit(), &cfg, &resolver(&server), &StaticCluster::new([node], [], 0), now).await;
     assert_eq!(kind_reason(&present), (DecisionKind::Approve, Reason::AutoApproved), "{present:?}");
+}
+
+#[tokio::test]
+async fn a_rule_reading_node_reads_the_node_from_the_cluster_view() {
+    let server = DnsServer::start(Records::new()).await.unwrap();
+    let rule = UserRule::compile("pool", "node.metadata.labels['pool'] == 'cpu'", "CPU pool only").unwrap();
+    let cfg = PolicyConfig { user_rules: UserRules::new(vec![rule]).unwrap(), ..config() };
+    let cluster = |pool: &str| {
+        let node: Node = serde_json::from_value(serde_json::json!({
+            "metadata": { "name": "n1", "labels": { "pool": pool }, "managedFields": [{ "manager": "kubelet" }] },
+        }))
+        .unwrap();
+        let info = node_info(&node);
+        assert_eq!(info.object.as_ref().unwrap()["metadata"].get("managedFields"), None);
+        StaticCluster::new([info], [], 0)
+    };
+    let now = minutes_after_creation(1);
+    let cpu = evaluate(&legit(), &cfg, &resolver(&server), &cluster("cpu"), now).await;
+    assert_eq!(kind_reason(&cpu), (DecisionKind::Approve, Reason::AutoApproved), "{cpu:?}");
+    let gpu = evaluate(&legit(), &cfg, &resolver(&server), &cluster("gpu"), now).await;
+    assert_eq!(kind_reason(&gpu), (DecisionKind::Deny, Reason::RuleFailed));
+    assert_eq!(gpu.decision.message, "rule \"pool\" failed: CPU pool only");
 }

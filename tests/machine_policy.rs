@@ -11,6 +11,8 @@ mod kubelet_renewal;
 mod one_client_certificate;
 #[path = "machine_policy/renewal_evidence.rs"]
 mod renewal_evidence;
+#[path = "machine_policy/rules.rs"]
+mod rules;
 mod support;
 
 use std::collections::BTreeSet;
@@ -70,7 +72,7 @@ fn end_then_begin(first: &str, second: &str) -> String {
 
 /// Node `n1` exists.
 fn node_n1_exists(evidence: &mut Evidence) {
-    evidence.node = Some(Lookup::Found(NodeInfo { name: "n1".into(), addresses: Vec::new() }));
+    evidence.node = Some(Lookup::Found(NodeInfo { name: "n1".into(), addresses: Vec::new(), object: None }));
 }
 
 fn machine(addresses: &[(&str, &str)], node_ref: Option<&str>) -> Arc<MachineInfo> {
@@ -79,6 +81,7 @@ fn machine(addresses: &[(&str, &str)], node_ref: Option<&str>) -> Arc<MachineInf
         created: Some(MACHINE_CREATED.parse().unwrap()),
         node_ref: node_ref.map(str::to_owned),
         addresses: addresses.iter().map(|(k, a)| NodeAddress { kind: (*k).into(), address: (*a).into() }).collect(),
+        object: None,
     })
 }
 
@@ -197,7 +200,7 @@ fn cases() -> Vec<Case> {
         case("garbage request is held, never denied", client("n1", 60), quiet(), (Hold, Reason::MalformedRequest))
             .sub(|s| s.request = b"garbage".to_vec()),
         case("node already exists", client("n1", 60), quiet(), (Hold, Reason::NodeAlreadyExists)).evidence(|e| {
-            e.node = Some(Lookup::Found(NodeInfo { name: "n1".into(), addresses: Vec::new() }));
+            e.node = Some(Lookup::Found(NodeInfo { name: "n1".into(), addresses: Vec::new(), object: None }));
         }),
         case("machine already has a node", client("n1", 60), claimed(), (Hold, Reason::MachineAlreadyHasNode)),
         // One canonical node name for both lookups: another spelling of an existing node is held.
@@ -286,6 +289,7 @@ fn cases() -> Vec<Case> {
 #[test]
 fn every_machine_mode_case_decides_as_expected() {
     assert_all(&cases());
+    assert_all(&rules::cases());
 }
 
 #[test]

@@ -12,8 +12,10 @@ mod one_client_certificate;
 mod ports;
 mod reason;
 mod report;
+mod rule_checks;
 mod rules;
 mod submission;
+mod user_rules;
 
 use std::time::Duration;
 
@@ -39,6 +41,7 @@ pub use reason::Reason;
 pub use report::{CheckId, CheckResult, Consequence, Failure, Outcome};
 pub use rules::{Bootstrapper, HostnameMatch, MachinePolicy, PolicyConfig};
 pub use submission::Submission;
+pub use user_rules::{RuleError, UserRule, UserRules, object_for_rules};
 
 use node_client::Requester;
 use report::Report;
@@ -189,6 +192,7 @@ fn finish(
     now: Timestamp,
 ) -> Evaluation {
     let request = staged.facts().cloned().map(Box::new);
+    let client = matches!(staged, SignerChecks::Client(..));
     let mut report = match staged {
         SignerChecks::Client(staged, rules) => (*staged).finish(sub, rules, evidence),
         SignerChecks::Serving(staged) => {
@@ -197,6 +201,10 @@ fn finish(
         }
     };
     triage.rows.append(&mut report.rows);
+    let rules = &cfg.user_rules;
+    if let Some(facts) = request.as_deref().filter(|_| !rules.is_empty() && triage.first_failure().is_none()) {
+        rule_checks::record(rules, rule_checks::RuleInputs::new(sub, facts, evidence, rules, client), &mut triage);
+    }
     Evaluation { request, ..conclude(triage, cfg, sub) }
 }
 

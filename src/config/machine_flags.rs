@@ -96,6 +96,8 @@ pub struct MachineSource {
     pub rules: MachinePolicy,
     /// The bundle kubelets' serving certificates are verified against, for renewals.
     pub kubelet_ca: Option<KubeletServingCa>,
+    /// Keep each Machine's whole object: a rule of `--rules` reads `machine`.
+    pub keep_objects: bool,
 }
 
 /// The part of OpenShift's machine-approver-config this approver reads.
@@ -139,7 +141,7 @@ impl MachineArgs {
         let namespace = self.machine_namespace.clone().filter(|namespace| !namespace.is_empty());
         let kubeconfig = given_path(&self.machine_kubeconfig);
         let kubelet_ca = self.kubelet_serving_ca_file.clone();
-        Ok(Some((rules.clone(), MachineSource { apis, namespace, kubeconfig, rules, kubelet_ca })))
+        Ok(Some((rules.clone(), MachineSource { apis, namespace, kubeconfig, rules, kubelet_ca, keep_objects: false })))
     }
 }
 

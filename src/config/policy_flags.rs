@@ -2,15 +2,16 @@
 //! [`PolicyConfig`] and a [`DnsConfig`].
 
 use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{ArgAction, Args};
 use ipnet::IpNet;
 
 use super::ConfigError;
-use super::flags::{Checked, boolean, duration, keyword, list, number};
-use super::regex_anchoring;
-use crate::policy::{HostnameMatch, PolicyConfig, is_dns_subdomain};
+use super::flags::{Checked, boolean, duration, given_path, keyword, list, number, path};
+use super::{regex_anchoring, rules_file};
+use crate::policy::{HostnameMatch, PolicyConfig, UserRules, is_dns_subdomain};
 
 /// The hard cap on a certificate lifetime this approver accepts: 367 days, in seconds (also the
 /// default of `--max-expiration-sec`).
@@ -84,6 +85,9 @@ pub struct PolicyArgs {
     /// The cluster's DNS domain: DNS SANs under svc.<domain> are always denied
     #[arg(long, env = "CLUSTER_DOMAIN", global = true, default_value = "cluster.local", value_parser = cluster_domain())]
     pub cluster_domain: String,
+    /// YAML file of CEL rules every CSR must also pass, run after the built-in checks (docs/rules.md)
+    #[arg(long, env = "RULES_FILE", global = true, value_name = "FILE", value_parser = path())]
+    pub rules: Option<PathBuf>,
 }
 
 /// The keywords of `--hostname-match`.
@@ -134,6 +138,11 @@ impl PolicyArgs {
                     .into(),
             ));
         }
+        let user_rules = match given_path(&self.rules) {
+            Some(path) => rules_file::read(&path)
+                .map_err(|problem| ConfigError::of_field("rules", &path.display().to_string(), problem))?,
+            None => UserRules::default(),
+        };
         let policy = PolicyConfig {
             provider_regex,
             ip_prefixes,
@@ -149,6 +158,7 @@ impl PolicyArgs {
             verify_node_addresses: self.verify_node_addresses,
             cluster_domain: self.cluster_domain.clone(),
             machine: None,
+            user_rules,
         };
         let servers = (!self.dns_servers.is_empty()).then(|| self.dns_servers.clone());
         Ok((policy, DnsConfig { servers, timeout: self.dns_timeout }, warnings))

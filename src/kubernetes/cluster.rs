@@ -16,6 +16,7 @@ use crate::kubernetes::machines::MachineCache;
 use crate::metrics::Metrics;
 use crate::policy::{
     BrakeInputs, ClusterError, ClusterView, KubeletCertificate, MachineInfo, NodeAddress, NodeInfo, brake_limit,
+    object_for_rules,
 };
 
 /// The live cluster: one GET per Node asked for; Machines and Nodes from the watched caches of
@@ -201,7 +202,7 @@ impl ClusterView for StaticCluster {
     }
 }
 
-/// The parts of a Node that decisions read.
+/// The parts of a Node that decisions read, and the whole object for the rules of `--rules`.
 pub fn node_info(node: &Node) -> NodeInfo {
     let addresses = node
         .status
@@ -209,5 +210,6 @@ pub fn node_info(node: &Node) -> NodeInfo {
         .flat_map(|status| status.addresses.iter().flatten())
         .map(|a| NodeAddress { kind: a.type_.clone(), address: a.address.clone() })
         .collect();
-    NodeInfo { name: node.metadata.name.clone().unwrap_or_default(), addresses }
+    let object = serde_json::to_value(node).ok().map(object_for_rules);
+    NodeInfo { name: node.metadata.name.clone().unwrap_or_default(), addresses, object }
 }

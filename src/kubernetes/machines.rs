@@ -16,7 +16,7 @@ use tokio::sync::watch;
 
 use crate::config::{MachineApi, MachineSource};
 use crate::kubernetes::kube_watch;
-use crate::policy::{MachineInfo, NodeAddress, Submission, pending_count};
+use crate::policy::{MachineInfo, NodeAddress, Submission, object_for_rules, pending_count};
 
 /// How often readiness of the caches is re-checked.
 const SYNC_POLL: Duration = Duration::from_millis(100);
@@ -27,6 +27,7 @@ pub struct MachineCache {
     machines: Vec<Store<DynamicObject>>,
     nodes: Store<PartialObjectMeta<Node>>,
     changes: watch::Receiver<u64>,
+    keep_objects: bool,
 }
 
 impl MachineCache {
@@ -56,7 +57,7 @@ impl MachineCache {
         let nodes_api = Api::<PartialObjectMeta<Node>>::all(client);
         let node_stream = reflector::reflector(writer, kube_watch::stream(nodes_api, watcher::Config::default()));
         tokio::spawn(notify_on_change(node_stream, tx));
-        MachineCache { machines, nodes, changes }
+        MachineCache { machines, nodes, changes, keep_objects: source.keep_objects }
     }
 
     /// Changes whenever a Machine or Node is added, changed or removed.
@@ -81,7 +82,11 @@ impl MachineCache {
                 let metadata = &machine.metadata;
                 let id = format!("{}/{}", metadata.namespace.as_deref().unwrap_or_default(), machine.name_any());
                 let created = metadata.creation_timestamp.as_ref().map(|t| t.0);
-                Arc::new(machine_info(id, created, machine.data.get("status")))
+                let object = self.keep_objects.then(|| serde_json::to_value(machine.as_ref()).ok()).flatten();
+                Arc::new(MachineInfo {
+                    object: object.map(object_for_rules),
+                    ..machine_info(id, created, machine.data.get("status"))
+                })
             })
             .collect()
     }
@@ -143,7 +148,7 @@ pub fn machine_info(id: String, created: Option<Timestamp>, status: Option<&serd
         .filter_map(|a| Some(NodeAddress { kind: text(a.get("type"))?, address: text(a.get("address"))? }))
         .collect();
     let node_ref = text(status.and_then(|s| s.get("nodeRef")).and_then(|r| r.get("name")));
-    MachineInfo { id, created, node_ref, addresses }
+    MachineInfo { id, created, node_ref, addresses, object: None }
 }
 
 /// Reads a Machine of either API group from its JSON form (as `check --objects` gives it): `None`
@@ -168,7 +173,8 @@ pub fn machine_from_json(value: &serde_json::Value, source: Option<&MachineSourc
         return Some(None);
     }
     let created = text(metadata.get("creationTimestamp")).and_then(|t| t.parse().ok());
-    Some(Some(machine_info(format!("{namespace}/{name}"), created, value.get("status"))))
+    let object = source.is_some_and(|source| source.keep_objects).then(|| object_for_rules(value.clone()));
+    Some(Some(MachineInfo { object, ..machine_info(format!("{namespace}/{name}"), created, value.get("status")) }))
 }
 
 /// The pending brake's count over CSRs read from a file (`check --file`) at `now`, as the

@@ -32,6 +32,7 @@ pub fn config() -> PolicyConfig {
         verify_node_addresses: false,
         cluster_domain: "cluster.local".into(),
         machine: None,
+        user_rules: Default::default(),
     }
 }
 

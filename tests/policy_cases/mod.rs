@@ -4,6 +4,7 @@
 
 mod evidence;
 mod identity;
+pub mod rules;
 mod sans;
 
 use std::net::IpAddr;
@@ -51,6 +52,7 @@ pub fn node_n1(addresses: &[(&str, &str)]) -> NodeInfo {
             .iter()
             .map(|(kind, address)| NodeAddress { kind: (*kind).into(), address: (*address).into() })
             .collect(),
+        object: None,
     }
 }
 
@@ -69,7 +71,10 @@ fn bad_signature() -> String {
 
 /// Every case of the table.
 pub fn cases() -> Vec<Case> {
-    [identity_and_request(), sans::cases(), identity::cases(), evidence::cases()].into_iter().flatten().collect()
+    [identity_and_request(), sans::cases(), identity::cases(), evidence::cases(), rules::cases()]
+        .into_iter()
+        .flatten()
+        .collect()
 }
 
 /// Approvals, triage, identity, the request, the subject and the usages.

@@ -115,7 +115,7 @@ impl ServingChecks {
         }
         let needs = EvidenceNeeded {
             dns_names: if cfg.bypass_dns_resolution { Vec::new() } else { parsed.dns_names.clone() },
-            node: cfg.verify_node_addresses.then(|| parsed.node.clone()),
+            node: (cfg.verify_node_addresses || cfg.user_rules.read_node()).then(|| parsed.node.clone()),
             machines: cfg.machine.is_some(),
             apiserver: !parsed.facts.ip_addresses.is_empty(),
             client_certificates: None,

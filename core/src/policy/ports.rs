@@ -82,6 +82,8 @@ pub struct NodeInfo {
     pub name: String,
     /// status.addresses.
     pub addresses: Vec<NodeAddress>,
+    /// The whole object as the apiserver returns it, for the rules of `--rules`.
+    pub object: Option<Arc<serde_json::Value>>,
 }
 
 /// A Machine (OpenShift or Cluster API) reduced to what decisions need.
@@ -95,6 +97,8 @@ pub struct MachineInfo {
     pub node_ref: Option<String>,
     /// status.addresses.
     pub addresses: Vec<NodeAddress>,
+    /// The whole object, kept only when a rule of `--rules` reads `machine`.
+    pub object: Option<Arc<serde_json::Value>>,
 }
 
 /// How busy machine mode is: the inputs of the pending brake.

@@ -123,6 +123,8 @@ reasons! {
     CreatedOutsideMachineWindow,
     /// Machine mode: an approved node-client CSR for the same node name still exists (removed an hour after issue): one client certificate per Machine; held.
     ClientCertificateIssued,
+    /// A rule of --rules evaluated to false or could not be evaluated (the message names the rule and says why); denied, or held for node-client CSRs and under --skip-deny-step.
+    RuleFailed,
 }
 
 impl std::fmt::Display for Reason {

@@ -71,6 +71,8 @@ pub enum CheckId {
     CreationWindow,
     /// No approved client CSR for the same node name still exists.
     OneClientCertificate,
+    /// A rule of `--rules` holds (one row per rule, its name in the detail).
+    Rule,
 }
 
 impl CheckId {
@@ -110,6 +112,7 @@ impl CheckId {
             CheckId::MachineUnclaimed => "machine-unclaimed",
             CheckId::CreationWindow => "creation-window",
             CheckId::OneClientCertificate => "one-client-certificate",
+            CheckId::Rule => "rule",
         }
     }
 }

@@ -6,6 +6,8 @@ use std::time::Duration;
 use ipnet::IpNet;
 use regex::Regex;
 
+use super::user_rules::UserRules;
+
 /// How a DNS SAN is bound to the node name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum HostnameMatch {
@@ -47,6 +49,8 @@ pub struct PolicyConfig {
     pub cluster_domain: String,
     /// Machine-mode rules, when machine mode is on.
     pub machine: Option<MachinePolicy>,
+    /// The rules of `--rules`, run after every built-in check passed.
+    pub user_rules: UserRules,
 }
 
 /// Who the bootstrap identity is.

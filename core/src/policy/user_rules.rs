@@ -1,0 +1,137 @@
+//! Rules of the operator's own: CEL expressions (`--rules`), compiled once at start with the
+//! bounds that keep one evaluation cheap. They run in `rule_checks`, after every built-in check.
+
+mod bounds;
+
+use std::sync::{Arc, LazyLock};
+
+use cel::{Context, Env, Program, ResolveResult};
+
+/// The environment every rule is compiled and evaluated with: CEL's standard library and macros.
+static ENV: LazyLock<Arc<Env>> = LazyLock::new(|| Arc::new(Env::stdlib()));
+
+/// The environment to evaluate rules in.
+pub(crate) fn env() -> Arc<Env> {
+    Arc::clone(&ENV)
+}
+
+/// Why a rule cannot be used; the program stops at start naming the rule.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RuleError {
+    /// The name is not `[a-z0-9-]+` of at most 63 characters.
+    #[error("rule name {0:?} is not 1 to 63 characters of a-z, 0-9 and '-'")]
+    Name(String),
+    /// Two rules share a name.
+    #[error("rule name {0:?} is used twice")]
+    Duplicate(String),
+    /// The expression breaks a compile-time bound ([`bounds`]).
+    #[error("rule {name:?}: {problem}")]
+    Bound {
+        /// The rule.
+        name: String,
+        /// Which bound, and by how much.
+        problem: String,
+    },
+    /// The expression does not parse.
+    #[error("rule {name:?} does not compile: {error}")]
+    Compile {
+        /// The rule.
+        name: String,
+        /// The parser's message, on one line.
+        error: String,
+    },
+}
+
+/// One compiled rule.
+#[derive(Debug, Clone)]
+pub struct UserRule {
+    name: String,
+    message: String,
+    program: Arc<Program>,
+}
+
+impl UserRule {
+    /// Compiles `expression` under `name` (`[a-z0-9-]+`); `message` says what a failure means.
+    pub fn compile(name: &str, expression: &str, message: &str) -> Result<UserRule, RuleError> {
+        let valid_name = (1..=63).contains(&name.len())
+            && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
+        if !valid_name {
+            return Err(RuleError::Name(name.to_owned()));
+        }
+        let bound = |problem: String| RuleError::Bound { name: name.to_owned(), problem };
+        bounds::source(expression).map_err(bound)?;
+        let program = ENV.compile(expression).map_err(|e| RuleError::Compile {
+            name: name.to_owned(),
+            error: e.to_string().split_whitespace().collect::<Vec<_>>().join(" "),
+        })?;
+        bounds::tree(program.expression()).map_err(bound)?;
+        Ok(UserRule { name: name.to_owned(), message: message.to_owned(), program: Arc::new(program) })
+    }
+
+    /// The rule's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// What a failure of the rule means.
+    pub(crate) fn message(&self) -> &str {
+        &self.message
+    }
+
+    /// Evaluates the rule in `context`.
+    pub(crate) fn execute(&self, context: &Context) -> ResolveResult {
+        self.program.execute(context)
+    }
+}
+
+/// A Kubernetes object as the rules see it: as the apiserver returns it, less
+/// `metadata.managedFields` (the apiserver's record of who wrote which field).
+pub fn object_for_rules(mut object: serde_json::Value) -> Arc<serde_json::Value> {
+    if let Some(metadata) = object.get_mut("metadata").and_then(|m| m.as_object_mut()) {
+        metadata.remove("managedFields");
+    }
+    Arc::new(object)
+}
+
+/// The rules, in file order; none by default.
+#[derive(Debug, Clone, Default)]
+pub struct UserRules {
+    rules: Arc<[UserRule]>,
+    read_node: bool,
+    read_machine: bool,
+}
+
+impl UserRules {
+    /// The rules, refused when two share a name.
+    pub fn new(rules: Vec<UserRule>) -> Result<UserRules, RuleError> {
+        for (index, rule) in rules.iter().enumerate() {
+            if rules[..index].iter().any(|earlier| earlier.name == rule.name) {
+                return Err(RuleError::Duplicate(rule.name.clone()));
+            }
+        }
+        let reads = |variable: &str| rules.iter().any(|rule| rule.program.references().has_variable(variable));
+        let (read_node, read_machine) = (reads("node"), reads("machine"));
+        Ok(UserRules { rules: rules.into(), read_node, read_machine })
+    }
+
+    /// True when there are no rules.
+    pub fn is_empty(&self) -> bool {
+        self.rules.is_empty()
+    }
+
+    /// The rules, in order.
+    pub fn iter(&self) -> impl Iterator<Item = &UserRule> {
+        self.rules.iter()
+    }
+
+    /// True when some rule reads `node`: only then is the Node read (a comprehension variable
+    /// named `node` counts too, which reads it when not needed, never the other way).
+    pub fn read_node(&self) -> bool {
+        self.read_node
+    }
+
+    /// True when some rule reads `machine` (and so the Machines' objects are kept).
+    pub fn read_machine(&self) -> bool {
+        self.read_machine
+    }
+}

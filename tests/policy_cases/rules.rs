@@ -1,0 +1,174 @@
+//! The rules of `--rules`: each variable read, a rule that errors, a label that is missing, and
+//! that rules only narrow (they run after every built-in check passed).
+
+use std::sync::Arc;
+
+use node_csr_approver::policy::{
+    CheckId, ClusterError, DecisionKind, Lookup, NodeInfo, Outcome, Reason, UserRule, UserRules,
+};
+
+use super::{addrs, case, good_csr};
+use crate::support::table::Case;
+use crate::support::{Request, serving};
+
+use DecisionKind::{Approve, Deny, Hold, Retry};
+
+/// Compiled `(name, expression)` rules, each with the message `message of <name>`.
+pub fn rules(rules: &[(&str, &str)]) -> UserRules {
+    let compiled =
+        rules.iter().map(|(name, expression)| UserRule::compile(name, expression, &format!("message of {name}")));
+    UserRules::new(compiled.collect::<Result<_, _>>().unwrap()).unwrap()
+}
+
+/// Node `n1` as the apiserver returns it, labelled `pool: <pool>` (no label for `None`).
+pub fn labelled_n1(pool: Option<&str>) -> NodeInfo {
+    let labels = pool.map_or(serde_json::json!({}), |pool| serde_json::json!({ "pool": pool }));
+    let object = serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": { "name": "n1", "labels": labels },
+        "status": { "addresses": [{ "type": "InternalIP", "address": "10.0.0.11" }] },
+    });
+    NodeInfo { name: "n1".into(), addresses: Vec::new(), object: Some(Arc::new(object)) }
+}
+
+/// A case of `good_csr()` under these rules.
+fn ruled(name: &'static str, expect: (DecisionKind, Reason), with: &[(&str, &str)]) -> Case {
+    let with = rules(with);
+    case(name, good_csr(), expect).cfg(move |c| c.user_rules = with)
+}
+
+const REQUEST: &str = "request.nodeName == 'n1' && request.username == 'system:node:n1' && \
+    request.groups == ['system:nodes', 'system:authenticated'] && request.dnsNames == ['n1.nodes.example.com'] && \
+    request.ipAddresses == ['10.0.0.11'] && request.usages == ['digital signature', 'key encipherment', 'server auth'] && \
+    request.expirationSeconds == null && request.signerName == 'kubernetes.io/kubelet-serving'";
+
+/// A pool's domain, chosen by the Node's label (the README's first example).
+const GPU_DOMAIN: &str = "!('pool' in node.metadata.labels) || node.metadata.labels['pool'] != 'gpu' || \
+    request.dnsNames.all(n, n.endsWith('.gpu.example.com'))";
+
+/// The rules' cases.
+pub fn cases() -> Vec<Case> {
+    let found =
+        |pool| move |e: &mut node_csr_approver::policy::Evidence| e.node = Some(Lookup::Found(labelled_n1(pool)));
+    vec![
+        // `request`: every field.
+        ruled("rule reads every request field", (Approve, Reason::AutoApproved), &[("request", REQUEST)]),
+        ruled("rule on the node name fails", (Deny, Reason::RuleFailed), &[("name", "request.nodeName == 'n2'")]),
+        ruled("rule on expiration", (Approve, Reason::AutoApproved), &[("ttl", "request.expirationSeconds == 3600")])
+            .sub(|s| s.expiration_seconds = Some(3600)),
+        ruled("rule on expiration fails", (Deny, Reason::RuleFailed), &[("ttl", "request.expirationSeconds == 3600")])
+            .sub(|s| s.expiration_seconds = Some(7200)),
+        ruled(
+            "ipv6 sans refused for a pool",
+            (Deny, Reason::RuleFailed),
+            &[("v4", "request.ipAddresses.all(a, !a.contains(':'))")],
+        )
+        .sub(|s| s.request = Request::node("n1").dns("n1.nodes.example.com").ip("fd00:0:0::11").pem().into_bytes()),
+        ruled(
+            "ip sans are canonical",
+            (Approve, Reason::AutoApproved),
+            &[("v6", "request.ipAddresses == ['fd00::11']")],
+        )
+        .sub(|s| s.request = Request::node("n1").dns("n1.nodes.example.com").ip("fd00:0:0::11").pem().into_bytes()),
+        ruled(
+            "dns names are lowercase",
+            (Approve, Reason::AutoApproved),
+            &[("lower", "request.dnsNames == ['n1.nodes.example.com']")],
+        )
+        .sub(|s| s.request = Request::node("n1").dns("N1.Nodes.Example.com").ip("10.0.0.11").pem().into_bytes()),
+        // `resolved`.
+        ruled("resolved is empty when dns is bypassed", (Approve, Reason::AutoApproved), &[("dns", "resolved == {}")]),
+        ruled(
+            "rule reads resolved",
+            (Approve, Reason::AutoApproved),
+            &[("dns", "resolved['n1.nodes.example.com'] == ['10.0.0.11', 'fd00::11']")],
+        )
+        .dns(&[("n1.nodes.example.com", addrs(&["10.0.0.11", "fd00::11"]))]),
+        ruled(
+            "rule on resolved fails",
+            (Deny, Reason::RuleFailed),
+            &[("dns", "resolved['n1.nodes.example.com'].all(a, !a.contains(':'))")],
+        )
+        .dns(&[("n1.nodes.example.com", addrs(&["10.0.0.11", "fd00::11"]))]),
+        // `node`.
+        ruled("gpu node under the gpu domain fails", (Deny, Reason::RuleFailed), &[("gpu", GPU_DOMAIN)])
+            .evidence(found(Some("gpu"))),
+        ruled("node of another pool passes", (Approve, Reason::AutoApproved), &[("gpu", GPU_DOMAIN)])
+            .evidence(found(Some("cpu"))),
+        ruled("unlabelled node passes a guarded rule", (Approve, Reason::AutoApproved), &[("gpu", GPU_DOMAIN)])
+            .evidence(found(None)),
+        ruled(
+            "a missing label is a failure",
+            (Deny, Reason::RuleFailed),
+            &[("pool", "node.metadata.labels['pool'] == 'cpu'")],
+        )
+        .evidence(found(None)),
+        ruled("a missing node is null", (Approve, Reason::AutoApproved), &[("absent", "node == null")])
+            .evidence(|e| e.node = Some(Lookup::Missing)),
+        ruled("reading a missing node errors", (Deny, Reason::RuleFailed), &[("absent", "node.metadata.name == 'n1'")])
+            .evidence(|e| e.node = Some(Lookup::Missing)),
+        ruled("an unreadable node is retried", (Retry, Reason::ClusterUnavailable), &[("pool", GPU_DOMAIN)])
+            .evidence(|e| e.node = Some(Lookup::Failed(ClusterError::Request("connection reset".into())))),
+        ruled("a node not looked up is retried", (Retry, Reason::ClusterUnavailable), &[("pool", GPU_DOMAIN)]),
+        ruled(
+            "node is not read when no rule names it",
+            (Approve, Reason::AutoApproved),
+            &[("name", "request.nodeName == 'n1'")],
+        )
+        .evidence(|e| e.node = Some(Lookup::Failed(ClusterError::Request("connection reset".into())))),
+        // `machine`, outside machine mode.
+        ruled(
+            "machine is null outside machine mode",
+            (Approve, Reason::AutoApproved),
+            &[("machine", "machine == null")],
+        ),
+        // Errors and results of the wrong type fail the rule.
+        ruled("an erroring rule fails", (Deny, Reason::RuleFailed), &[("error", "request.nodeName + 1 == 2")]),
+        ruled(
+            "a division by zero fails",
+            (Deny, Reason::RuleFailed),
+            &[("zero", "1 / (size(request.groups) - 2) == 1")],
+        ),
+        ruled("a non-bool result fails", (Deny, Reason::RuleFailed), &[("text", "request.nodeName")]),
+        // Every rule must hold; --skip-deny-step holds.
+        ruled("the second rule fails", (Deny, Reason::RuleFailed), &[("first", "true"), ("second", "false")]),
+        ruled("a failing rule is held under skip deny", (Hold, Reason::RuleFailed), &[("no", "false")])
+            .cfg(|c| c.skip_deny_step = true),
+        // Rules only narrow: a built-in failure decides, whatever the rules say.
+        ruled("rules never widen", (Deny, Reason::RegexMismatch), &[("yes", "true")])
+            .sub(|s| *s = serving("n1", &Request::node("n1").dns("n1.evil.io").pem())),
+        ruled("built-in failure before a failing rule", (Deny, Reason::RegexMismatch), &[("no", "false")])
+            .sub(|s| *s = serving("n1", &Request::node("n1").dns("n1.evil.io").pem())),
+        ruled("a retry before the rules", (Retry, Reason::ClusterUnavailable), &[("no", "false")])
+            .evidence(|e| e.apiserver = None),
+    ]
+}
+
+#[test]
+fn a_failing_rule_names_itself_and_says_why() {
+    let decide = |with: &[(&str, &str)]| {
+        let evaluation = ruled("message", (Deny, Reason::RuleFailed), with).evaluate();
+        assert_eq!((evaluation.decision.kind, evaluation.decision.reason), (Deny, Reason::RuleFailed));
+        evaluation.decision.message
+    };
+    assert_eq!(decide(&[("ok", "true"), ("pool", "false")]), "rule \"pool\" failed: message of pool");
+    let missing = decide(&[("pool", "request.labels == 1")]);
+    assert_eq!(missing, "rule \"pool\" could not be evaluated: No such key: labels (message of pool)");
+    let text = decide(&[("text", "request.nodeName")]);
+    assert!(text.starts_with("rule \"text\" evaluated to String, not a bool"), "{text}");
+}
+
+#[test]
+fn every_rule_is_a_check_row_after_the_built_in_checks() {
+    let evaluation =
+        ruled("rows", (Approve, Reason::AutoApproved), &[("first", "true"), ("second", "true")]).evaluate();
+    let rows: Vec<(CheckId, Outcome)> = evaluation.checks.iter().map(|row| (row.check, row.outcome.clone())).collect();
+    let last_two = &rows[rows.len() - 2..];
+    assert_eq!(
+        last_two,
+        [(CheckId::Rule, Outcome::Pass("first: holds".into())), (CheckId::Rule, Outcome::Pass("second: holds".into()))]
+    );
+    assert!(rows[..rows.len() - 2].iter().all(|(check, _)| *check != CheckId::Rule));
+    assert!(evaluation.decision.message.ends_with("expiration, rule, rule"), "{}", evaluation.decision.message);
+}
