@@ -295,3 +295,33 @@ fn a_go_chart_values_file_keeps_its_meaning() {
     assert_eq!(capabilities["drop"], json!(["ALL"]), "the Go chart's drop: [all], as restricted asks");
     assert_eq!(find(&objects, "Service").unwrap()["metadata"]["annotations"]["prometheus.io/scrape"], "true");
 }
+
+#[test]
+fn rules_are_mounted_from_a_config_map_and_reading_node_grants_get_on_nodes() {
+    let pool = r#"{"name":"gpu-pool","expression":"node.metadata.labels['pool'] != 'gpu' || request.dnsNames.all(n, n.endsWith('.gpu.example.com'))","message":"GPU names"}"#;
+    let request_only = r#"{"name":"ipv4","expression":"request.ipAddresses.all(a, !a.contains(':')) && request.nodeName != ''","message":"IPv4 only"}"#;
+    let objects = render_with(&["--set-json", &format!("rules=[{pool},{request_only}]")]).unwrap();
+    let config_map = objects.iter().find(|o| o["metadata"]["name"] == "approver-node-csr-approver-rules").unwrap();
+    assert_eq!(config_map["kind"], "ConfigMap");
+    let file = support::chart::parse_documents(config_map["data"]["rules.yaml"].as_str().unwrap());
+    let expected: Value = serde_json::from_str(&format!("{{\"rules\":[{pool},{request_only}]}}")).unwrap();
+    assert_eq!(file, [expected]);
+    let mount = &container(&objects)["volumeMounts"][0];
+    assert_eq!(env(&objects)["RULES_FILE"], format!("{}/rules.yaml", mount["mountPath"].as_str().unwrap()));
+    let pod = &find(&objects, "Deployment").unwrap()["spec"]["template"];
+    assert_eq!(pod["spec"]["volumes"][0]["configMap"]["name"], "approver-node-csr-approver-rules");
+    assert_eq!(mount["name"], pod["spec"]["volumes"][0]["name"]);
+    assert!(pod["metadata"]["annotations"]["checksum/rules"].is_string(), "a change of rules restarts the pods");
+    let nodes_role =
+        |objects: &[Value]| objects.iter().any(|o| o["metadata"]["name"] == "approver-node-csr-approver-nodes");
+    assert!(nodes_role(&objects));
+
+    let without_node = render_with(&["--set-json", &format!("rules=[{request_only}]")]).unwrap();
+    assert!(!nodes_role(&without_node), "request.nodeName is not node");
+    assert!(env(&without_node).contains_key("RULES_FILE"));
+    let none = render_with(&[]).unwrap();
+    assert!(!env(&none).contains_key("RULES_FILE") && container(&none).get("volumeMounts").is_none());
+
+    let bad_name = render_with(&["--set-json", r#"rules=[{"name":"GPU","expression":"true","message":"m"}]"#]);
+    assert!(bad_name.unwrap_err().contains("rules"), "the schema names the value");
+}

@@ -48,6 +48,12 @@ subjects:
 {{- end }}
 
 {{/* The controller's configuration as environment variables; unset values are left out. */}}
+{{/* "true" when a rule mentions the word node (read from the text: conservative, so a rule with
+node in a string literal counts too): the controller then reads Nodes. */}}
+{{- define "node-csr-approver.rulesReadNode" -}}
+{{- range .Values.rules }}{{- if regexMatch "\\bnode\\b" .expression }}true{{- end }}{{- end }}
+{{- end }}
+
 {{- define "node-csr-approver.env" -}}
 - name: POD_NAME
   valueFrom:
@@ -91,6 +97,10 @@ subjects:
   (list "SKIP_DENY_STEP" .Values.skipDenyStep)
   (list "VERIFY_NODE_ADDRESSES" .Values.verifyNodeAddresses)
   (list "DRY_RUN" .Values.dryRun) }}
+{{- if .Values.rules }}
+- name: RULES_FILE
+  value: /etc/node-csr-approver/rules/rules.yaml
+{{- end }}
 {{- range $flags }}
 {{- if index . 1 }}
 - name: {{ index . 0 }}
