@@ -1,0 +1,108 @@
+//! The rules of `--rules` with the real binary: every rule compiles at start or the program stops
+//! with exit code 2 naming it, and `check` evaluates them with the Nodes of `--objects`, one check
+//! row per rule. (`tests/rules_live.rs` has the controller deciding with them.)
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::path::Path;
+use std::process::Command;
+
+use support::process::{binary, repo, run, stderr};
+use testkit::policy::REGEX;
+
+const GPU_DOMAIN: &str = "rules:\n  - name: gpu-pool-domain\n    expression: >-\n      !('pool' in node.metadata.labels) || node.metadata.labels['pool'] != 'gpu' ||\n      request.dnsNames.all(n, n.endsWith('.gpu.example.com'))\n    message: GPU nodes must use names under gpu.example.com\n";
+
+fn check(rules: &Path) -> Command {
+    let mut command = binary();
+    command.args(["check", "-o", "json", "--provider-regex", REGEX, "--bypass-dns-resolution", "--file"]);
+    command.arg(repo("examples/csrs.yaml")).arg("--rules").arg(rules);
+    command
+}
+
+/// Runs `command`, which must stop at start with exit code 2 and one error line naming
+/// `--rules`, `RULES_FILE` and each of `needles`.
+fn assert_stops(command: &mut Command, needles: &[&str]) {
+    let output = run(command);
+    let err = stderr(&output);
+    assert_eq!(output.status.code(), Some(2), "{err}");
+    let line = err.lines().find(|l| l.starts_with("error:")).unwrap_or_else(|| panic!("no error line: {err}"));
+    for needle in ["--rules", "RULES_FILE"].iter().chain(needles) {
+        assert!(line.contains(needle), "{line:?} does not name {needle:?}");
+    }
+    assert!(output.stdout.is_empty(), "nothing is evaluated");
+}
+
+#[test]
+fn a_rule_that_does_not_compile_stops_the_program_with_exit_2_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = |name: &str, text: &str| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).unwrap();
+        path
+    };
+    let broken = file(
+        "broken.yaml",
+        &format!("{GPU_DOMAIN}  - name: broken\n    expression: request.nodeName ==\n    message: m\n"),
+    );
+    let shown = broken.display().to_string();
+    assert_stops(&mut check(&broken), &[&shown, "rule \"broken\" does not compile"]);
+    // The controller too, before it connects; and from the env var.
+    let mut run_command = binary();
+    run_command.args(["--provider-regex", REGEX, "--kubeconfig", "/nonexistent"]).env("RULES_FILE", &broken);
+    assert_stops(&mut run_command, &[&shown, "rule \"broken\" does not compile"]);
+
+    let twice = file("twice.yaml", &format!("{GPU_DOMAIN}{}", &GPU_DOMAIN["rules:\n".len()..]));
+    assert_stops(&mut check(&twice), &["rule name \"gpu-pool-domain\" is used twice"]);
+    let deep = "[1].all(a, [2].all(b, [3].all(c, true)))";
+    let nested = file("nested.yaml", &format!("rules:\n  - name: deep\n    expression: {deep:?}\n    message: m\n"));
+    assert_stops(&mut check(&nested), &["rule \"deep\": comprehensions", "nested 3 deep"]);
+    let unknown =
+        file("unknown.yaml", "rules:\n  - name: a\n    expression: 'true'\n    message: m\n    when: always\n");
+    assert_stops(&mut check(&unknown), &["when"]);
+    assert_stops(&mut check(&dir.path().join("missing.yaml")), &["missing.yaml", "cannot read"]);
+}
+
+#[test]
+fn check_evaluates_the_rules_with_the_nodes_of_objects_one_row_per_rule() {
+    let dir = tempfile::tempdir().unwrap();
+    let rules = dir.path().join("rules.yaml");
+    let request_only = "  - name: n-names\n    expression: request.nodeName.startsWith('n')\n    message: m\n";
+    std::fs::write(&rules, format!("{GPU_DOMAIN}{request_only}")).unwrap();
+    let decide = |pool: &str| {
+        let objects = dir.path().join("nodes.yaml");
+        let node = format!("apiVersion: v1\nkind: Node\nmetadata:\n  name: n1\n  labels: {{pool: {pool}}}\n");
+        std::fs::write(&objects, node).unwrap();
+        let output = run(check(&rules).arg("--objects").arg(&objects));
+        assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+        let reports: Vec<serde_json::Value> =
+            String::from_utf8_lossy(&output.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+        reports.into_iter().find(|r| r["name"] == "legit-n1").unwrap()
+    };
+    let rows = |report: &serde_json::Value| -> Vec<(String, String)> {
+        let checks = report["checks"].as_array().unwrap().iter().filter(|c| c["check"] == "rule");
+        checks.map(|c| (c["result"].as_str().unwrap().into(), c["detail"].as_str().unwrap().into())).collect()
+    };
+    let cpu = decide("cpu");
+    assert_eq!((&cpu["decision"], &cpu["reason"]), (&"approve".into(), &"AutoApproved".into()), "{cpu}");
+    let holds = |name: &str| ("pass".to_owned(), format!("{name}: holds"));
+    assert_eq!(rows(&cpu), [holds("gpu-pool-domain"), holds("n-names")]);
+    let gpu = decide("gpu");
+    let message = "rule \"gpu-pool-domain\" failed: GPU nodes must use names under gpu.example.com";
+    assert_eq!(
+        (&gpu["decision"], &gpu["reason"], &gpu["message"]),
+        (&"deny".into(), &"RuleFailed".into(), &message.into())
+    );
+    assert_eq!(rows(&gpu), [("fail".to_owned(), message.to_owned()), holds("n-names")]);
+    // A CSR a built-in check denies runs no rule.
+    let output = run(check(&rules).arg("--objects").arg(dir.path().join("nodes.yaml")));
+    let text = String::from_utf8_lossy(&output.stdout);
+    let forged = text
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .find(|r| r["name"] == "forged-hostname")
+        .unwrap();
+    assert_eq!(forged["reason"], "HostnameMismatch");
+    assert!(rows(&forged).is_empty(), "{forged}");
+}
