@@ -1,0 +1,69 @@
+//! The rules of `--rules` in the controller: the real binary against a real kube-apiserver reads
+//! the requester's Node and decides by its label, every assertion read back from the apiserver.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Node;
+use kube::Api;
+use kube::api::{DeleteParams, ObjectMeta, PostParams};
+use support::cluster::{Approver, Csrs, SERIAL, control_plane, create_serving_csr, unique, wait_decided, wait_event};
+use support::nodes::{dns_for, legit};
+
+const DECIDE: Duration = Duration::from_secs(20);
+
+/// The GPU pool's addresses are 10.0.0.20 to 10.0.0.29, chosen by the Node's label.
+const RULES: &str = "rules:\n  - name: gpu-pool-prefix\n    expression: >-\n      node.metadata.labels['pool'] != 'gpu' ||\n      request.ipAddresses.all(ip, ip.matches('^10[.]0[.]0[.]2[0-9]$'))\n    message: GPU nodes must use addresses 10.0.0.20 to 10.0.0.29\n";
+
+fn labelled(name: &str, pool: &str) -> Node {
+    let labels = BTreeMap::from([("pool".to_owned(), pool.to_owned())]);
+    Node {
+        metadata: ObjectMeta { name: Some(name.into()), labels: Some(labels), ..Default::default() },
+        ..Default::default()
+    }
+}
+
+#[tokio::test]
+async fn a_rule_on_the_nodes_label_approves_one_pool_and_denies_another() {
+    let _serial = SERIAL.lock().await;
+    let cp = control_plane().await;
+    let admin = cp.admin_client().await.unwrap();
+    let (cpu, gpu, gpu_outside) = (unique("cpu"), unique("gpu"), unique("gpu"));
+    let nodes = Api::<Node>::all(admin.clone());
+    for (name, pool) in [(&cpu, "cpu"), (&gpu, "gpu"), (&gpu_outside, "gpu")] {
+        nodes.create(&PostParams::default(), &labelled(name, pool)).await.unwrap();
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let rules = dir.path().join("rules.yaml");
+    std::fs::write(&rules, RULES).unwrap();
+    let dns = dns_for(&[(&cpu, 41), (&gpu, 21), (&gpu_outside, 42)]);
+    let extra = [format!("--dns-server={}", dns.addr()), format!("--rules={}", rules.display())];
+    let mut approver = Approver::start(cp.kubeconfig_path(), &[&extra[0], &extra[1]], &[]);
+    approver.wait_ready().await;
+
+    let csrs = Csrs::new(cp.kubeconfig_path());
+    let (on_cpu, on_gpu, off_gpu) = (csrs.name("cpu"), csrs.name("gpu"), csrs.name("gpu-outside"));
+    create_serving_csr(cp, &on_cpu, &cpu, &legit(&cpu, 41)).await;
+    create_serving_csr(cp, &on_gpu, &gpu, &legit(&gpu, 21)).await;
+    create_serving_csr(cp, &off_gpu, &gpu_outside, &legit(&gpu_outside, 42)).await;
+
+    for approved in [&on_cpu, &on_gpu] {
+        let conditions = wait_decided(&admin, approved, DECIDE).await;
+        let condition = conditions.first().unwrap_or_else(|| panic!("{approved} undecided\n{}", approver.logs()));
+        assert_eq!((condition.type_.as_str(), condition.reason.as_deref()), ("Approved", Some("AutoApproved")));
+    }
+    let denied = wait_decided(&admin, &off_gpu, DECIDE).await;
+    assert_eq!((denied[0].type_.as_str(), denied[0].reason.as_deref()), ("Denied", Some("RuleFailed")));
+    let message = "rule \"gpu-pool-prefix\" failed: GPU nodes must use addresses 10.0.0.20 to 10.0.0.29";
+    assert_eq!(denied[0].message.as_deref(), Some(message));
+    let event = wait_event(&admin, &off_gpu, "RuleFailed", DECIDE).await.expect("a denial event");
+    assert!(event.note.as_deref().unwrap().contains(message), "{event:?}");
+
+    for name in [&cpu, &gpu, &gpu_outside] {
+        nodes.delete(name, &DeleteParams::default()).await.unwrap();
+    }
+}
