@@ -106,3 +106,35 @@ fn check_evaluates_the_rules_with_the_nodes_of_objects_one_row_per_rule() {
     assert_eq!(forged["reason"], "HostnameMismatch");
     assert!(rows(&forged).is_empty(), "{forged}");
 }
+
+#[test]
+fn the_readme_rules_compile_and_decide_by_the_nodes_label() {
+    let readme = std::fs::read_to_string(repo("README.md")).unwrap();
+    let section = readme.split("## Node pools: rules of your own").nth(1).unwrap();
+    let yaml = section.split("```yaml\n").nth(1).unwrap().split("```").next().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let rules = dir.path().join("rules.yaml");
+    std::fs::write(&rules, yaml).unwrap();
+    let decide = |pool: &str| {
+        let objects = dir.path().join("nodes.yaml");
+        std::fs::write(
+            &objects,
+            format!("apiVersion: v1\nkind: Node\nmetadata:\n  name: n1\n  labels: {{pool: {pool}}}\n"),
+        )
+        .unwrap();
+        let output = run(check(&rules).arg("--objects").arg(&objects));
+        assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+        let text = String::from_utf8_lossy(&output.stdout).into_owned();
+        let report: serde_json::Value = text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .find(|r: &serde_json::Value| r["name"] == "legit-n1")
+            .unwrap();
+        (report["reason"].as_str().unwrap().to_owned(), report["message"].as_str().unwrap().to_owned())
+    };
+    // legit-n1 asks for n1.nodes.example.com and 10.0.0.11.
+    assert_eq!(decide("cpu").0, "AutoApproved");
+    assert_eq!(decide("legacy").0, "AutoApproved");
+    assert_eq!(decide("gpu").1, "rule \"gpu-pool-domain\" failed: GPU nodes must use names under gpu.example.com");
+    assert_eq!(decide("edge").1, "rule \"edge-pool-prefixes\" failed: edge nodes must use addresses in 10.20.0.0/16");
+}
