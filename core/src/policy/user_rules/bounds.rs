@@ -114,6 +114,9 @@ mod tests {
         let map = |entries: usize| format!("{{{}}}", vec!["1:1"; entries].join(","));
         assert!(compile(&map(499)).is_ok());
         assert_eq!(bound(&map(500)), "the expression has 1001 nodes, at most 1000 allowed");
+        let object = |fields: usize| format!("T{{{}}}", vec!["a:1"; fields].join(","));
+        assert!(compile(&object(999)).is_ok());
+        assert_eq!(bound(&object(1000)), "the expression has 1001 nodes, at most 1000 allowed");
         let calls = |args: usize| format!("'a'.startsWith({})", vec!["'a'"; args].join(" + "));
         assert!(bound(&calls(500)).starts_with("the expression has 1001 nodes"));
         let fields = |n: usize| format!("request{}", ".a".repeat(n));
