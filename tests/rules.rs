@@ -138,3 +138,34 @@ fn the_readme_rules_compile_and_decide_by_the_nodes_label() {
     assert_eq!(decide("gpu").1, "rule \"gpu-pool-domain\" failed: GPU nodes must use names under gpu.example.com");
     assert_eq!(decide("edge").1, "rule \"edge-pool-prefixes\" failed: edge nodes must use addresses in 10.20.0.0/16");
 }
+
+#[test]
+fn check_gives_the_matched_machine_of_objects_to_the_rules() {
+    let dir = tempfile::tempdir().unwrap();
+    let pem = support::Request::node("n7").pem();
+    let request: String = support::pem_block("X", pem.as_bytes()).lines().filter(|l| !l.starts_with("-----")).collect();
+    let csr = format!(
+        "apiVersion: certificates.k8s.io/v1\nkind: CertificateSigningRequest\nmetadata:\n  name: boot-n7\n  creationTimestamp: \"2026-01-01T00:01:00Z\"\nspec:\n  signerName: kubernetes.io/kube-apiserver-client-kubelet\n  username: system:serviceaccount:openshift-machine-config-operator:node-bootstrapper\n  groups: [system:serviceaccounts:openshift-machine-config-operator, system:serviceaccounts, system:authenticated]\n  usages: [digital signature, client auth]\n  request: {request}\n"
+    );
+    let decide = |zone: &str| {
+        let machine = format!(
+            "apiVersion: cluster.x-k8s.io/v1beta1\nkind: Machine\nmetadata:\n  name: m-n7\n  namespace: default\n  labels: {{zone: {zone}}}\n  creationTimestamp: \"2026-01-01T00:00:00Z\"\nstatus:\n  addresses:\n    - {{type: InternalDNS, address: n7}}\n"
+        );
+        let (csr_path, machine_path, rules) =
+            (dir.path().join("csr.yaml"), dir.path().join("machines.yaml"), dir.path().join("rules.yaml"));
+        std::fs::write(&csr_path, &csr).unwrap();
+        std::fs::write(&machine_path, machine).unwrap();
+        let rule = "rules:\n  - name: zone-a\n    expression: machine.metadata.labels['zone'] == 'a' && node == null\n    message: zone a only\n";
+        std::fs::write(&rules, rule).unwrap();
+        let mut command = binary();
+        command.args(["check", "-o", "json", "--provider-regex", REGEX, "--now", "2026-01-01T00:02:00Z"]);
+        command.arg("--file").arg(&csr_path).arg("--objects").arg(&machine_path).arg("--rules").arg(&rules);
+        let output = run(command.arg("--machine-api=cluster.x-k8s.io/v1beta1"));
+        assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+        let report: serde_json::Value =
+            serde_json::from_slice(output.stdout.split(|b| *b == b'\n').next().unwrap()).unwrap();
+        (report["decision"].as_str().unwrap().to_owned(), report["reason"].as_str().unwrap().to_owned())
+    };
+    assert_eq!(decide("a"), ("approve".to_owned(), "AutoApproved".to_owned()));
+    assert_eq!(decide("b"), ("hold".to_owned(), "RuleFailed".to_owned()));
+}
