@@ -172,3 +172,16 @@ fn every_rule_is_a_check_row_after_the_built_in_checks() {
     assert!(rows[..rows.len() - 2].iter().all(|(check, _)| *check != CheckId::Rule));
     assert!(evaluation.decision.message.ends_with("expiration, rule, rule"), "{}", evaluation.decision.message);
 }
+
+#[test]
+fn a_node_that_cannot_be_read_retries_every_rule_that_needs_it_naming_it() {
+    let failed = Lookup::Failed(ClusterError::Request("connection reset".into()));
+    let evaluation = ruled("retry", (Retry, Reason::ClusterUnavailable), &[("pool", GPU_DOMAIN)])
+        .evidence(|e| e.node = Some(failed))
+        .evaluate();
+    assert_eq!(evaluation.decision.kind, Retry);
+    assert_eq!(
+        evaluation.decision.message,
+        "rule \"pool\": cannot read Node \"n1\": cluster read failed: connection reset"
+    );
+}
