@@ -86,6 +86,12 @@ pub fn cases() -> Vec<Case> {
         )
         .dns(&[("n1.nodes.example.com", addrs(&["10.0.0.11", "fd00::11"]))]),
         ruled(
+            "resolved addresses are canonical",
+            (Approve, Reason::AutoApproved),
+            &[("dns", "resolved['n1.nodes.example.com'] == ['10.0.0.11']")],
+        )
+        .dns(&[("n1.nodes.example.com", addrs(&["::ffff:10.0.0.11"]))]),
+        ruled(
             "rule on resolved fails",
             (Deny, Reason::RuleFailed),
             &[("dns", "resolved['n1.nodes.example.com'].all(a, !a.contains(':'))")],

@@ -53,7 +53,8 @@ impl RuleInputs {
         });
         let resolved = evidence.map(|evidence| &evidence.dns).into_iter().flatten().filter_map(|(name, answer)| {
             let Resolution::Addresses(addresses) = answer else { return None };
-            Some((name.clone(), json!(addresses.iter().map(ToString::to_string).collect::<Vec<_>>())))
+            let canonical = addresses.iter().map(|address| address.to_canonical().to_string());
+            Some((name.clone(), json!(canonical.collect::<Vec<_>>())))
         });
         let node = match evidence.map(|evidence| &evidence.node) {
             _ if !rules.read_node() => Json::Null,
