@@ -77,6 +77,14 @@ pub fn cases() -> Vec<Case> {
             &[("lower", "request.dnsNames == ['n1.nodes.example.com']")],
         )
         .sub(|s| s.request = Request::node("n1").dns("N1.Nodes.Example.com").ip("10.0.0.11").pem().into_bytes()),
+        ruled(
+            "the standard functions hold",
+            (Approve, Reason::AutoApproved),
+            &[(
+                "std",
+                "request.dnsNames.all(n, n.endsWith('.example.com')) && size(request.groups) == 2 && request.nodeName.matches('^n[0-9]$') && string(request.ipAddresses.size()) == '1'",
+            )],
+        ),
         // `resolved`.
         ruled("resolved is empty when dns is bypassed", (Approve, Reason::AutoApproved), &[("dns", "resolved == {}")]),
         ruled(
@@ -190,4 +198,13 @@ fn a_node_that_cannot_be_read_retries_every_rule_that_needs_it_naming_it() {
         evaluation.decision.message,
         "rule \"pool\": cannot read Node \"n1\": cluster read failed: connection reset"
     );
+}
+
+#[test]
+fn no_rule_runs_after_a_built_in_check_failed() {
+    let evaluation = ruled("no rows", (Deny, Reason::RegexMismatch), &[("no", "false")])
+        .sub(|s| *s = serving("n1", &Request::node("n1").dns("n1.evil.io").pem()))
+        .evaluate();
+    assert_eq!(evaluation.decision.reason, Reason::RegexMismatch);
+    assert!(evaluation.checks.iter().all(|row| row.check != CheckId::Rule), "{:?}", evaluation.checks);
 }
