@@ -62,8 +62,9 @@ impl Shape {
                 for once in [&loop_.iter_range, &loop_.accu_init, &loop_.result] {
                     self.visit(once, depth);
                 }
-                self.visit(&loop_.loop_cond, depth + 1);
-                self.visit(&loop_.loop_step, depth + 1);
+                for body in [&loop_.loop_cond, &loop_.loop_step] {
+                    self.visit(body, depth + 1);
+                }
             }
             Expr::List(list) => list.elements.iter().for_each(|element| self.visit(element, depth)),
             Expr::Map(map) => map.entries.iter().for_each(|entry| self.entry(&entry.expr, depth)),
