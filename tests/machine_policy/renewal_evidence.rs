@@ -64,6 +64,7 @@ fn cluster(machines: Vec<Arc<MachineInfo>>) -> Counted {
     let node = NodeInfo {
         name: "n1".into(),
         addresses: vec![NodeAddress { kind: "InternalIP".into(), address: "10.0.0.11".into() }],
+        object: None,
     };
     let machines = machines.into_iter().map(|m| (*m).clone());
     let served = HashMap::from([("n1".to_owned(), vec![leaf.der().clone()])]);
