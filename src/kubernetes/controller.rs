@@ -8,13 +8,14 @@
 //! module carries it out.
 
 mod approval;
+mod dispatch;
 mod events;
-mod fair_turns;
 mod oldest;
 mod reconcile_state;
 mod step;
 mod triggers;
 mod trim;
+mod work_queue;
 
 pub use approval::{WRITE_TIMEOUT, WriteError, write_condition};
 pub(crate) use events::Events;
@@ -26,7 +27,6 @@ use std::time::{Duration, Instant};
 use futures::{Stream, StreamExt};
 use jiff::Timestamp;
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
-use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::{WatchStreamExt, reflector, watcher};
 use kube::{Api, Resource, ResourceExt};
@@ -41,7 +41,7 @@ use crate::metrics::{Metrics, WriteResult};
 use crate::policy::{
     ClusterView, Decision, KUBELET_SERVING_SIGNER, NODE_USER_PREFIX, PolicyConfig, Resolver, evaluate,
 };
-use fair_turns::FairTurns;
+use dispatch::{Trigger, Work, dispatch};
 use reconcile_state::CsrKey;
 use step::{Announcement, Step};
 
@@ -59,6 +59,15 @@ pub(crate) enum ControllerError {
         /// Why.
         source: WriteError,
     },
+}
+
+/// What a reconcile asks for next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Next {
+    /// Nothing until the CSR changes or a pass comes.
+    AwaitChange,
+    /// Reconcile it again after this long.
+    RetryAfter(Duration),
 }
 
 /// Everything a reconcile needs, shared by all of them.
@@ -80,7 +89,7 @@ pub(crate) struct Context<R, C> {
 /// How the controller is run: concurrency, the pass triggers it does not make itself, and when to
 /// stop.
 pub(crate) struct Schedule<W, S> {
-    /// Bound on concurrent reconciles; the turns are shared round-robin between requesters.
+    /// Bound on concurrent reconciles, taken round-robin between requesters.
     pub concurrency: u16,
     /// Every undecided CSR is reconciled again at this interval.
     pub resync_period: Duration,
@@ -120,7 +129,6 @@ pub(crate) async fn run<R, C, W, S>(
     let relisted = Arc::new(Notify::new());
     let (synced, first_list) = tokio::sync::oneshot::channel();
     let live = triggers::live_objects(reflector::reflector(csrs, watch), relisted.clone(), synced);
-    let controller = Controller::for_stream(live, store.clone());
     let cache = machines.clone();
     tokio::spawn(async move {
         if first_list.await.is_err() {
@@ -135,32 +143,17 @@ pub(crate) async fn run<R, C, W, S>(
     let passes = triggers::passes(relisted, schedule.writable, schedule.resync_period);
     let undecided = triggers::undecided_in_each_pass(passes, store.clone(), ctx.metrics.clone());
     let waiting = match &machines {
-        Some(cache) => waiting_on_cluster(cache.changes(), ctx.clone()).boxed(),
+        Some(cache) => waiting_on_cluster(cache.changes(), ctx.clone(), store.clone()).boxed(),
         None => futures::stream::empty().boxed(),
     };
     let forget = ctx.clone();
-    // Every triggered CSR gets a reconcile at once (concurrency 0: unbounded), which then waits for
-    // one of the `concurrency` turns; the Controller alone would take its triggers in arrival
-    // order, so one node's backlog would delay every other node's CSR.
-    let turns = FairTurns::new(usize::from(schedule.concurrency));
-    let closing = turns.clone();
-    let shutdown = async move {
-        schedule.shutdown.await;
-        closing.close();
+    let work = Work {
+        concurrency: usize::from(schedule.concurrency),
+        reconcile: move |name: Arc<str>| reconcile_named(name, ctx.clone(), store.clone()),
+        forget: move |name: &str| forget.forget(name),
     };
-    controller
-        .with_config(kube::runtime::controller::Config::default().concurrency(0))
-        .reconcile_on(undecided)
-        .reconcile_all_on(waiting)
-        .graceful_shutdown_on(shutdown)
-        .run(move |csr, ctx| in_turn(csr, ctx, turns.clone(), store.clone()), error_policy, ctx)
-        .for_each(|result| {
-            if let Err(kube::runtime::controller::Error::ObjectNotFound(object)) = &result {
-                forget.forget(&object.name);
-            }
-            futures::future::ready(())
-        })
-        .await;
+    let triggers = futures::stream::select(live, futures::stream::select(undecided, waiting));
+    dispatch(triggers, work, schedule.shutdown).await;
 }
 
 /// Yields after a Machine or Node changed while some CSR waits on the cluster, at most once per
@@ -168,7 +161,8 @@ pub(crate) async fn run<R, C, W, S>(
 fn waiting_on_cluster<R, C>(
     changes: tokio::sync::watch::Receiver<u64>,
     ctx: Arc<Context<R, C>>,
-) -> impl Stream<Item = ()> + Send
+    store: reflector::Store<CertificateSigningRequest>,
+) -> impl Stream<Item = Trigger> + Send
 where
     R: Send + Sync + 'static,
     C: Send + Sync + 'static,
@@ -180,31 +174,29 @@ where
         Some(((), changes))
     })
     .filter(move |()| futures::future::ready(ctx.reconciles.anyone_waiting_on_cluster()))
+    .flat_map(move |()| futures::stream::iter(triggers::undecided(&store)))
 }
 
-/// Waits for a turn for the CSR's requester, then reconciles the CSR as the cache holds it by then
-/// (it may have changed while it waited). Once the controller stops taking work, a CSR still
-/// waiting is left as it is, for this replica's next start or the next leader. A decided CSR (the
-/// watch event of every decision written) needs no turn: it is only forgotten.
-async fn in_turn<R: Resolver, C: ClusterView>(
-    csr: Arc<CertificateSigningRequest>,
+/// Reconciles the CSR named `name` as the cache holds it now; answers when to try again, if ever.
+/// A CSR gone from the cache, or decided (the watch event of every decision written), is only
+/// forgotten.
+async fn reconcile_named<R: Resolver, C: ClusterView>(
+    name: Arc<str>,
     ctx: Arc<Context<R, C>>,
-    turns: FairTurns,
     store: reflector::Store<CertificateSigningRequest>,
-) -> Result<Action, ControllerError> {
-    if is_decided(&csr) {
-        ctx.forget(&csr.name_any());
-        return Ok(Action::await_change());
-    }
-    let Some(_turn) = turns.take(csr.spec.username.as_deref().unwrap_or_default()).await else {
-        return Ok(Action::await_change());
+) -> Option<Duration> {
+    let latest = store.get(&ObjectRef::new(&name)).filter(|csr| !is_decided(csr));
+    let Some(csr) = latest else {
+        ctx.forget(&name);
+        return None;
     };
-    match store.get(&ObjectRef::from_obj(csr.as_ref())) {
-        Some(latest) => Box::pin(reconcile(latest, ctx)).await,
-        None => {
-            ctx.forget(&csr.name_any());
-            Ok(Action::await_change())
-        }
+    let next = match Box::pin(reconcile(csr.clone(), ctx.clone())).await {
+        Ok(next) => next,
+        Err(error) => Next::RetryAfter(error_policy(&csr, &error, &ctx)),
+    };
+    match next {
+        Next::AwaitChange => None,
+        Next::RetryAfter(delay) => Some(delay),
     }
 }
 
@@ -212,20 +204,20 @@ async fn in_turn<R: Resolver, C: ClusterView>(
 async fn reconcile<R: Resolver, C: ClusterView>(
     csr: Arc<CertificateSigningRequest>,
     ctx: Arc<Context<R, C>>,
-) -> Result<Action, ControllerError> {
+) -> Result<Next, ControllerError> {
     let name = csr.name_any();
     let logged = short_name(&name);
     if !step::evaluates(ctx.leadership.is_leader(), ctx.dry_run) {
         ctx.leadership.skipped();
         tracing::debug!(csr = %logged, "not the leader: not evaluated");
-        return Ok(Action::await_change());
+        return Ok(Next::AwaitChange);
     }
     let key = CsrKey::of(&csr);
     if ctx.reconciles.written_at(key, csr.metadata.resource_version.as_deref()) {
         // A pass or a retry came before the watch brought our own write back: this is the
         // version the decision was written on, so the cache is behind, not the CSR undecided.
         tracing::debug!(csr = %logged, "decision written on this version: waiting for the watch");
-        return Ok(Action::await_change());
+        return Ok(Next::AwaitChange);
     }
     let sub = submission(csr.as_ref());
     let started = Instant::now();
@@ -242,12 +234,12 @@ async fn reconcile<R: Resolver, C: ClusterView>(
             } else {
                 ctx.reconciles.excuse(key);
             }
-            Ok(Action::await_change())
+            Ok(Next::AwaitChange)
         }
         Step::Standby => {
             ctx.leadership.skipped();
             tracing::debug!(csr = %logged, decision = decision.kind.as_str(), "not the leader: waiting");
-            Ok(Action::await_change())
+            Ok(Next::AwaitChange)
         }
         Step::Write => ctx.write(&csr, key, &decision, node).await,
         Step::Wait(note) => {
@@ -256,7 +248,7 @@ async fn reconcile<R: Resolver, C: ClusterView>(
                 ctx.metrics.record_decision(decision.kind, decision.reason);
                 ctx.announce(&csr, key, &decision, node, note).await;
             }
-            Ok(Action::await_change())
+            Ok(Next::AwaitChange)
         }
         Step::Retry(note) => {
             let delay = ctx.reconciles.next_retry(key, decision.reason.resolved_by_cluster_change());
@@ -265,18 +257,18 @@ async fn reconcile<R: Resolver, C: ClusterView>(
                 ctx.announce(&csr, key, &decision, node, note).await;
             }
             ctx.metrics.record_decision(decision.kind, decision.reason);
-            Ok(Action::requeue(delay))
+            Ok(Next::RetryAfter(delay))
         }
     }
 }
 
 /// A failed write is tried again after its own backoff (0.5 s doubling to 8 s), until the CSR is
 /// decided or gone.
-fn error_policy<R, C>(csr: Arc<CertificateSigningRequest>, error: &ControllerError, ctx: Arc<Context<R, C>>) -> Action {
-    let delay = ctx.reconciles.next_write_retry(CsrKey::of(&csr));
+fn error_policy<R, C>(csr: &CertificateSigningRequest, error: &ControllerError, ctx: &Context<R, C>) -> Duration {
+    let delay = ctx.reconciles.next_write_retry(CsrKey::of(csr));
     ctx.metrics.set_waiting_retry(ctx.reconciles.waiting());
     tracing::warn!(%error, retry_in = ?delay, "reconcile failed; retrying");
-    Action::requeue(delay)
+    delay
 }
 
 /// One log line per decision: `message` says what was done (`note`), `detail` why.
@@ -302,7 +294,7 @@ impl<R, C> Context<R, C> {
         key: CsrKey<'_>,
         decision: &Decision,
         node: &str,
-    ) -> Result<Action, ControllerError> {
+    ) -> Result<Next, ControllerError> {
         let logged = short_name(key.name);
         match write_condition(&self.api, csr, decision).await {
             Ok(()) => {
@@ -312,19 +304,19 @@ impl<R, C> Context<R, C> {
                 self.events.publish(csr.object_ref(&()), decision, "").await;
                 self.reconciles.mark_written(key, csr.metadata.resource_version.as_deref().unwrap_or_default());
                 self.metrics.set_waiting_retry(self.reconciles.waiting());
-                Ok(Action::await_change())
+                Ok(Next::AwaitChange)
             }
             Err(error) if error.status() == Some(409) => {
                 self.metrics.record_write(WriteResult::Conflict);
                 let delay = self.reconciles.next_conflict_retry(key);
                 tracing::debug!(csr = %logged, retry_in = ?delay, "conflict: re-reading and deciding again");
-                Ok(Action::requeue(delay))
+                Ok(Next::RetryAfter(delay))
             }
             Err(error) if error.status() == Some(404) => {
                 self.metrics.record_write(WriteResult::NotFound);
                 tracing::debug!(csr = %logged, "gone before the decision was written: forgotten");
                 self.forget(key.name);
-                Ok(Action::await_change())
+                Ok(Next::AwaitChange)
             }
             Err(error @ WriteError::Unaddressable { .. }) => {
                 self.metrics.record_write(WriteResult::Unaddressable);
@@ -333,7 +325,7 @@ impl<R, C> Context<R, C> {
                 if self.reconciles.mark_unaddressable(key) {
                     tracing::error!(csr = %logged, %error, "cannot write the decision: no request can name this CSR");
                 }
-                Ok(Action::requeue(delay))
+                Ok(Next::RetryAfter(delay))
             }
             Err(source) => {
                 self.metrics.record_write(WriteResult::Error);

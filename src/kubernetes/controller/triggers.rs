@@ -9,14 +9,21 @@ use std::time::Duration;
 
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
-use kube::runtime::reflector::{ObjectRef, Store};
+use kube::ResourceExt;
+use kube::runtime::reflector::Store;
 use kube::runtime::watcher::{self, Event};
 use tokio::sync::{Notify, oneshot};
 
+use super::dispatch::Trigger;
 use crate::kubernetes::csr_object::is_decided;
 use crate::metrics::{Metrics, PassTrigger};
 
-/// The objects of live watch events, from `events` as the cache applied them. A completed list
+/// The trigger of `csr`.
+fn trigger_of(csr: &CertificateSigningRequest) -> Trigger {
+    Trigger { name: csr.name_any(), requester: csr.spec.username.clone().unwrap_or_default(), decided: is_decided(csr) }
+}
+
+/// The triggers of live watch events, from `events` as the cache applied them. A completed list
 /// or relist signals `relisted` (and `synced`, the first time) instead of yielding its objects:
 /// they are in the cache only from then on, so a pass after it finds every one. Watch errors
 /// are logged (a warning when the watch starts failing, one line when it recovers) and dropped:
@@ -25,7 +32,7 @@ pub(super) fn live_objects(
     events: impl Stream<Item = Result<Event<CertificateSigningRequest>, watcher::Error>> + Send,
     relisted: Arc<Notify>,
     synced: oneshot::Sender<()>,
-) -> impl Stream<Item = Result<CertificateSigningRequest, watcher::Error>> + Send {
+) -> impl Stream<Item = Trigger> + Send {
     let mut synced = Some(synced);
     let mut failing = false;
     events.filter_map(move |event| {
@@ -43,7 +50,7 @@ pub(super) fn live_objects(
                     tracing::info!("watching CSRs again");
                 }
                 match event {
-                    Event::Apply(csr) => Some(Ok(csr)),
+                    Event::Apply(csr) => Some(trigger_of(&csr)),
                     Event::InitDone => {
                         tracing::debug!("CSR list complete: every undecided CSR is evaluated");
                         relisted.notify_one();
@@ -77,18 +84,22 @@ pub(super) fn passes(
     futures::stream::select(relists, futures::stream::select(writable.map(|()| PassTrigger::Writable), periodic))
 }
 
-/// For each pass of `triggers`, a reference to every undecided CSR in `store` (counted in
+/// For each pass of `triggers`, a trigger of every undecided CSR in `store` (counted in
 /// `metrics`). Decided CSRs stay in the cache until they are deleted, and are not looked at.
 pub(super) fn undecided_in_each_pass(
     triggers: impl Stream<Item = PassTrigger> + Send + 'static,
     store: Store<CertificateSigningRequest>,
     metrics: Metrics,
-) -> impl Stream<Item = ObjectRef<CertificateSigningRequest>> + Send {
+) -> impl Stream<Item = Trigger> + Send {
     triggers.flat_map(move |trigger| {
         metrics.record_pass(trigger);
-        let undecided: Vec<_> =
-            store.state().iter().filter(|csr| !is_decided(csr)).map(|csr| ObjectRef::from_obj(csr.as_ref())).collect();
+        let undecided = undecided(&store);
         tracing::debug!(trigger = trigger.as_str(), undecided = undecided.len(), "reconciling every undecided CSR");
         futures::stream::iter(undecided)
     })
+}
+
+/// A trigger of every undecided CSR in `store`.
+pub(super) fn undecided(store: &Store<CertificateSigningRequest>) -> Vec<Trigger> {
+    store.state().iter().filter(|csr| !is_decided(csr)).map(|csr| trigger_of(csr)).collect()
 }

@@ -1,0 +1,247 @@
+//! Which CSRs to reconcile, when, and in which order.
+//!
+//! Each CSR is in the queue at most once, by name: ready, delayed until its retry is due, or
+//! running (and perhaps triggered again meanwhile, to run once more when it finishes). Ready CSRs
+//! are taken round-robin between requesters (a CSR's `spec.username`: the node, or the bootstrap
+//! token, that created it), first in, first out within one requester, so a node that creates
+//! thousands of CSRs delays another node's CSR by about one reconcile per worker, not by its whole
+//! backlog. The queue holds names only; the CSRs stay in the watch cache.
+
+use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+/// The queued CSRs and their order.
+#[derive(Debug, Default)]
+pub(super) struct WorkQueue {
+    entries: HashMap<Arc<str>, Entry>,
+    /// Each requester's ready CSRs, in arrival order.
+    ready: HashMap<Arc<str>, VecDeque<Arc<str>>>,
+    /// The requesters with ready CSRs, in the order their next turn comes.
+    ring: VecDeque<Arc<str>>,
+    /// The delayed CSRs by when they are due.
+    delayed: BTreeSet<(Instant, Arc<str>)>,
+}
+
+/// One queued CSR.
+#[derive(Debug)]
+struct Entry {
+    requester: Arc<str>,
+    state: State,
+}
+
+/// Where a queued CSR is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    Ready,
+    Delayed(Instant),
+    /// Taken by [`WorkQueue::next`]; `again` when it was triggered since.
+    Running {
+        again: bool,
+    },
+}
+
+impl WorkQueue {
+    /// Queues `name` (created by `requester`) to run as soon as its turn comes: a delayed CSR is
+    /// made ready, a running one runs again when it finishes, a ready one keeps its place.
+    pub(super) fn trigger(&mut self, name: &str, requester: &str) {
+        match self.entries.get_mut(name) {
+            None => {
+                let name: Arc<str> = Arc::from(name);
+                let requester: Arc<str> = Arc::from(requester);
+                self.entries.insert(name.clone(), Entry { requester: requester.clone(), state: State::Ready });
+                self.push_ready(requester, name);
+            }
+            Some(entry) => match entry.state {
+                State::Ready => {}
+                State::Running { .. } => entry.state = State::Running { again: true },
+                State::Delayed(due) => {
+                    entry.state = State::Ready;
+                    let requester = entry.requester.clone();
+                    if let Some((_, name)) = self.delayed.take(&(due, Arc::from(name))) {
+                        self.push_ready(requester, name);
+                    }
+                }
+            },
+        }
+    }
+
+    /// Whether `name` is queued in any state.
+    pub(super) fn contains(&self, name: &str) -> bool {
+        self.entries.contains_key(name)
+    }
+
+    /// The next ready CSR, the next requester's first, now running; `None` when none is ready.
+    pub(super) fn next(&mut self) -> Option<Arc<str>> {
+        while let Some(requester) = self.ring.pop_front() {
+            let Some(names) = self.ready.get_mut(&requester) else { continue };
+            let next = names.pop_front();
+            if names.is_empty() {
+                self.ready.remove(&requester);
+            } else {
+                self.ring.push_back(requester);
+            }
+            let Some(name) = next else { continue };
+            if let Some(entry) = self.entries.get_mut(&name) {
+                entry.state = State::Running { again: false };
+                return Some(name);
+            }
+        }
+        None
+    }
+
+    /// Ends the run of `name`: ready again if it was triggered while it ran, else delayed by
+    /// `retry_after` from `now`, else gone from the queue.
+    pub(super) fn finish(&mut self, name: &str, retry_after: Option<Duration>, now: Instant) {
+        let Some(entry) = self.entries.get_mut(name) else { return };
+        let again = match entry.state {
+            State::Running { again } => again,
+            State::Ready | State::Delayed(_) => return,
+        };
+        let name: Arc<str> = Arc::from(name);
+        if again {
+            entry.state = State::Ready;
+            let requester = entry.requester.clone();
+            self.push_ready(requester, name);
+        } else if let Some(delay) = retry_after {
+            let due = now + delay;
+            entry.state = State::Delayed(due);
+            self.delayed.insert((due, name));
+        } else {
+            self.entries.remove(&name);
+        }
+    }
+
+    /// When the first delayed CSR is due.
+    pub(super) fn next_due(&self) -> Option<Instant> {
+        self.delayed.first().map(|(due, _)| *due)
+    }
+
+    /// Makes every delayed CSR due by `now` ready.
+    pub(super) fn promote_due(&mut self, now: Instant) {
+        while self.delayed.first().is_some_and(|(due, _)| *due <= now) {
+            let Some((_, name)) = self.delayed.pop_first() else { break };
+            if let Some(entry) = self.entries.get_mut(&name) {
+                entry.state = State::Ready;
+                let requester = entry.requester.clone();
+                self.push_ready(requester, name);
+            }
+        }
+    }
+
+    /// How many CSRs are queued, in any state.
+    pub(super) fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Puts `name` last in `requester`'s ready CSRs, and the requester last in the ring when it
+    /// had none.
+    fn push_ready(&mut self, requester: Arc<str>, name: Arc<str>) {
+        match self.ready.get_mut(&requester) {
+            Some(names) => names.push_back(name),
+            None => {
+                self.ring.push_back(requester.clone());
+                self.ready.insert(requester, VecDeque::from([name]));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Takes every ready CSR, in order, finishing each at once with no retry.
+    fn drain(queue: &mut WorkQueue) -> Vec<String> {
+        let mut order = Vec::new();
+        while let Some(name) = queue.next() {
+            order.push(name.to_string());
+            queue.finish(&name, None, Instant::now());
+        }
+        order
+    }
+
+    #[test]
+    fn requesters_take_turns_and_each_keeps_its_arrival_order() {
+        let mut queue = WorkQueue::default();
+        for i in 0..4 {
+            queue.trigger(&format!("flood-{i}"), "system:node:flood");
+        }
+        queue.trigger("other-0", "system:node:other");
+        queue.trigger("third-0", "system:node:third");
+        queue.trigger("other-1", "system:node:other");
+        assert_eq!(drain(&mut queue), ["flood-0", "other-0", "third-0", "flood-1", "other-1", "flood-2", "flood-3"]);
+        assert_eq!(queue.len(), 0);
+    }
+
+    #[test]
+    fn a_csr_triggered_twice_while_ready_runs_once() {
+        let mut queue = WorkQueue::default();
+        queue.trigger("a", "n");
+        queue.trigger("a", "n");
+        assert_eq!(drain(&mut queue), ["a"]);
+    }
+
+    #[test]
+    fn a_csr_triggered_while_running_runs_again_after_it_finishes() {
+        let mut queue = WorkQueue::default();
+        queue.trigger("a", "n");
+        let running = queue.next();
+        assert_eq!(running.as_deref(), Some("a"));
+        queue.trigger("a", "n");
+        assert_eq!(queue.next(), None, "not twice at once");
+        queue.finish("a", Some(Duration::from_secs(60)), Instant::now());
+        assert_eq!(drain(&mut queue), ["a"], "the trigger wins over the later retry");
+    }
+
+    #[test]
+    fn a_retry_waits_until_it_is_due_unless_triggered() {
+        let mut queue = WorkQueue::default();
+        let start = Instant::now();
+        queue.trigger("a", "n");
+        queue.trigger("b", "n");
+        for name in ["a", "b"] {
+            assert_eq!(queue.next().as_deref(), Some(name));
+            queue.finish(name, Some(Duration::from_secs(2)), start);
+        }
+        assert_eq!(queue.next(), None);
+        assert_eq!(queue.next_due(), Some(start + Duration::from_secs(2)));
+        queue.promote_due(start + Duration::from_secs(1));
+        assert_eq!(queue.next(), None, "not due yet");
+        queue.trigger("b", "n");
+        assert_eq!(drain(&mut queue), ["b"], "a trigger makes a delayed CSR ready at once");
+        assert_eq!(queue.next_due(), Some(start + Duration::from_secs(2)));
+        queue.promote_due(start + Duration::from_secs(2));
+        assert_eq!(queue.next_due(), None);
+        assert_eq!(drain(&mut queue), ["a"]);
+        assert!(!queue.contains("a"));
+    }
+
+    #[test]
+    fn a_finished_csr_leaves_the_queue_and_a_retried_one_stays() {
+        let mut queue = WorkQueue::default();
+        queue.trigger("done", "n");
+        queue.trigger("retried", "n");
+        for name in ["done", "retried"] {
+            assert_eq!(queue.next().as_deref(), Some(name));
+        }
+        assert!(queue.contains("done"), "running");
+        queue.finish("done", None, Instant::now());
+        queue.finish("retried", Some(Duration::from_secs(1)), Instant::now());
+        assert!(!queue.contains("done"));
+        assert!(queue.contains("retried"));
+        assert_eq!(queue.len(), 1);
+    }
+
+    #[test]
+    fn finishing_what_does_not_run_changes_nothing() {
+        let mut queue = WorkQueue::default();
+        queue.trigger("ready", "n");
+        queue.finish("ready", None, Instant::now());
+        queue.finish("unknown", Some(Duration::from_secs(1)), Instant::now());
+        assert_eq!(queue.next_due(), None);
+        assert_eq!(drain(&mut queue), ["ready"]);
+    }
+}
