@@ -79,9 +79,7 @@ pub(super) async fn dispatch<F, Fut, G>(
             () = sleep_until(due), if due.is_some() => queue.promote_due(Instant::now()),
         }
     }
-    if !running.is_empty() {
-        tracing::debug!(running = running.len(), queued = queue.len(), "finishing the reconciles that run");
-    }
+    tracing::debug!(running = running.len(), queued = queue.len(), "taking no more work; finishing what runs");
     while running.next().await.is_some() {}
 }
 
@@ -145,7 +143,9 @@ mod tests {
         assert_eq!(started.load(Ordering::SeqCst), 2, "nothing new after shutdown");
     }
 
-    #[tokio::test]
+    /// Time is paused and advances only while every task waits: a dispatcher that spun instead of
+    /// sleeping until the retry is due would hold it still.
+    #[tokio::test(start_paused = true)]
     async fn a_retry_runs_again_when_due_and_a_decided_csr_out_of_the_queue_is_forgotten() {
         let (sender, receiver) = mpsc::unbounded_channel();
         let runs = Arc::new(Mutex::new(Vec::new()));
@@ -160,7 +160,7 @@ mod tests {
                         runs.push(name.to_string());
                         runs.len() == 1
                     };
-                    async move { first.then_some(Duration::from_millis(20)) }
+                    async move { first.then_some(Duration::from_secs(2)) }
                 }
             },
             forget: {
@@ -173,7 +173,12 @@ mod tests {
         let dispatcher = tokio::spawn(dispatch(tokio_stream_of(receiver), work, std::future::pending()));
         sender.send(trigger("retried", "n")).ok();
         sender.send(Trigger { decided: true, ..trigger("decided", "n") }).ok();
+        let started = Instant::now();
+        wait_for(|| runs.lock().map(|runs| runs.len() == 1).unwrap_or(false)).await;
+        tokio::time::sleep(Duration::from_millis(1900)).await;
+        assert_eq!(runs.lock().map(|runs| runs.len()).unwrap_or(0), 1, "not again before the retry is due");
         wait_for(|| runs.lock().map(|runs| runs.len() == 2).unwrap_or(false)).await;
+        assert!(started.elapsed() >= Duration::from_secs(2));
         assert_eq!(*runs.lock().unwrap_or_else(std::sync::PoisonError::into_inner), ["retried", "retried"]);
         assert_eq!(*forgotten.lock().unwrap_or_else(std::sync::PoisonError::into_inner), ["decided"]);
         dispatcher.abort();
