@@ -128,7 +128,7 @@ pub(crate) async fn run<R, C, W, S>(
     let watch = kube_watch::stream(ctx.api.clone(), config).modify(trim::trim);
     let relisted = Arc::new(Notify::new());
     let (synced, first_list) = tokio::sync::oneshot::channel();
-    let live = triggers::live_objects(reflector::reflector(csrs, watch), relisted.clone(), synced);
+    let live = triggers::live_triggers(reflector::reflector(csrs, watch), relisted.clone(), synced);
     let cache = machines.clone();
     tokio::spawn(async move {
         if first_list.await.is_err() {

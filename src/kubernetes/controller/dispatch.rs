@@ -67,7 +67,7 @@ pub(super) async fn dispatch<F, Fut, G>(
                     tracing::error!(csr = %crate::display::short_name(&name), %error, retry_in = ?PANIC_RETRY, "reconcile failed");
                     Some(PANIC_RETRY)
                 });
-                queue.finish(&name, retry_after, Instant::now());
+                queue.finish(name, retry_after, Instant::now());
             }
             Some(trigger) = triggers.next() => {
                 if trigger.decided && !queue.contains(&trigger.name) {

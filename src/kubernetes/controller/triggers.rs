@@ -28,7 +28,7 @@ fn trigger_of(csr: &CertificateSigningRequest) -> Trigger {
 /// they are in the cache only from then on, so a pass after it finds every one. Watch errors
 /// are logged (a warning when the watch starts failing, one line when it recovers) and dropped:
 /// the watch recovers by itself after its backoff.
-pub(super) fn live_objects(
+pub(super) fn live_triggers(
     events: impl Stream<Item = Result<Event<CertificateSigningRequest>, watcher::Error>> + Send,
     relisted: Arc<Notify>,
     synced: oneshot::Sender<()>,

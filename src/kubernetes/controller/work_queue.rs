@@ -94,13 +94,12 @@ impl WorkQueue {
 
     /// Ends the run of `name`: ready again if it was triggered while it ran, else delayed by
     /// `retry_after` from `now`, else gone from the queue.
-    pub(super) fn finish(&mut self, name: &str, retry_after: Option<Duration>, now: Instant) {
-        let Some(entry) = self.entries.get_mut(name) else { return };
+    pub(super) fn finish(&mut self, name: Arc<str>, retry_after: Option<Duration>, now: Instant) {
+        let Some(entry) = self.entries.get_mut(&name) else { return };
         let again = match entry.state {
             State::Running { again } => again,
             State::Ready | State::Delayed(_) => return,
         };
-        let name: Arc<str> = Arc::from(name);
         if again {
             entry.state = State::Ready;
             let requester = entry.requester.clone();
@@ -158,7 +157,7 @@ mod tests {
         let mut order = Vec::new();
         while let Some(name) = queue.next() {
             order.push(name.to_string());
-            queue.finish(&name, None, Instant::now());
+            queue.finish(name, None, Instant::now());
         }
         order
     }
@@ -192,7 +191,7 @@ mod tests {
         assert_eq!(running.as_deref(), Some("a"));
         queue.trigger("a", "n");
         assert_eq!(queue.next(), None, "not twice at once");
-        queue.finish("a", Some(Duration::from_secs(60)), Instant::now());
+        queue.finish("a".into(), Some(Duration::from_secs(60)), Instant::now());
         assert_eq!(drain(&mut queue), ["a"], "the trigger wins over the later retry");
     }
 
@@ -204,7 +203,7 @@ mod tests {
         queue.trigger("b", "n");
         for name in ["a", "b"] {
             assert_eq!(queue.next().as_deref(), Some(name));
-            queue.finish(name, Some(Duration::from_secs(2)), start);
+            queue.finish(name.into(), Some(Duration::from_secs(2)), start);
         }
         assert_eq!(queue.next(), None);
         assert_eq!(queue.next_due(), Some(start + Duration::from_secs(2)));
@@ -228,8 +227,8 @@ mod tests {
             assert_eq!(queue.next().as_deref(), Some(name));
         }
         assert!(queue.contains("done"), "running");
-        queue.finish("done", None, Instant::now());
-        queue.finish("retried", Some(Duration::from_secs(1)), Instant::now());
+        queue.finish("done".into(), None, Instant::now());
+        queue.finish("retried".into(), Some(Duration::from_secs(1)), Instant::now());
         assert!(!queue.contains("done"));
         assert!(queue.contains("retried"));
         assert_eq!(queue.len(), 1);
@@ -239,8 +238,8 @@ mod tests {
     fn finishing_what_does_not_run_changes_nothing() {
         let mut queue = WorkQueue::default();
         queue.trigger("ready", "n");
-        queue.finish("ready", None, Instant::now());
-        queue.finish("unknown", Some(Duration::from_secs(1)), Instant::now());
+        queue.finish("ready".into(), None, Instant::now());
+        queue.finish("unknown".into(), Some(Duration::from_secs(1)), Instant::now());
         assert_eq!(queue.next_due(), None);
         assert_eq!(drain(&mut queue), ["ready"]);
     }
