@@ -25,7 +25,7 @@ use crate::kubernetes::cluster::{KubeCluster, StaticCluster, node_info};
 use crate::kubernetes::connect::{ConnectError, connect};
 use crate::kubernetes::csr_fetch;
 use crate::kubernetes::csr_ledger::CsrLedger;
-use crate::kubernetes::csr_object::submission;
+use crate::kubernetes::csr_object::CsrObject;
 use crate::kubernetes::machines::{machine_from_json, pending_in};
 use crate::object_files::{Input, InputError, Object, read_objects};
 use crate::policy::{
@@ -58,7 +58,7 @@ pub fn read_inputs(args: &CheckArgs, source: Option<&MachineSource>) -> Result<I
         .iter()
         .map(|object| {
             expect_kind(&input, object, "CertificateSigningRequest")?;
-            object.parse::<CertificateSigningRequest>(&input).map(|csr| submission(&csr))
+            object.parse::<CertificateSigningRequest>(&input).map(|csr| CsrObject::from(csr).submission())
         })
         .collect::<Result<Vec<_>, _>>()?;
     let (mut nodes, mut machines, mut apiserver) = (Vec::new(), Vec::new(), Vec::new());

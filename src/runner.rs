@@ -7,9 +7,9 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::kubernetes::csr_cache;
 use kube::Api;
 use kube::runtime::events::Reporter;
-use kube::runtime::reflector;
 use tokio::sync::oneshot;
 
 use crate::admin::{self, Readiness};
@@ -52,7 +52,7 @@ pub async fn run(settings: Settings) -> Result<(), RunError> {
     let signals = ShutdownSignals::register();
     let Connection { client, machines } = connect(cfg.kubeconfig.as_deref(), machine_source.as_ref()).await?;
     // The CSR cache: the controller's watch fills it, machine mode's ledger reads it.
-    let (csr_cache, csrs) = reflector::store();
+    let (csr_cache, csrs) = csr_cache::cache();
     let kubelet_ca = machine_source.as_ref().and_then(|source| source.kubelet_ca.clone());
     let ledger = machine_source.map(|source| CsrLedger::new(csr_cache, source.rules));
     let metrics = Metrics::new();

@@ -8,6 +8,7 @@ use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::{Api, Client, Resource, ResourceExt};
 use node_csr_approver::kubernetes::controller::write_condition;
+use node_csr_approver::kubernetes::csr_object::CsrObject;
 use node_csr_approver::policy::{Decision, DecisionKind, Reason};
 
 use crate::approver::{Approver, Program};
@@ -139,7 +140,8 @@ async fn approve(api: &Api<CertificateSigningRequest>, csr: &CertificateSigningR
              ip-prefixes, dns-resolves, resolved-ip-prefixes, ip-resolved, expiration"
         ),
     };
-    write_condition(api, csr, &decision).await.with_context(|| format!("approving {}", csr.name_any()))
+    let cached = CsrObject::from(csr.clone());
+    write_condition(api, &cached, &decision).await.with_context(|| format!("approving {}", csr.name_any()))
 }
 
 fn approval_event() -> Event {

@@ -14,7 +14,6 @@ mod oldest;
 mod reconcile_state;
 mod step;
 mod triggers;
-mod trim;
 mod work_queue;
 
 pub use approval::{WRITE_TIMEOUT, WriteError, write_condition};
@@ -24,16 +23,16 @@ pub(crate) use reconcile_state::ReconcileState;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures::{Stream, StreamExt};
+use futures::{Stream, StreamExt, TryStreamExt};
 use jiff::Timestamp;
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
-use kube::runtime::reflector::ObjectRef;
-use kube::runtime::{WatchStreamExt, reflector, watcher};
-use kube::{Api, Resource, ResourceExt};
+use kube::Api;
+use kube::runtime::watcher;
 use tokio::sync::Notify;
 
 use crate::display::short_name;
-use crate::kubernetes::csr_object::{is_decided, submission};
+use crate::kubernetes::csr_cache::{Cache, CacheWriter};
+use crate::kubernetes::csr_object::CsrObject;
 use crate::kubernetes::kube_watch;
 use crate::kubernetes::leader::Leadership;
 use crate::kubernetes::machines::MachineCache;
@@ -106,7 +105,7 @@ pub(crate) struct Schedule<W, S> {
 pub(crate) async fn run<R, C, W, S>(
     ctx: Arc<Context<R, C>>,
     schedule: Schedule<W, S>,
-    csrs: reflector::store::Writer<CertificateSigningRequest>,
+    mut csrs: CacheWriter<CsrObject>,
     machines: Option<MachineCache>,
     on_synced: impl FnOnce() + Send + 'static,
 ) where
@@ -121,14 +120,14 @@ pub(crate) async fn run<R, C, W, S>(
     // the apiserver's maximum object size would be hundreds of MiB in one page.
     let config = watcher::Config::default().streaming_lists();
     let config = if client_csrs { config } else { config.fields(&format!("spec.signerName={KUBELET_SERVING_SIGNER}")) };
-    // The cache keeps only what decisions and the write need (trim::trim): no labels, annotations
-    // or managedFields, no PKCS#10 request once a CSR is decided. Every watch event carries the
-    // whole object, so nothing is lost.
-    let store = csrs.as_reader();
-    let watch = kube_watch::stream(ctx.api.clone(), config).modify(trim::trim);
+    // The cache keeps only what decisions and the write need (`CsrObject`): no labels,
+    // annotations or managedFields, no PKCS#10 request once a CSR is decided. Every watch event
+    // carries the whole object, so nothing is lost.
+    let store = csrs.reader();
+    let watch = kube_watch::stream(ctx.api.clone(), config).map_ok(move |event| csrs.apply(event));
     let relisted = Arc::new(Notify::new());
     let (synced, first_list) = tokio::sync::oneshot::channel();
-    let live = triggers::live_triggers(reflector::reflector(csrs, watch), relisted.clone(), synced);
+    let live = triggers::live_triggers(watch, relisted.clone(), synced);
     let cache = machines.clone();
     tokio::spawn(async move {
         if first_list.await.is_err() {
@@ -161,7 +160,7 @@ pub(crate) async fn run<R, C, W, S>(
 fn waiting_on_cluster<R, C>(
     changes: tokio::sync::watch::Receiver<u64>,
     ctx: Arc<Context<R, C>>,
-    store: reflector::Store<CertificateSigningRequest>,
+    store: Cache<CsrObject>,
 ) -> impl Stream<Item = Trigger> + Send
 where
     R: Send + Sync + 'static,
@@ -183,9 +182,9 @@ where
 async fn reconcile_named<R: Resolver, C: ClusterView>(
     name: Arc<str>,
     ctx: Arc<Context<R, C>>,
-    store: reflector::Store<CertificateSigningRequest>,
+    store: Cache<CsrObject>,
 ) -> Option<Duration> {
-    let latest = store.get(&ObjectRef::new(&name)).filter(|csr| !is_decided(csr));
+    let latest = store.get(&name).filter(|csr| !csr.is_decided());
     let Some(csr) = latest else {
         ctx.forget(&name);
         return None;
@@ -202,24 +201,24 @@ async fn reconcile_named<R: Resolver, C: ClusterView>(
 
 /// Evaluates one CSR (only while leading, or under `--dry-run`) and carries out its [`Step`].
 async fn reconcile<R: Resolver, C: ClusterView>(
-    csr: Arc<CertificateSigningRequest>,
+    csr: Arc<CsrObject>,
     ctx: Arc<Context<R, C>>,
 ) -> Result<Next, ControllerError> {
-    let name = csr.name_any();
-    let logged = short_name(&name);
+    let name = &csr.name;
+    let logged = short_name(name);
     if !step::evaluates(ctx.leadership.is_leader(), ctx.dry_run) {
         ctx.leadership.skipped();
         tracing::debug!(csr = %logged, "not the leader: not evaluated");
         return Ok(Next::AwaitChange);
     }
     let key = CsrKey::of(&csr);
-    if ctx.reconciles.written_at(key, csr.metadata.resource_version.as_deref()) {
+    if ctx.reconciles.written_at(key, csr.resource_version.as_deref()) {
         // A pass or a retry came before the watch brought our own write back: this is the
         // version the decision was written on, so the cache is behind, not the CSR undecided.
         tracing::debug!(csr = %logged, "decision written on this version: waiting for the watch");
         return Ok(Next::AwaitChange);
     }
-    let sub = submission(csr.as_ref());
+    let sub = csr.submission();
     let started = Instant::now();
     let evaluation = evaluate(&sub, &ctx.policy, &ctx.resolver, &ctx.cluster, Timestamp::now()).await;
     ctx.metrics.observe_evaluation(started.elapsed());
@@ -229,8 +228,8 @@ async fn reconcile<R: Resolver, C: ClusterView>(
     match step::step_for(decision.kind, ctx.leadership.is_leader(), ctx.dry_run, announced) {
         Step::Forget => {
             tracing::debug!(csr = %logged, reason = %decision.reason, "ignored");
-            if is_decided(&csr) {
-                ctx.forget(&name);
+            if csr.is_decided() {
+                ctx.forget(name);
             } else {
                 ctx.reconciles.excuse(key);
             }
@@ -264,7 +263,7 @@ async fn reconcile<R: Resolver, C: ClusterView>(
 
 /// A failed write is tried again after its own backoff (0.5 s doubling to 8 s), until the CSR is
 /// decided or gone.
-fn error_policy<R, C>(csr: &CertificateSigningRequest, error: &ControllerError, ctx: &Context<R, C>) -> Duration {
+fn error_policy<R, C>(csr: &CsrObject, error: &ControllerError, ctx: &Context<R, C>) -> Duration {
     let delay = ctx.reconciles.next_write_retry(CsrKey::of(csr));
     ctx.metrics.set_waiting_retry(ctx.reconciles.waiting());
     tracing::warn!(%error, retry_in = ?delay, "reconcile failed; retrying");
@@ -290,7 +289,7 @@ impl<R, C> Context<R, C> {
     /// failure is an error, which [`error_policy`] retries.
     async fn write(
         &self,
-        csr: &CertificateSigningRequest,
+        csr: &CsrObject,
         key: CsrKey<'_>,
         decision: &Decision,
         node: &str,
@@ -301,8 +300,8 @@ impl<R, C> Context<R, C> {
                 self.metrics.record_write(WriteResult::Success);
                 self.metrics.record_decision(decision.kind, decision.reason);
                 log_decision(key.name, node, decision, "written");
-                self.events.publish(csr.object_ref(&()), decision, "").await;
-                self.reconciles.mark_written(key, csr.metadata.resource_version.as_deref().unwrap_or_default());
+                self.events.publish(csr.object_ref(), decision, "").await;
+                self.reconciles.mark_written(key, csr.resource_version.as_deref().unwrap_or_default());
                 self.metrics.set_waiting_retry(self.reconciles.waiting());
                 Ok(Next::AwaitChange)
             }
@@ -335,17 +334,10 @@ impl<R, C> Context<R, C> {
     }
 
     /// Logs and publishes a decision that is not written, and remembers that it was told.
-    async fn announce(
-        &self,
-        csr: &CertificateSigningRequest,
-        key: CsrKey<'_>,
-        decision: &Decision,
-        node: &str,
-        note: Announcement,
-    ) {
+    async fn announce(&self, csr: &CsrObject, key: CsrKey<'_>, decision: &Decision, node: &str, note: Announcement) {
         self.reconciles.mark_announced(key, decision.kind, decision.reason);
         log_decision(key.name, node, decision, note.log);
-        self.events.publish(csr.object_ref(&()), decision, note.event_prefix).await;
+        self.events.publish(csr.object_ref(), decision, note.event_prefix).await;
     }
 
     /// Drops what was remembered about a CSR that is decided or gone.

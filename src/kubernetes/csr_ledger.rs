@@ -7,11 +7,11 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use jiff::Timestamp;
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
-use kube::runtime::reflector::{self, Store};
 use kube::runtime::watcher;
-use kube::{Api, Client, ResourceExt};
+use kube::{Api, Client};
 
-use crate::kubernetes::csr_object::{is_approved, submission};
+use crate::kubernetes::csr_cache::{self, Cache};
+use crate::kubernetes::csr_object::CsrObject;
 use crate::policy::{
     KUBELET_CLIENT_SIGNER, MachinePolicy, capped_pending, counts_as_pending, issued_client_node, pending_node,
 };
@@ -19,7 +19,7 @@ use crate::policy::{
 /// Machine mode's view of the CSR cache. Cheap to clone.
 #[derive(Clone)]
 pub struct CsrLedger {
-    csrs: Store<CertificateSigningRequest>,
+    csrs: Cache<CsrObject>,
     /// The rules the brake's count reads.
     rules: Arc<MachinePolicy>,
     /// The node name each pending CSR counts under, by uid (a request never changes), so a
@@ -32,7 +32,7 @@ pub struct CsrLedger {
 
 impl CsrLedger {
     /// Reads `csrs` (the controller's cache) under `rules`.
-    pub fn new(csrs: Store<CertificateSigningRequest>, rules: MachinePolicy) -> CsrLedger {
+    pub fn new(csrs: Cache<CsrObject>, rules: MachinePolicy) -> CsrLedger {
         CsrLedger { csrs, rules: Arc::new(rules), pending_nodes: Arc::default(), issued_nodes: Arc::default() }
     }
 
@@ -40,12 +40,12 @@ impl CsrLedger {
     /// certificate per Machine read what the controller's cache would hold.
     pub async fn listed(client: Client, rules: MachinePolicy) -> Result<CsrLedger, kube::Error> {
         let listed = Api::<CertificateSigningRequest>::all(client).list(&Default::default()).await?;
-        let (store, mut writer) = reflector::store();
-        writer.apply_watcher_event(&watcher::Event::Init);
+        let (store, mut writer) = csr_cache::cache();
+        writer.apply(watcher::Event::<CsrObject>::Init);
         for csr in listed.items {
-            writer.apply_watcher_event(&watcher::Event::InitApply(csr));
+            writer.apply(watcher::Event::InitApply(csr));
         }
-        writer.apply_watcher_event(&watcher::Event::InitDone);
+        writer.apply(watcher::Event::<CsrObject>::InitDone);
         Ok(CsrLedger::new(store, rules))
     }
 
@@ -56,14 +56,14 @@ impl CsrLedger {
         let mut seen = HashMap::new();
         let mut pending = Vec::new();
         for csr in self.csrs.state() {
-            let sub = submission(csr.as_ref());
+            let sub = csr.submission();
             if !counts_as_pending(&sub, &self.rules, now) {
                 continue;
             }
-            let uid = csr.metadata.uid.as_ref();
+            let uid = Some(&*csr.uid).filter(|uid| !uid.is_empty());
             let node = uid.and_then(|uid| known.remove(uid)).unwrap_or_else(|| pending_node(&sub, &self.rules));
             if let Some(uid) = uid {
-                seen.insert(uid.clone(), node.clone());
+                seen.insert(uid.to_owned(), node.clone());
             }
             pending.push(node);
         }
@@ -78,16 +78,16 @@ impl CsrLedger {
         let mut seen = HashMap::new();
         let mut issued = Vec::new();
         for csr in self.csrs.state() {
-            if csr.spec.signer_name != KUBELET_CLIENT_SIGNER || !is_approved(&csr) {
+            if &*csr.signer_name != KUBELET_CLIENT_SIGNER || !csr.is_approved() {
                 continue;
             }
-            let uid = csr.metadata.uid.clone().unwrap_or_default();
+            let uid = String::from(&*csr.uid);
             let for_node = match known.remove(&uid) {
                 Some(for_node) => for_node,
-                None => issued_client_node(&submission(csr.as_ref())),
+                None => issued_client_node(&csr.submission()),
             };
             if for_node.as_deref() == Some(node) {
-                issued.push(csr.name_any());
+                issued.push(String::from(&*csr.name));
             }
             if !uid.is_empty() {
                 seen.insert(uid, for_node);

@@ -1,56 +1,163 @@
-//! A CertificateSigningRequest object read into the decision core's [`Submission`], and the
-//! decision state of the object itself (decided, approved).
+//! A CertificateSigningRequest as the approver keeps it ([`CsrObject`]): only what decisions and
+//! the approval write read, read into the decision core's [`Submission`], and its decision state
+//! (decided, approved).
 
-use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
+use std::sync::Arc;
 
-use crate::policy::Submission;
+use jiff::Timestamp;
+use k8s_openapi::api::certificates::v1::{CertificateSigningRequest, CertificateSigningRequestCondition};
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::Resource;
 
-/// The parts of `csr` that decisions read.
-pub fn submission(csr: &CertificateSigningRequest) -> Submission {
-    let spec = &csr.spec;
-    Submission {
-        name: csr.metadata.name.clone().unwrap_or_default(),
-        created: csr.metadata.creation_timestamp.as_ref().map(|t| t.0),
-        signer_name: spec.signer_name.clone(),
-        username: spec.username.clone().unwrap_or_default(),
-        groups: spec.groups.clone().unwrap_or_default(),
-        usages: spec.usages.clone().unwrap_or_default(),
-        expiration_seconds: spec.expiration_seconds,
-        request: spec.request.0.clone(),
-        decided: decided_by(csr),
-        approved: is_approved(csr),
+use crate::csr::MAX_REQUEST_BYTES;
+use crate::kubernetes::csr_cache::Named;
+use crate::policy::{KUBELET_CLIENT_SIGNER, Submission};
+
+/// A CSR reduced to what decisions and the approval write read. The apiserver's object is read
+/// by k8s-openapi (one reader of the request's bytes, wherever they come from) and turned into
+/// this at once, so a cache of thousands of CSRs holds no more: no labels, annotations,
+/// finalizers or managedFields (the write patches the conditions only), the request cut to what
+/// the canonical gate can accept plus one byte, and of a decided CSR only what triage and
+/// machine mode's brake read.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CsrObject {
+    /// metadata.name.
+    pub name: Arc<str>,
+    /// metadata.uid.
+    pub uid: Box<str>,
+    /// metadata.resourceVersion: the write's precondition.
+    pub resource_version: Option<Box<str>>,
+    /// metadata.creationTimestamp.
+    pub created: Option<Timestamp>,
+    /// spec.signerName.
+    pub signer_name: Box<str>,
+    /// spec.username (empty when absent): whose turn a reconcile takes.
+    pub username: Arc<str>,
+    /// spec.groups (none kept once decided).
+    pub groups: Box<[Box<str>]>,
+    /// spec.usages (none kept once decided).
+    pub usages: Box<[Box<str>]>,
+    /// spec.expirationSeconds.
+    pub expiration_seconds: Option<i32>,
+    /// spec.request: at most its first [`MAX_REQUEST_BYTES`] + 1 bytes (the canonical gate refuses
+    /// a longer one on its length alone); empty once decided, except for an approved client CSR
+    /// (one client certificate per Machine reads its common name).
+    pub request: Box<[u8]>,
+    /// status.conditions: whole while pending (the write sends them back), only their types once
+    /// decided.
+    pub conditions: Box<[CertificateSigningRequestCondition]>,
+    /// A non-empty status.certificate is present.
+    pub certificate_issued: bool,
+}
+
+impl From<CertificateSigningRequest> for CsrObject {
+    fn from(csr: CertificateSigningRequest) -> CsrObject {
+        let CertificateSigningRequest { metadata, spec, status } = csr;
+        let status = status.unwrap_or_default();
+        let mut object = CsrObject {
+            name: Arc::from(metadata.name.unwrap_or_default()),
+            uid: metadata.uid.unwrap_or_default().into(),
+            resource_version: metadata.resource_version.map(Into::into),
+            created: metadata.creation_timestamp.map(|time| time.0),
+            signer_name: spec.signer_name.into(),
+            username: Arc::from(spec.username.unwrap_or_default()),
+            groups: boxed_strings(spec.groups),
+            usages: boxed_strings(spec.usages),
+            expiration_seconds: spec.expiration_seconds,
+            request: Box::default(),
+            conditions: status.conditions.unwrap_or_default().into(),
+            certificate_issued: status.certificate.is_some_and(|certificate| !certificate.0.is_empty()),
+        };
+        let mut request = spec.request.0;
+        let has_decided_condition = object.conditions.iter().any(|c| matches!(c.type_.as_str(), "Approved" | "Denied"));
+        if has_decided_condition {
+            // Triage needs the signer and the decided condition; the machine-mode brake the
+            // signer, the username and the creation time; one client certificate per Machine the
+            // request of an approved client CSR (its common name). Nothing reads the rest.
+            if !(&*object.signer_name == KUBELET_CLIENT_SIGNER && object.is_approved()) {
+                request = Vec::new();
+            }
+            (object.groups, object.usages) = (Box::default(), Box::default());
+            for condition in &mut object.conditions {
+                (condition.message, condition.reason) = (None, None);
+                (condition.last_update_time, condition.last_transition_time) = (None, None);
+            }
+        }
+        request.truncate(MAX_REQUEST_BYTES + 1);
+        object.request = request.into_boxed_slice();
+        object
     }
 }
 
-/// True when an Approved or Denied condition or an issued certificate is present.
-pub fn is_decided(csr: &CertificateSigningRequest) -> bool {
-    decided_by(csr).is_some()
+fn boxed_strings(strings: Option<Vec<String>>) -> Box<[Box<str>]> {
+    strings.unwrap_or_default().into_iter().map(String::into_boxed_str).collect()
 }
 
-/// True when an Approved condition is present and no Denied or Failed one.
-pub fn is_approved(csr: &CertificateSigningRequest) -> bool {
-    let types = || csr.status.iter().flat_map(|status| status.conditions.iter().flatten()).map(|c| c.type_.as_str());
-    types().any(|t| t == "Approved") && !types().any(|t| t == "Denied" || t == "Failed")
-}
-
-fn decided_by(csr: &CertificateSigningRequest) -> Option<String> {
-    let status = csr.status.as_ref()?;
-    if status.certificate.as_ref().is_some_and(|c| !c.0.is_empty()) {
-        return Some("a certificate was issued".into());
+impl Named for CsrObject {
+    fn name(&self) -> &Arc<str> {
+        &self.name
     }
-    status.conditions.iter().flatten().find_map(|c| {
-        matches!(c.type_.as_str(), "Approved" | "Denied").then(|| format!("condition {} is present", c.type_))
-    })
+}
+
+impl CsrObject {
+    /// The parts that decisions read.
+    pub fn submission(&self) -> Submission {
+        let strings = |strings: &[Box<str>]| strings.iter().map(|s| String::from(&**s)).collect();
+        Submission {
+            name: String::from(&*self.name),
+            created: self.created,
+            signer_name: String::from(&*self.signer_name),
+            username: String::from(&*self.username),
+            groups: strings(&self.groups),
+            usages: strings(&self.usages),
+            expiration_seconds: self.expiration_seconds,
+            request: self.request.to_vec(),
+            decided: self.decided_by(),
+            approved: self.is_approved(),
+        }
+    }
+
+    /// True when an Approved or Denied condition or an issued certificate is present.
+    pub fn is_decided(&self) -> bool {
+        self.decided_by().is_some()
+    }
+
+    /// True when an Approved condition is present and no Denied or Failed one.
+    pub fn is_approved(&self) -> bool {
+        let types = || self.conditions.iter().map(|c| c.type_.as_str());
+        types().any(|t| t == "Approved") && !types().any(|t| t == "Denied" || t == "Failed")
+    }
+
+    /// What an Event about this CSR refers to: its kind, name and uid.
+    pub fn object_ref(&self) -> ObjectReference {
+        ObjectReference {
+            api_version: Some(CertificateSigningRequest::api_version(&()).into_owned()),
+            kind: Some(CertificateSigningRequest::kind(&()).into_owned()),
+            name: Some(String::from(&*self.name)),
+            uid: Some(String::from(&*self.uid)).filter(|uid| !uid.is_empty()),
+            ..ObjectReference::default()
+        }
+    }
+
+    fn decided_by(&self) -> Option<String> {
+        if self.certificate_issued {
+            return Some("a certificate was issued".into());
+        }
+        self.conditions.iter().find_map(|c| {
+            matches!(c.type_.as_str(), "Approved" | "Denied").then(|| format!("condition {} is present", c.type_))
+        })
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use k8s_openapi::ByteString;
-    use k8s_openapi::api::certificates::v1::{CertificateSigningRequestCondition, CertificateSigningRequestStatus};
+    use k8s_openapi::api::certificates::v1::{CertificateSigningRequestSpec, CertificateSigningRequestStatus};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, ObjectMeta, OwnerReference, Time};
 
     use super::*;
 
-    fn with_status(certificate: &[u8], conditions: &[&str]) -> CertificateSigningRequest {
+    fn with_status(certificate: &[u8], conditions: &[&str]) -> CsrObject {
         let conditions = conditions
             .iter()
             .map(|type_| CertificateSigningRequestCondition { type_: (*type_).into(), ..Default::default() })
@@ -59,7 +166,7 @@ mod tests {
             certificate: Some(ByteString(certificate.to_vec())),
             conditions: Some(conditions),
         };
-        CertificateSigningRequest { status: Some(status), ..Default::default() }
+        CsrObject::from(CertificateSigningRequest { status: Some(status), ..Default::default() })
     }
 
     #[test]
@@ -70,11 +177,11 @@ mod tests {
             (with_status(b"", &["Failed", "Denied"]), Some("condition Denied is present")),
             (with_status(b"", &[]), None),
             (with_status(b"", &["Failed"]), None),
-            (CertificateSigningRequest::default(), None),
+            (CsrObject::from(CertificateSigningRequest::default()), None),
         ];
         for (csr, decided) in cases {
-            assert_eq!(submission(&csr).decided.as_deref(), decided, "{:?}", csr.status);
-            assert_eq!(is_decided(&csr), decided.is_some(), "{:?}", csr.status);
+            assert_eq!(csr.submission().decided.as_deref(), decided, "{csr:?}");
+            assert_eq!(csr.is_decided(), decided.is_some(), "{csr:?}");
         }
     }
 
@@ -88,8 +195,142 @@ mod tests {
             (&[], false),
         ];
         for (conditions, approved) in cases {
-            assert_eq!(submission(&with_status(b"", conditions)).approved, approved, "{conditions:?}");
+            assert_eq!(with_status(b"", conditions).submission().approved, approved, "{conditions:?}");
         }
-        assert!(!submission(&with_status(b"PEM", &[])).approved, "a certificate without a condition");
+        assert!(!with_status(b"PEM", &[]).submission().approved, "a certificate without a condition");
+    }
+
+    fn condition(type_: &str) -> CertificateSigningRequestCondition {
+        CertificateSigningRequestCondition {
+            type_: type_.into(),
+            status: "True".into(),
+            reason: Some("R".into()),
+            message: Some("M".into()),
+            last_update_time: Some(Time(Timestamp::UNIX_EPOCH)),
+            last_transition_time: Some(Time(Timestamp::UNIX_EPOCH)),
+        }
+    }
+
+    /// A CSR with everything the approver drops, and the given conditions.
+    fn full(conditions: &[&str]) -> CertificateSigningRequest {
+        let strings = || Some([("k".to_owned(), "v".to_owned())].into());
+        CertificateSigningRequest {
+            metadata: ObjectMeta {
+                name: Some("csr-1".into()),
+                uid: Some("uid-1".into()),
+                resource_version: Some("42".into()),
+                creation_timestamp: Some(Time(Timestamp::UNIX_EPOCH)),
+                labels: strings(),
+                annotations: strings(),
+                finalizers: Some(vec!["example.com/f".into()]),
+                owner_references: Some(vec![OwnerReference::default()]),
+                managed_fields: Some(vec![ManagedFieldsEntry::default()]),
+                generate_name: Some("csr-".into()),
+                generation: Some(1),
+                namespace: Some("n".into()),
+                ..ObjectMeta::default()
+            },
+            spec: CertificateSigningRequestSpec {
+                request: ByteString(b"request".to_vec()),
+                signer_name: "kubernetes.io/kubelet-serving".into(),
+                username: Some("system:node:n".into()),
+                groups: Some(vec!["system:nodes".into()]),
+                usages: Some(vec!["server auth".into()]),
+                expiration_seconds: Some(3600),
+                uid: Some("u".into()),
+                extra: Some([("k".to_owned(), vec!["v".to_owned()])].into()),
+            },
+            status: Some(CertificateSigningRequestStatus {
+                certificate: Some(ByteString(b"cert".to_vec())),
+                conditions: Some(conditions.iter().map(|type_| condition(type_)).collect()),
+            }),
+        }
+    }
+
+    #[test]
+    fn a_pending_csr_keeps_what_decisions_and_the_write_read() {
+        let pending = CsrObject::from(full(&["Other"]));
+        let expected = CsrObject {
+            name: "csr-1".into(),
+            uid: "uid-1".into(),
+            resource_version: Some("42".into()),
+            created: Some(Timestamp::UNIX_EPOCH),
+            signer_name: "kubernetes.io/kubelet-serving".into(),
+            username: "system:node:n".into(),
+            groups: ["system:nodes".into()].into(),
+            usages: ["server auth".into()].into(),
+            expiration_seconds: Some(3600),
+            request: (*b"request").into(),
+            conditions: [condition("Other")].into(),
+            certificate_issued: true,
+        };
+        assert_eq!(pending, expected);
+        let submission = pending.submission();
+        assert_eq!((submission.name.as_str(), submission.created), ("csr-1", Some(Timestamp::UNIX_EPOCH)));
+        assert_eq!((submission.groups, submission.usages), (vec!["system:nodes".into()], vec!["server auth".into()]));
+        assert_eq!((submission.request, submission.expiration_seconds), (b"request".to_vec(), Some(3600)));
+    }
+
+    #[test]
+    fn an_oversized_request_keeps_one_byte_more_than_the_gate_accepts_and_is_still_refused() {
+        let with_request = |len: usize| {
+            let mut csr = full(&["Other"]);
+            csr.spec.request = ByteString(vec![b'A'; len]);
+            csr
+        };
+        let refused = |request: &[u8]| crate::csr::CsrFacts::from_pem(request).err();
+        let oversized = with_request(1024 * 1024);
+        let cached = CsrObject::from(oversized.clone());
+        assert_eq!(cached.request.len(), MAX_REQUEST_BYTES + 1);
+        assert_eq!(refused(&cached.request), Some(crate::csr::CsrError::TooLarge));
+        assert_eq!(refused(&cached.request), refused(&oversized.spec.request.0));
+        // At the limit and one over, nothing is cut.
+        for len in [MAX_REQUEST_BYTES, MAX_REQUEST_BYTES + 1] {
+            assert_eq!(CsrObject::from(with_request(len)).request.len(), len);
+        }
+    }
+
+    #[test]
+    fn a_decided_csr_keeps_what_triage_and_the_brake_read() {
+        for decided in ["Approved", "Denied"] {
+            let csr = CsrObject::from(full(&["Other", decided]));
+            assert_eq!((&*csr.name, &*csr.uid, csr.resource_version.as_deref()), ("csr-1", "uid-1", Some("42")));
+            assert_eq!((&*csr.signer_name, &*csr.username), ("kubernetes.io/kubelet-serving", "system:node:n"));
+            assert_eq!(csr.created, Some(Timestamp::UNIX_EPOCH));
+            assert!(csr.request.is_empty() && csr.groups.is_empty() && csr.usages.is_empty());
+            let types: Vec<&str> = csr.conditions.iter().map(|c| c.type_.as_str()).collect();
+            assert_eq!(types, ["Other", decided]);
+            assert!(csr.conditions.iter().all(|c| c.message.is_none() && c.reason.is_none()));
+            assert!(csr.conditions.iter().all(|c| c.last_update_time.is_none() && c.last_transition_time.is_none()));
+        }
+    }
+
+    #[test]
+    fn an_approved_client_csr_keeps_its_request_for_one_client_certificate_per_machine() {
+        let client = |conditions: &[&str]| {
+            let mut csr = full(conditions);
+            csr.spec.signer_name = KUBELET_CLIENT_SIGNER.into();
+            CsrObject::from(csr).request
+        };
+        assert_eq!(&*client(&["Approved"]), b"request");
+        for conditions in [&["Denied"][..], &["Approved", "Failed"], &["Approved", "Denied"]] {
+            assert!(client(conditions).is_empty(), "{conditions:?}");
+        }
+    }
+
+    #[test]
+    fn an_event_refers_to_the_csr_by_kind_name_and_uid() {
+        let mut csr = full(&[]);
+        csr.metadata.namespace = None;
+        let reference = CsrObject::from(csr.clone()).object_ref();
+        let expected = ObjectReference {
+            api_version: Some("certificates.k8s.io/v1".into()),
+            kind: Some("CertificateSigningRequest".into()),
+            name: Some("csr-1".into()),
+            uid: Some("uid-1".into()),
+            ..ObjectReference::default()
+        };
+        assert_eq!(reference, expected);
+        assert_eq!(reference, csr.object_ref(&()), "as kube refers to it");
     }
 }

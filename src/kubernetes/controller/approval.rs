@@ -8,10 +8,11 @@ use http::HeaderValue;
 use jiff::Timestamp;
 use k8s_openapi::api::certificates::v1::{CertificateSigningRequest, CertificateSigningRequestCondition};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::{Api, Resource, ResourceExt};
+use kube::{Api, Resource};
 use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 use serde_json::{Value, json};
 
+use crate::kubernetes::csr_object::CsrObject;
 use crate::policy::{Decision, DecisionKind};
 
 /// The apiserver's limit on an Event note (1 KiB), also applied to condition messages.
@@ -66,12 +67,12 @@ impl WriteError {
 /// only, so no reply carries a request back (a hostile one is as large as an object may be).
 pub async fn write_condition(
     api: &Api<CertificateSigningRequest>,
-    csr: &CertificateSigningRequest,
+    csr: &CsrObject,
     decision: &Decision,
 ) -> Result<(), WriteError> {
     let patch = condition_patch(csr, decision).ok_or(WriteError::NoResourceVersion)?;
-    let name = csr.name_any();
-    let uri = http::Uri::try_from(approval_path(&name)).map_err(|_| WriteError::Unaddressable { bytes: name.len() })?;
+    let name = &csr.name;
+    let uri = http::Uri::try_from(approval_path(name)).map_err(|_| WriteError::Unaddressable { bytes: name.len() })?;
     let body = serde_json::to_vec(&patch).map_err(kube::Error::SerdeError)?;
     let request = http::Request::patch(uri)
         .header(http::header::ACCEPT, HeaderValue::from_static(METADATA_ONLY))
@@ -94,8 +95,8 @@ fn approval_path(name: &str) -> String {
 /// The body of the approval write: the cached conditions and the decision's, and the cached
 /// resourceVersion, which the apiserver checks (a CSR changed since it was read answers with a
 /// conflict, so a stale view never writes). None when the CSR has no resourceVersion.
-fn condition_patch(csr: &CertificateSigningRequest, decision: &Decision) -> Option<Value> {
-    let resource_version = csr.metadata.resource_version.as_deref()?;
+fn condition_patch(csr: &CsrObject, decision: &Decision) -> Option<Value> {
+    let resource_version = csr.resource_version.as_deref()?;
     let now = Time(Timestamp::now());
     let condition = CertificateSigningRequestCondition {
         type_: if decision.kind == DecisionKind::Approve { "Approved" } else { "Denied" }.to_owned(),
@@ -106,8 +107,7 @@ fn condition_patch(csr: &CertificateSigningRequest, decision: &Decision) -> Opti
         last_transition_time: Some(now),
     };
     // A merge patch replaces a list whole: the cached conditions go first, unchanged.
-    let cached = csr.status.as_ref().and_then(|status| status.conditions.as_deref()).unwrap_or_default();
-    let conditions: Vec<&CertificateSigningRequestCondition> = cached.iter().chain([&condition]).collect();
+    let conditions: Vec<&CertificateSigningRequestCondition> = csr.conditions.iter().chain([&condition]).collect();
     Some(json!({
         "metadata": {"resourceVersion": resource_version},
         "status": {"conditions": conditions},
@@ -148,11 +148,8 @@ mod tests {
         assert!(cut.ends_with('…'));
     }
 
-    fn csr(
-        resource_version: Option<&str>,
-        conditions: Option<Vec<CertificateSigningRequestCondition>>,
-    ) -> CertificateSigningRequest {
-        CertificateSigningRequest {
+    fn csr(resource_version: Option<&str>, conditions: Option<Vec<CertificateSigningRequestCondition>>) -> CsrObject {
+        CsrObject::from(CertificateSigningRequest {
             metadata: ObjectMeta {
                 name: Some("csr-1".into()),
                 resource_version: resource_version.map(Into::into),
@@ -166,7 +163,7 @@ mod tests {
                 ..Default::default()
             },
             status: Some(CertificateSigningRequestStatus { conditions, ..Default::default() }),
-        }
+        })
     }
 
     #[test]

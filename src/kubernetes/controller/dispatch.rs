@@ -18,9 +18,9 @@ const PANIC_RETRY: Duration = Duration::from_secs(8);
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct Trigger {
     /// metadata.name.
-    pub name: String,
+    pub name: Arc<str>,
     /// spec.username: whose turn it takes.
-    pub requester: String,
+    pub requester: Arc<str>,
     /// A decided CSR not in the queue needs no reconcile, only to be forgotten.
     pub decided: bool,
 }
@@ -73,7 +73,7 @@ pub(super) async fn dispatch<F, Fut, G>(
                 if trigger.decided && !queue.contains(&trigger.name) {
                     (work.forget)(&trigger.name);
                 } else {
-                    queue.trigger(&trigger.name, &trigger.requester);
+                    queue.trigger(trigger.name, trigger.requester);
                 }
             }
             () = sleep_until(due), if due.is_some() => queue.promote_due(Instant::now()),
@@ -99,7 +99,7 @@ mod tests {
     use tokio::sync::{Notify, mpsc};
 
     fn trigger(name: &str, requester: &str) -> Trigger {
-        Trigger { name: name.to_owned(), requester: requester.to_owned(), decided: false }
+        Trigger { name: name.into(), requester: requester.into(), decided: false }
     }
 
     #[tokio::test]

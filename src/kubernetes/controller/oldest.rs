@@ -7,14 +7,12 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::FutureExt;
 use jiff::Timestamp;
-use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
-use kube::runtime::reflector::Store;
 
 use super::Context;
 use super::reconcile_state::CsrKey;
-use crate::kubernetes::csr_object::is_decided;
+use crate::kubernetes::csr_cache::Cache;
+use crate::kubernetes::csr_object::CsrObject;
 use crate::policy::{KUBELET_CLIENT_SIGNER, KUBELET_SERVING_SIGNER};
 
 /// How often the age is computed (a scan of the cache) and forgotten CSRs are dropped from the reconcile state.
@@ -23,15 +21,15 @@ const REPORT_PERIOD: Duration = Duration::from_secs(5);
 /// The age at `now` of the oldest CSR of `csrs` that is undecided, of a signer in `signers`,
 /// and not `excused`; zero when there is none.
 pub(super) fn oldest_undecided_age<'a>(
-    csrs: impl IntoIterator<Item = &'a CertificateSigningRequest>,
+    csrs: impl IntoIterator<Item = &'a CsrObject>,
     signers: &[&str],
-    excused: impl Fn(&CertificateSigningRequest) -> bool,
+    excused: impl Fn(&CsrObject) -> bool,
     now: Timestamp,
 ) -> Duration {
     csrs.into_iter()
-        .filter(|csr| signers.contains(&csr.spec.signer_name.as_str()) && !is_decided(csr) && !excused(csr))
-        .filter_map(|csr| csr.metadata.creation_timestamp.as_ref())
-        .filter_map(|created| Duration::try_from(now.duration_since(created.0)).ok())
+        .filter(|csr| signers.contains(&&*csr.signer_name) && !csr.is_decided() && !excused(csr))
+        .filter_map(|csr| csr.created)
+        .filter_map(|created| Duration::try_from(now.duration_since(created)).ok())
         .max()
         .unwrap_or_default()
 }
@@ -43,17 +41,17 @@ pub(super) fn handled_signers(client_csrs: bool) -> &'static [&'static str] {
 
 /// Every [`REPORT_PERIOD`]: drops what the reconcile state holds of CSRs no longer cached, and sets the gauge
 /// (zero unless this replica writes).
-pub(super) async fn report<R, C>(ctx: Arc<Context<R, C>>, store: Store<CertificateSigningRequest>, client_csrs: bool) {
+pub(super) async fn report<R, C>(ctx: Arc<Context<R, C>>, store: Cache<CsrObject>, client_csrs: bool) {
     let signers = handled_signers(client_csrs);
     loop {
         tokio::time::sleep(REPORT_PERIOD).await;
         let csrs = store.state();
-        if store.wait_until_ready().now_or_never().is_some_and(|ready| ready.is_ok()) {
+        if store.is_ready() {
             let cached: HashMap<&str, &str> = csrs.iter().map(|csr| CsrKey::of(csr)).map(|k| (k.name, k.uid)).collect();
             ctx.reconciles.retain(|key| cached.get(key.name) == Some(&key.uid));
         }
         let age = if ctx.leadership.is_leader() && !ctx.dry_run {
-            let excused = |csr: &CertificateSigningRequest| ctx.reconciles.is_excused(CsrKey::of(csr));
+            let excused = |csr: &CsrObject| ctx.reconciles.is_excused(CsrKey::of(csr));
             oldest_undecided_age(csrs.iter().map(AsRef::as_ref), signers, excused, Timestamp::now())
         } else {
             Duration::ZERO
@@ -65,22 +63,21 @@ pub(super) async fn report<R, C>(ctx: Arc<Context<R, C>>, store: Store<Certifica
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::api::certificates::v1::{CertificateSigningRequestCondition, CertificateSigningRequestStatus};
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+    use k8s_openapi::api::certificates::v1::{CertificateSigningRequest, CertificateSigningRequestCondition};
 
-    fn csr(name: &str, signer: &str, age_secs: i64, now: Timestamp) -> CertificateSigningRequest {
-        let mut csr = CertificateSigningRequest::default();
-        csr.metadata.name = Some(name.into());
-        csr.metadata.uid = Some(format!("uid-{name}"));
-        csr.metadata.creation_timestamp = Some(Time(now - jiff::SignedDuration::from_secs(age_secs)));
-        csr.spec.signer_name = signer.into();
+    fn csr(name: &str, signer: &str, age_secs: i64, now: Timestamp) -> CsrObject {
+        let mut csr = CsrObject::from(CertificateSigningRequest::default());
+        csr.name = name.into();
+        csr.uid = format!("uid-{name}").into();
+        csr.created = Some(now - jiff::SignedDuration::from_secs(age_secs));
+        csr.signer_name = signer.into();
         csr
     }
 
-    fn decided(mut csr: CertificateSigningRequest, type_: &str) -> CertificateSigningRequest {
+    fn decided(mut csr: CsrObject, type_: &str) -> CsrObject {
         let condition =
             CertificateSigningRequestCondition { type_: type_.into(), status: "True".into(), ..Default::default() };
-        csr.status = Some(CertificateSigningRequestStatus { conditions: Some(vec![condition]), ..Default::default() });
+        csr.conditions = [condition].into();
         csr
     }
 
@@ -96,11 +93,11 @@ mod tests {
             csr("client", KUBELET_CLIENT_SIGNER, 600, now),
             csr("other-signer", "example.com/other", 500, now),
         ];
-        let excused = |csr: &CertificateSigningRequest| csr.metadata.name.as_deref() == Some("held");
+        let excused = |csr: &CsrObject| &*csr.name == "held";
         let age = |signers| oldest_undecided_age(&csrs, signers, excused, now);
         assert_eq!(age(handled_signers(false)), Duration::from_secs(90));
         assert_eq!(age(handled_signers(true)), Duration::from_secs(600));
-        let none = |_: &CertificateSigningRequest| false;
+        let none = |_: &CsrObject| false;
         assert_eq!(oldest_undecided_age(&csrs, handled_signers(false), none, now), Duration::from_secs(700));
         assert_eq!(oldest_undecided_age(&csrs[2..4], handled_signers(true), none, now), Duration::ZERO);
     }
@@ -109,7 +106,7 @@ mod tests {
     fn a_csr_from_the_future_or_without_a_creation_time_does_not_count() {
         let now = Timestamp::now();
         let mut undated = csr("undated", KUBELET_SERVING_SIGNER, 0, now);
-        undated.metadata.creation_timestamp = None;
+        undated.created = None;
         let csrs = [csr("future", KUBELET_SERVING_SIGNER, -60, now), undated];
         assert_eq!(oldest_undecided_age(&csrs, handled_signers(false), |_| false, now), Duration::ZERO);
     }

@@ -6,8 +6,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
-use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
-
+use crate::kubernetes::csr_object::CsrObject;
 use crate::policy::{DecisionKind, Reason};
 
 /// The first retry delay; each further retry doubles it...
@@ -36,11 +35,8 @@ pub(super) struct CsrKey<'a> {
 
 impl CsrKey<'_> {
     /// The key of `csr`.
-    pub(super) fn of(csr: &CertificateSigningRequest) -> CsrKey<'_> {
-        CsrKey {
-            name: csr.metadata.name.as_deref().unwrap_or_default(),
-            uid: csr.metadata.uid.as_deref().unwrap_or_default(),
-        }
+    pub(super) fn of(csr: &CsrObject) -> CsrKey<'_> {
+        CsrKey { name: &csr.name, uid: &csr.uid }
     }
 }
 

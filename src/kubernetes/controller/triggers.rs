@@ -8,19 +8,17 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::{Stream, StreamExt};
-use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
-use kube::ResourceExt;
-use kube::runtime::reflector::Store;
 use kube::runtime::watcher::{self, Event};
 use tokio::sync::{Notify, oneshot};
 
 use super::dispatch::Trigger;
-use crate::kubernetes::csr_object::is_decided;
+use crate::kubernetes::csr_cache::Cache;
+use crate::kubernetes::csr_object::CsrObject;
 use crate::metrics::{Metrics, PassTrigger};
 
-/// The trigger of `csr`.
-fn trigger_of(csr: &CertificateSigningRequest) -> Trigger {
-    Trigger { name: csr.name_any(), requester: csr.spec.username.clone().unwrap_or_default(), decided: is_decided(csr) }
+/// The trigger of `csr`: its name and requester shared with the cache, not copied.
+fn trigger_of(csr: &CsrObject) -> Trigger {
+    Trigger { name: csr.name.clone(), requester: csr.username.clone(), decided: csr.is_decided() }
 }
 
 /// The triggers of live watch events, from `events` as the cache applied them. A completed list
@@ -29,7 +27,7 @@ fn trigger_of(csr: &CertificateSigningRequest) -> Trigger {
 /// are logged (a warning when the watch starts failing, one line when it recovers) and dropped:
 /// the watch recovers by itself after its backoff.
 pub(super) fn live_triggers(
-    events: impl Stream<Item = Result<Event<CertificateSigningRequest>, watcher::Error>> + Send,
+    events: impl Stream<Item = Result<Event<Arc<CsrObject>>, watcher::Error>> + Send,
     relisted: Arc<Notify>,
     synced: oneshot::Sender<()>,
 ) -> impl Stream<Item = Trigger> + Send {
@@ -88,7 +86,7 @@ pub(super) fn passes(
 /// `metrics`). Decided CSRs stay in the cache until they are deleted, and are not looked at.
 pub(super) fn undecided_in_each_pass(
     triggers: impl Stream<Item = PassTrigger> + Send + 'static,
-    store: Store<CertificateSigningRequest>,
+    store: Cache<CsrObject>,
     metrics: Metrics,
 ) -> impl Stream<Item = Trigger> + Send {
     triggers.flat_map(move |trigger| {
@@ -100,6 +98,6 @@ pub(super) fn undecided_in_each_pass(
 }
 
 /// A trigger of every undecided CSR in `store`.
-pub(super) fn undecided(store: &Store<CertificateSigningRequest>) -> Vec<Trigger> {
-    store.state().iter().filter(|csr| !is_decided(csr)).map(|csr| trigger_of(csr)).collect()
+pub(super) fn undecided(store: &Cache<CsrObject>) -> Vec<Trigger> {
+    store.state().iter().filter(|csr| !csr.is_decided()).map(|csr| trigger_of(csr)).collect()
 }

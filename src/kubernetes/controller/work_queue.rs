@@ -46,11 +46,9 @@ enum State {
 impl WorkQueue {
     /// Queues `name` (created by `requester`) to run as soon as its turn comes: a delayed CSR is
     /// made ready, a running one runs again when it finishes, a ready one keeps its place.
-    pub(super) fn trigger(&mut self, name: &str, requester: &str) {
-        match self.entries.get_mut(name) {
+    pub(super) fn trigger(&mut self, name: Arc<str>, requester: Arc<str>) {
+        match self.entries.get_mut(&name) {
             None => {
-                let name: Arc<str> = Arc::from(name);
-                let requester: Arc<str> = Arc::from(requester);
                 self.entries.insert(name.clone(), Entry { requester: requester.clone(), state: State::Ready });
                 self.push_ready(requester, name);
             }
@@ -60,7 +58,7 @@ impl WorkQueue {
                 State::Delayed(due) => {
                     entry.state = State::Ready;
                     let requester = entry.requester.clone();
-                    if let Some((_, name)) = self.delayed.take(&(due, Arc::from(name))) {
+                    if let Some((_, name)) = self.delayed.take(&(due, name)) {
                         self.push_ready(requester, name);
                     }
                 }
@@ -166,11 +164,11 @@ mod tests {
     fn requesters_take_turns_and_each_keeps_its_arrival_order() {
         let mut queue = WorkQueue::default();
         for i in 0..4 {
-            queue.trigger(&format!("flood-{i}"), "system:node:flood");
+            queue.trigger(format!("flood-{i}").into(), "system:node:flood".into());
         }
-        queue.trigger("other-0", "system:node:other");
-        queue.trigger("third-0", "system:node:third");
-        queue.trigger("other-1", "system:node:other");
+        queue.trigger("other-0".into(), "system:node:other".into());
+        queue.trigger("third-0".into(), "system:node:third".into());
+        queue.trigger("other-1".into(), "system:node:other".into());
         assert_eq!(drain(&mut queue), ["flood-0", "other-0", "third-0", "flood-1", "other-1", "flood-2", "flood-3"]);
         assert_eq!(queue.len(), 0);
     }
@@ -178,18 +176,18 @@ mod tests {
     #[test]
     fn a_csr_triggered_twice_while_ready_runs_once() {
         let mut queue = WorkQueue::default();
-        queue.trigger("a", "n");
-        queue.trigger("a", "n");
+        queue.trigger("a".into(), "n".into());
+        queue.trigger("a".into(), "n".into());
         assert_eq!(drain(&mut queue), ["a"]);
     }
 
     #[test]
     fn a_csr_triggered_while_running_runs_again_after_it_finishes() {
         let mut queue = WorkQueue::default();
-        queue.trigger("a", "n");
+        queue.trigger("a".into(), "n".into());
         let running = queue.next();
         assert_eq!(running.as_deref(), Some("a"));
-        queue.trigger("a", "n");
+        queue.trigger("a".into(), "n".into());
         assert_eq!(queue.next(), None, "not twice at once");
         queue.finish("a".into(), Some(Duration::from_secs(60)), Instant::now());
         assert_eq!(drain(&mut queue), ["a"], "the trigger wins over the later retry");
@@ -199,8 +197,8 @@ mod tests {
     fn a_retry_waits_until_it_is_due_unless_triggered() {
         let mut queue = WorkQueue::default();
         let start = Instant::now();
-        queue.trigger("a", "n");
-        queue.trigger("b", "n");
+        queue.trigger("a".into(), "n".into());
+        queue.trigger("b".into(), "n".into());
         for name in ["a", "b"] {
             assert_eq!(queue.next().as_deref(), Some(name));
             queue.finish(name.into(), Some(Duration::from_secs(2)), start);
@@ -209,7 +207,7 @@ mod tests {
         assert_eq!(queue.next_due(), Some(start + Duration::from_secs(2)));
         queue.promote_due(start + Duration::from_secs(1));
         assert_eq!(queue.next(), None, "not due yet");
-        queue.trigger("b", "n");
+        queue.trigger("b".into(), "n".into());
         assert_eq!(drain(&mut queue), ["b"], "a trigger makes a delayed CSR ready at once");
         assert_eq!(queue.next_due(), Some(start + Duration::from_secs(2)));
         queue.promote_due(start + Duration::from_secs(2));
@@ -221,8 +219,8 @@ mod tests {
     #[test]
     fn a_finished_csr_leaves_the_queue_and_a_retried_one_stays() {
         let mut queue = WorkQueue::default();
-        queue.trigger("done", "n");
-        queue.trigger("retried", "n");
+        queue.trigger("done".into(), "n".into());
+        queue.trigger("retried".into(), "n".into());
         for name in ["done", "retried"] {
             assert_eq!(queue.next().as_deref(), Some(name));
         }
@@ -237,7 +235,7 @@ mod tests {
     #[test]
     fn finishing_what_does_not_run_changes_nothing() {
         let mut queue = WorkQueue::default();
-        queue.trigger("ready", "n");
+        queue.trigger("ready".into(), "n".into());
         queue.finish("ready".into(), None, Instant::now());
         queue.finish("unknown".into(), Some(Duration::from_secs(1)), Instant::now());
         assert_eq!(queue.next_due(), None);

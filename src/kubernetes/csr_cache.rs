@@ -1,0 +1,167 @@
+//! The CSR cache, which the controller's watch fills: the objects by name, each behind an `Arc` shared with whoever reads
+//! it. A relist builds a new set beside the old one and swaps it in when complete, so readers see
+//! either the old state or the new, never half a list.
+
+use std::collections::HashMap;
+use std::sync::{Arc, PoisonError, RwLock};
+
+use kube::runtime::watcher::Event;
+
+/// An object the cache keys by name.
+pub trait Named {
+    /// The name the cache keys it by (shared, not copied, by the cache and its readers).
+    fn name(&self) -> &Arc<str>;
+}
+
+/// What the cache holds.
+struct State<T> {
+    objects: HashMap<Arc<str>, Arc<T>>,
+    /// The objects of a list under way, swapped in when it completes.
+    listing: Option<HashMap<Arc<str>, Arc<T>>>,
+    /// A list has completed at least once.
+    ready: bool,
+}
+
+/// Reads the cache. Cheap to clone.
+pub struct Cache<T> {
+    state: Arc<RwLock<State<T>>>,
+}
+
+impl<T> Clone for Cache<T> {
+    fn clone(&self) -> Self {
+        Cache { state: self.state.clone() }
+    }
+}
+
+/// Fills the cache from watch events; one per cache.
+pub struct CacheWriter<T> {
+    cache: Cache<T>,
+}
+
+/// A new empty cache: its reader and its writer.
+pub fn cache<T>() -> (Cache<T>, CacheWriter<T>) {
+    let cache = Cache { state: Arc::new(RwLock::new(State { objects: HashMap::new(), listing: None, ready: false })) };
+    (cache.clone(), CacheWriter { cache })
+}
+
+impl<T> Cache<T> {
+    /// The object named `name`, if cached.
+    pub fn get(&self, name: &str) -> Option<Arc<T>> {
+        self.state.read().unwrap_or_else(PoisonError::into_inner).objects.get(name).cloned()
+    }
+
+    /// Every cached object, in no particular order.
+    pub fn state(&self) -> Vec<Arc<T>> {
+        self.state.read().unwrap_or_else(PoisonError::into_inner).objects.values().cloned().collect()
+    }
+
+    /// True once a list has completed: the cache holds what existed then.
+    pub fn is_ready(&self) -> bool {
+        self.state.read().unwrap_or_else(PoisonError::into_inner).ready
+    }
+}
+
+impl<T: Named> CacheWriter<T> {
+    /// A reader of this writer's cache.
+    pub fn reader(&self) -> Cache<T> {
+        self.cache.clone()
+    }
+
+    /// Applies one watch event to the cache, its object turned into what the cache keeps, and
+    /// hands back the event with the object as cached.
+    pub fn apply(&mut self, event: Event<impl Into<T>>) -> Event<Arc<T>> {
+        let mut state = self.cache.state.write().unwrap_or_else(PoisonError::into_inner);
+        match event {
+            Event::Apply(object) => {
+                let object = Arc::new(object.into());
+                state.objects.insert(object.name().clone(), object.clone());
+                Event::Apply(object)
+            }
+            Event::Delete(object) => {
+                let object: T = object.into();
+                state.objects.remove(object.name());
+                Event::Delete(Arc::new(object))
+            }
+            Event::Init => {
+                state.listing = Some(HashMap::new());
+                Event::Init
+            }
+            Event::InitApply(object) => {
+                let object = Arc::new(object.into());
+                state.listing.get_or_insert_default().insert(object.name().clone(), object.clone());
+                Event::InitApply(object)
+            }
+            Event::InitDone => {
+                state.objects = state.listing.take().unwrap_or_default();
+                state.ready = true;
+                Event::InitDone
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, PartialEq)]
+    struct Object(Arc<str>, u32);
+
+    impl Named for Object {
+        fn name(&self) -> &Arc<str> {
+            &self.0
+        }
+    }
+
+    fn object(name: &str, version: u32) -> Object {
+        Object(name.into(), version)
+    }
+
+    fn versions(cache: &Cache<Object>) -> Vec<(String, u32)> {
+        let mut objects: Vec<(String, u32)> = cache.state().iter().map(|o| (o.0.to_string(), o.1)).collect();
+        objects.sort();
+        objects
+    }
+
+    #[test]
+    fn live_events_add_replace_and_remove_by_name() {
+        let (cache, mut writer) = cache::<Object>();
+        writer.apply(Event::Apply(object("a", 1)));
+        writer.apply(Event::Apply(object("b", 1)));
+        writer.apply(Event::Apply(object("a", 2)));
+        assert_eq!(versions(&cache), [("a".into(), 2), ("b".into(), 1)]);
+        assert_eq!(cache.get("a").map(|o| o.1), Some(2));
+        writer.apply(Event::Delete(object("a", 3)));
+        assert_eq!(versions(&cache), [("b".into(), 1)]);
+        assert!(cache.get("a").is_none());
+    }
+
+    #[test]
+    fn a_list_replaces_the_cache_only_when_it_completes() {
+        let (cache, mut writer) = cache::<Object>();
+        assert!(!cache.is_ready());
+        writer.apply(Event::Apply(object("old", 1)));
+        writer.apply(Event::<Object>::Init);
+        writer.apply(Event::InitApply(object("new", 1)));
+        assert_eq!(versions(&cache), [("old".into(), 1)], "a list under way is not seen");
+        assert!(!cache.is_ready());
+        writer.apply(Event::<Object>::InitDone);
+        assert_eq!(versions(&cache), [("new".into(), 1)], "what the list did not hold is gone");
+        assert!(cache.is_ready());
+        // An empty relist empties the cache.
+        writer.apply(Event::<Object>::Init);
+        writer.apply(Event::<Object>::InitDone);
+        assert!(cache.state().is_empty());
+        assert!(cache.is_ready());
+    }
+
+    #[test]
+    fn the_event_handed_back_shares_the_cached_object() {
+        let (cache, mut writer) = cache::<Object>();
+        let Event::Apply(applied) = writer.apply(Event::<Object>::Apply(object("a", 1))) else {
+            panic!("not an apply")
+        };
+        let cached = cache.get("a").unwrap();
+        assert!(Arc::ptr_eq(&cached, &applied));
+    }
+}
