@@ -2,6 +2,7 @@
 //! the approval write read, read into the decision core's [`Submission`], and its decision state
 //! (decided, approved).
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use jiff::Timestamp;
@@ -11,7 +12,33 @@ use kube::Resource;
 
 use crate::csr::MAX_REQUEST_BYTES;
 use crate::kubernetes::csr_cache::Named;
-use crate::policy::{KUBELET_CLIENT_SIGNER, Submission};
+use crate::policy::{KUBELET_CLIENT_SIGNER, KUBELET_SERVING_SIGNER, Submission};
+
+/// Text nearly every CSR holds (the kubelet signers, the groups of a node and of a bootstrap
+/// token, the usages a kubelet asks for): a CSR holding one of these refers to it rather than
+/// keeping a copy.
+const COMMON_TEXT: &[&str] = &[
+    KUBELET_SERVING_SIGNER,
+    KUBELET_CLIENT_SIGNER,
+    "system:nodes",
+    "system:authenticated",
+    "system:bootstrappers",
+    "digital signature",
+    "key encipherment",
+    "server auth",
+    "client auth",
+];
+
+/// A signer, group or usage as a CSR keeps it: one of [`COMMON_TEXT`], or its own copy.
+pub type Text = Cow<'static, str>;
+
+/// `value` as a [`Text`]: borrowed from [`COMMON_TEXT`] when it is one of them.
+fn text(value: String) -> Text {
+    match COMMON_TEXT.iter().find(|common| **common == value) {
+        Some(common) => Cow::Borrowed(common),
+        None => Cow::Owned(value),
+    }
+}
 
 /// A CSR reduced to what decisions and the approval write read. The apiserver's object is read
 /// by k8s-openapi (one reader of the request's bytes, wherever they come from) and turned into
@@ -30,13 +57,13 @@ pub struct CsrObject {
     /// metadata.creationTimestamp.
     pub created: Option<Timestamp>,
     /// spec.signerName.
-    pub signer_name: Box<str>,
+    pub signer_name: Text,
     /// spec.username (empty when absent): whose turn a reconcile takes.
     pub username: Arc<str>,
     /// spec.groups (none kept once decided).
-    pub groups: Box<[Box<str>]>,
+    pub groups: Box<[Text]>,
     /// spec.usages (none kept once decided).
-    pub usages: Box<[Box<str>]>,
+    pub usages: Box<[Text]>,
     /// spec.expirationSeconds.
     pub expiration_seconds: Option<i32>,
     /// spec.request: at most its first [`MAX_REQUEST_BYTES`] + 1 bytes (the canonical gate refuses
@@ -59,10 +86,10 @@ impl From<CertificateSigningRequest> for CsrObject {
             uid: metadata.uid.unwrap_or_default().into(),
             resource_version: metadata.resource_version.map(Into::into),
             created: metadata.creation_timestamp.map(|time| time.0),
-            signer_name: spec.signer_name.into(),
+            signer_name: text(spec.signer_name),
             username: Arc::from(spec.username.unwrap_or_default()),
-            groups: boxed_strings(spec.groups),
-            usages: boxed_strings(spec.usages),
+            groups: texts(spec.groups),
+            usages: texts(spec.usages),
             expiration_seconds: spec.expiration_seconds,
             request: Box::default(),
             conditions: status.conditions.unwrap_or_default().into(),
@@ -89,8 +116,8 @@ impl From<CertificateSigningRequest> for CsrObject {
     }
 }
 
-fn boxed_strings(strings: Option<Vec<String>>) -> Box<[Box<str>]> {
-    strings.unwrap_or_default().into_iter().map(String::into_boxed_str).collect()
+fn texts(strings: Option<Vec<String>>) -> Box<[Text]> {
+    strings.unwrap_or_default().into_iter().map(text).collect()
 }
 
 impl Named for CsrObject {
@@ -102,11 +129,11 @@ impl Named for CsrObject {
 impl CsrObject {
     /// The parts that decisions read.
     pub fn submission(&self) -> Submission {
-        let strings = |strings: &[Box<str>]| strings.iter().map(|s| String::from(&**s)).collect();
+        let strings = |strings: &[Text]| strings.iter().map(|s| String::from(&**s)).collect();
         Submission {
             name: String::from(&*self.name),
             created: self.created,
-            signer_name: String::from(&*self.signer_name),
+            signer_name: self.signer_name.clone().into_owned(),
             username: String::from(&*self.username),
             groups: strings(&self.groups),
             usages: strings(&self.usages),
@@ -269,6 +296,26 @@ mod tests {
         assert_eq!((submission.name.as_str(), submission.created), ("csr-1", Some(Timestamp::UNIX_EPOCH)));
         assert_eq!((submission.groups, submission.usages), (vec!["system:nodes".into()], vec!["server auth".into()]));
         assert_eq!((submission.request, submission.expiration_seconds), (b"request".to_vec(), Some(3600)));
+    }
+
+    #[test]
+    fn common_text_is_shared_and_any_other_kept_as_it_is() {
+        let mut csr = full(&[]);
+        csr.spec.groups = Some(vec!["system:nodes".into(), "system:authenticated".into(), "Other".into()]);
+        csr.spec.usages = Some(vec!["digital signature".into(), "server auth".into(), "server auth ".into()]);
+        let cached = CsrObject::from(csr);
+        let borrowed = |texts: &[Text]| texts.iter().map(|t| matches!(t, Cow::Borrowed(_))).collect::<Vec<_>>();
+        assert_eq!(borrowed(&cached.groups), [true, true, false]);
+        assert_eq!(borrowed(&cached.usages), [true, true, false]);
+        assert!(matches!(cached.signer_name, Cow::Borrowed(KUBELET_SERVING_SIGNER)));
+        let submission = cached.submission();
+        assert_eq!(submission.groups, ["system:nodes", "system:authenticated", "Other"]);
+        assert_eq!(submission.usages, ["digital signature", "server auth", "server auth "]);
+        for common in COMMON_TEXT {
+            assert_eq!(text((*common).to_owned()), *common);
+            assert!(matches!(text((*common).to_owned()), Cow::Borrowed(_)), "{common}");
+            assert!(matches!(text(common.to_uppercase()), Cow::Owned(_)), "{common}");
+        }
     }
 
     #[test]

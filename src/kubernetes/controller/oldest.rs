@@ -70,7 +70,7 @@ mod tests {
         csr.name = name.into();
         csr.uid = format!("uid-{name}").into();
         csr.created = Some(now - jiff::SignedDuration::from_secs(age_secs));
-        csr.signer_name = signer.into();
+        csr.signer_name = signer.to_owned().into();
         csr
     }
 
