@@ -21,9 +21,12 @@ RUN case "${TARGETARCH}" in \
 WORKDIR /src
 COPY . .
 ENV CARGO_PROFILE_RELEASE_STRIP=symbols
+# jemalloc refuses to start on pages larger than it was built for, and arm64 kernels may use 64 KiB
+# pages: the arm64 binary is built for pages of up to 64 KiB.
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \
-    cargo build --release --locked --target "$(cat /rust-target)" --bin node-csr-approver \
+    if [ "${TARGETARCH}" = arm64 ]; then export JEMALLOC_SYS_WITH_LG_PAGE=16; fi \
+    && cargo build --release --locked --target "$(cat /rust-target)" --bin node-csr-approver \
     && cp "target/$(cat /rust-target)/release/node-csr-approver" /node-csr-approver \
     && /node-csr-approver --version
 

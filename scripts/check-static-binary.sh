@@ -24,6 +24,12 @@ if ! ldd "${binary}" 2>&1 | grep -qE 'statically linked|not a dynamic executable
   ldd "${binary}" >&2
   exit 1
 fi
+# The allocator's configuration (.cargo/config.toml) is compiled in: without it, memory freed after
+# a burst of large CSRs would stay resident.
+if ! LC_ALL=C grep -aq 'dirty_decay_ms:0,muzzy_decay_ms:0' "${binary}"; then
+  echo "check-static-binary: ${binary} lacks jemalloc's configuration from .cargo/config.toml" >&2
+  exit 1
+fi
 "${binary}" --version >&2
 printf 'check-static-binary: static, runs, %s bytes, built in %ss\n' "$(stat -c %s "${binary}")" "$((SECONDS - started))" >&2
 echo "${binary}"

@@ -8,6 +8,12 @@ use node_csr_approver::config::{self, LogFormat};
 use node_csr_approver::display::Escaped;
 use node_csr_approver::{admin, logging, runner};
 
+/// The allocator: jemalloc, built (`.cargo/config.toml`) to return freed pages at once, so memory
+/// falls back after a burst of large CSRs; it costs less CPU per decision than musl's malloc
+/// (BENCHMARKS.md, "Allocator (musl)").
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 /// Exit code for bad flags, env values or environment.
 const USAGE: u8 = 2;
 /// Exit code for an input that cannot be read, or a controller that stopped abnormally.
