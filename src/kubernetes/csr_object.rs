@@ -96,8 +96,7 @@ impl From<CertificateSigningRequest> for CsrObject {
             certificate_issued: status.certificate.is_some_and(|certificate| !certificate.0.is_empty()),
         };
         let mut request = spec.request.0;
-        let has_decided_condition = object.conditions.iter().any(|c| matches!(c.type_.as_str(), "Approved" | "Denied"));
-        if has_decided_condition {
+        if object.conditions.iter().any(is_decision) {
             // Triage needs the signer and the decided condition; the machine-mode brake the
             // signer, the username and the creation time; one client certificate per Machine the
             // request of an approved client CSR (its common name). Nothing reads the rest.
@@ -114,6 +113,11 @@ impl From<CertificateSigningRequest> for CsrObject {
         object.request = request.into_boxed_slice();
         object
     }
+}
+
+/// True for a condition that decides a CSR: Approved or Denied.
+fn is_decision(condition: &CertificateSigningRequestCondition) -> bool {
+    matches!(condition.type_.as_str(), "Approved" | "Denied")
 }
 
 fn texts(strings: Option<Vec<String>>) -> Box<[Text]> {
@@ -170,9 +174,7 @@ impl CsrObject {
         if self.certificate_issued {
             return Some("a certificate was issued".into());
         }
-        self.conditions.iter().find_map(|c| {
-            matches!(c.type_.as_str(), "Approved" | "Denied").then(|| format!("condition {} is present", c.type_))
-        })
+        self.conditions.iter().find_map(|c| is_decision(c).then(|| format!("condition {} is present", c.type_)))
     }
 }
 
