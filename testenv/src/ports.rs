@@ -4,9 +4,9 @@
 //! draws the local ports of outgoing connections from: between the moment a test picks it and the
 //! moment a component listens on it, a connection (the apiserver dialling a kubelet on the
 //! machine's own address, say) may take it. Ports here come from below that range, are checked
-//! free on every address, and are never handed out twice by one process.
+//! free on every address, and taken in turn, so one process is not handed a port twice before it
+//! has gone round the whole range.
 
-use std::collections::HashSet;
 use std::io::ErrorKind;
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener};
 use std::ops::Range;
@@ -22,22 +22,21 @@ const LOWEST: u16 = 15000;
 /// The kernel's default lowest ephemeral port, when `ip_local_port_range` cannot be read.
 const DEFAULT_EPHEMERAL_LOW: u16 = 32768;
 
-/// Where this process looks next, and the ports it handed out.
-static HANDED_OUT: Mutex<Option<(u16, HashSet<u16>)>> = Mutex::new(None);
+/// Where this process looks next.
+static NEXT: Mutex<Option<u16>> = Mutex::new(None);
 
 /// A TCP port that was free on every address a moment ago, outside the kernel's ephemeral range,
-/// and not handed out before by this process (another process may still take it before it is
-/// used).
+/// and the next such port after the one this process was handed last (another process may still
+/// take it before it is used).
 pub fn free_port() -> Result<u16, Error> {
     let range = port_range();
     let span = range.end - range.start;
-    let mut state = HANDED_OUT.lock().unwrap_or_else(PoisonError::into_inner);
-    let (next, taken) = state.get_or_insert_with(|| (range.start + starting_offset(span), HashSet::new()));
+    let mut state = NEXT.lock().unwrap_or_else(PoisonError::into_inner);
+    let next = state.get_or_insert_with(|| range.start + starting_offset(span));
     for _ in 0..span {
         let candidate = *next;
         *next = if candidate + 1 >= range.end { range.start } else { candidate + 1 };
-        if !taken.contains(&candidate) && is_free(candidate) {
-            taken.insert(candidate);
+        if is_free(candidate) {
             return Ok(candidate);
         }
     }
@@ -74,6 +73,10 @@ fn is_free(port: u16) -> bool {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::HashSet;
+
+    use socket2::{Domain, Socket, Type};
+
     use super::*;
 
     #[test]
@@ -91,6 +94,16 @@ mod tests {
     fn a_port_in_use_is_not_free() {
         let port = free_port().unwrap();
         let _listener = TcpListener::bind((Ipv4Addr::UNSPECIFIED, port)).unwrap();
+        assert!(!is_free(port));
+    }
+
+    #[test]
+    fn a_port_in_use_on_ipv6_only_is_not_free() {
+        let port = free_port().unwrap();
+        let socket = Socket::new(Domain::IPV6, Type::STREAM, None).unwrap();
+        socket.set_only_v6(true).unwrap();
+        socket.bind(&SocketAddr::from((Ipv6Addr::LOCALHOST, port)).into()).unwrap();
+        socket.listen(1).unwrap();
         assert!(!is_free(port));
     }
 }
