@@ -300,6 +300,7 @@ async fn sigterm_when_idle_exits_within_a_second_without_a_false_warning() {
     let status = approver.exit_by(signalled + Duration::from_secs(1)).await;
     let exited = approver.exit_by(signalled + DECIDE).await.map(|_| signalled.elapsed());
     assert_eq!(status.and_then(|s| s.code()), Some(0), "exited after {exited:?}:\n{}", approver.logs());
+    println!("exited {exited:.2?} after SIGTERM");
     assert!(!approver.logs().contains(NOT_PUBLISHED), "{}", approver.logs());
     assert_eq!(holder(&admin, &lease).await, None, "the Lease was not released");
 }

@@ -49,14 +49,15 @@ async fn renew_time(admin: &Client, lease: &str) -> Option<SystemTime> {
     lease.spec?.renew_time.map(|time| SystemTime::from(time.0))
 }
 
-/// When the test first saw `approver` log that the attempt to write CSR `name` failed.
-async fn write_failed(approver: &Approver, name: &str, deadline: Instant) -> SystemTime {
+/// When the test first saw `approver` log that the attempt to write CSR `name` failed, and why.
+async fn write_failed(approver: &Approver, name: &str, deadline: Instant) -> (SystemTime, String) {
     loop {
-        let failed = approver.log_lines().into_iter().any(|line| {
-            line["message"] == "reconcile failed; retrying" && line["error"].as_str().is_some_and(|e| e.contains(name))
+        let failed = approver.log_lines().into_iter().find_map(|line| {
+            let error = line["error"].as_str().filter(|e| e.contains(name))?.to_owned();
+            (line["message"] == "reconcile failed; retrying").then_some(error)
         });
-        if failed {
-            return SystemTime::now();
+        if let Some(error) = failed {
+            return (SystemTime::now(), error);
         }
         assert!(Instant::now() < deadline, "the write never failed:\n{}", approver.logs());
         tokio::time::sleep(Duration::from_millis(10)).await;
@@ -105,14 +106,14 @@ async fn a_write_sent_as_etcd_stalls_is_given_up_before_the_lease_it_was_sent_un
     let etcd = Stopped::new(cp.process_ids().await[0]);
     assert!(!approver.logged(&name, "written"), "written before etcd stopped:\n{}", approver.logs());
 
-    let failed = write_failed(&approver, &name, Instant::now() + LIMIT).await;
+    let (failed, error) = write_failed(&approver, &name, Instant::now() + LIMIT).await;
     drop(etcd);
     let after = |at: SystemTime| at.duration_since(renewed).unwrap_or_default();
-    println!("the write failed {:.2?} after the last renewal; the Lease lasts {LEASE_DURATION:?}", after(failed));
+    let lasted = after(failed);
+    println!("the write failed {lasted:.2?} after the last renewal ({error}); the Lease lasts {LEASE_DURATION:?}");
     assert!(
         failed < renewed + LEASE_DURATION,
-        "the write was still awaited {:.2?} after the renewal it was sent under:\n{}",
-        after(failed),
+        "the write was still awaited {lasted:.2?} after the renewal it was sent under:\n{}",
         approver.logs()
     );
 
