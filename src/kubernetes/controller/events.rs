@@ -48,7 +48,8 @@ struct PendingEvent {
 pub struct Events {
     queue: mpsc::Sender<PendingEvent>,
     level: EventLevel,
-    /// Events queued and not yet published (or failed): what a cut-short drain leaves behind.
+    /// Events queued whose create has not ended (in success or failure): what a cut-short drain
+    /// leaves behind.
     unpublished: Arc<AtomicUsize>,
 }
 
