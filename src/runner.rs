@@ -110,8 +110,8 @@ pub async fn run(settings: Settings) -> Result<(), RunError> {
     if let Some(election) = election {
         election.release_logged().await;
     }
-    // The controller (and with it every handle on the event queue) is gone and the Lease is free:
-    // publish what is still queued.
+    // The controller is done and the Lease is free: close the event queue and publish what it
+    // still holds; the drain returns as soon as that is done.
     event_publisher.drain().await;
     servers.stop().await;
     outcome

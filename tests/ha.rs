@@ -12,7 +12,8 @@ use std::time::{Duration, Instant};
 use kube::Client;
 use support::Request;
 use support::cluster::{
-    Approver, Csrs, SERIAL, conditions, control_plane, create_serving_csr, metric, unique, wait_decided,
+    Approver, Csrs, SERIAL, conditions, control_plane, create_serving_csr, events_for, metric, unique, wait_decided,
+    wait_event,
 };
 use support::lease::{holder, wait_holder};
 use testdns::{DnsServer, Records};
@@ -135,6 +136,8 @@ const NOT_LEADER: &str = "not the leader: waiting";
 /// Evaluations a replica made, from its `/metrics`.
 const EVALUATIONS: &str = "node_csr_approver_evaluation_duration_seconds_count";
 const WRITTEN: &str = "written";
+/// What the drain logs when it is cut short with events still queued.
+const NOT_PUBLISHED: &str = "queued events were not published";
 const CONFLICT: &str = "conflict: re-reading and deciding again";
 
 #[tokio::test]
@@ -233,7 +236,9 @@ async fn sigterm_finishes_in_flight_writes_stops_taking_work_and_releases_the_le
     let nodes: Vec<String> = (0..8).map(|_| unique("n")).collect();
     let dns = slow_dns(&nodes);
     let lease = unique("drain");
-    let mut approvers = replicas(cp.kubeconfig_path(), &lease, &FAST_LEASE, &[asking(&dns, "30s")]).await;
+    let mut extra = asking(&dns, "30s");
+    extra.push("--events=all".to_owned());
+    let mut approvers = replicas(cp.kubeconfig_path(), &lease, &FAST_LEASE, &[extra]).await;
     let approver = &mut approvers[0];
     assert_eq!(wait_holder(&admin, &lease, None, Instant::now() + DECIDE).await, Some(0));
 
@@ -262,9 +267,41 @@ async fn sigterm_finishes_in_flight_writes_stops_taking_work_and_releases_the_le
             "{name} written once:\n{}",
             approver.logs()
         );
+        // Queued after the signal, published by the drain before the process exits.
+        let events = events_for(&admin, name).await;
+        let approved = events.iter().filter(|e| e.reason.as_deref() == Some("AutoApproved")).count();
+        assert_eq!(approved, 1, "{name}: {events:?}\n{}", approver.logs());
     }
+    assert!(!approver.logs().contains(NOT_PUBLISHED), "{}", approver.logs());
     assert!(conditions(&admin, &late).await.is_empty(), "a CSR created after SIGTERM was decided");
     assert!(!approver.log_lines().iter().any(|l| l["csr"] == late.as_str()), "{}", approver.logs());
+    assert_eq!(holder(&admin, &lease).await, None, "the Lease was not released");
+}
+
+#[tokio::test]
+async fn sigterm_when_idle_exits_within_a_second_without_a_false_warning() {
+    let _serial = SERIAL.lock().await;
+    let cp = control_plane().await;
+    let admin = cp.admin_client().await.unwrap();
+    let csrs = Csrs::new(cp.kubeconfig_path());
+    let lease = unique("idle");
+    let extra = vec!["--bypass-dns-resolution".to_owned(), "--events=all".to_owned()];
+    let mut approvers = replicas(cp.kubeconfig_path(), &lease, &FAST_LEASE, &[extra]).await;
+    let approver = &mut approvers[0];
+    assert_eq!(wait_holder(&admin, &lease, None, Instant::now() + DECIDE).await, Some(0));
+    // Work done and its event published: nothing is in flight or queued any more.
+    let node = unique("n");
+    let name = csrs.name("idle");
+    create_serving_csr(cp, &name, &node, &legit(&node)).await;
+    assert_eq!(wait_decided(&admin, &name, DECIDE).await.len(), 1, "{}", approver.logs());
+    assert!(wait_event(&admin, &name, "AutoApproved", DECIDE).await.is_some(), "{}", approver.logs());
+
+    let signalled = approver.signal("TERM");
+    let status = approver.exit_by(signalled + Duration::from_secs(1)).await;
+    let exited = approver.exit_by(signalled + DECIDE).await.map(|_| signalled.elapsed());
+    assert_eq!(status.and_then(|s| s.code()), Some(0), "exited after {exited:?}:\n{}", approver.logs());
+    println!("exited {exited:.2?} after SIGTERM");
+    assert!(!approver.logs().contains(NOT_PUBLISHED), "{}", approver.logs());
     assert_eq!(holder(&admin, &lease).await, None, "the Lease was not released");
 }
 

@@ -7,7 +7,7 @@ use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::{Api, Client, Resource, ResourceExt};
-use node_csr_approver::kubernetes::controller::write_condition;
+use node_csr_approver::kubernetes::controller::{WRITE_TIMEOUT, write_condition};
 use node_csr_approver::kubernetes::csr_object::CsrObject;
 use node_csr_approver::policy::{Decision, DecisionKind, Reason};
 
@@ -141,7 +141,9 @@ async fn approve(api: &Api<CertificateSigningRequest>, csr: &CertificateSigningR
         ),
     };
     let cached = CsrObject::from(csr.clone());
-    write_condition(api, &cached, &decision).await.with_context(|| format!("approving {}", csr.name_any()))
+    write_condition(api, &cached, &decision, WRITE_TIMEOUT)
+        .await
+        .with_context(|| format!("approving {}", csr.name_any()))
 }
 
 fn approval_event() -> Event {

@@ -60,6 +60,16 @@ pub(crate) enum ControllerError {
     },
 }
 
+/// A task that runs beside the controller and is aborted when the controller's run ends (or is
+/// dropped).
+struct Beside(tokio::task::JoinHandle<()>);
+
+impl Drop for Beside {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 /// What a reconcile asks for next.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Next {
@@ -138,7 +148,8 @@ pub(crate) async fn run<R, C, W, S>(
         }
         on_synced();
     });
-    tokio::spawn(oldest::report(ctx.clone(), store.clone(), client_csrs));
+    // It holds the context, and with it a handle on the event queue: it ends with the controller.
+    let _report = Beside(tokio::spawn(oldest::report(ctx.clone(), store.clone(), client_csrs)));
     let passes = triggers::passes(relisted, schedule.writable, schedule.resync_period);
     let undecided = triggers::undecided_in_each_pass(passes, store.clone(), ctx.metrics.clone());
     let waiting = match &machines {
@@ -284,9 +295,11 @@ fn log_decision(name: &str, node: &str, decision: &Decision, note: &str) {
 
 impl<R, C> Context<R, C> {
     /// Writes the condition through the approval subresource, preconditioned on the cached
-    /// resourceVersion. A conflict is read again after a backoff; a CSR gone is forgotten; a name
-    /// that fits into no URL is told once and tried again after the evaluation backoff; any other
-    /// failure is an error, which [`error_policy`] retries.
+    /// resourceVersion and given up when the fence would close (once it has, nothing is sent: the
+    /// CSR waits, as a standby's does, for the pass that follows when this replica can write
+    /// again). A conflict is read again after a backoff; a CSR gone is forgotten; a name that fits
+    /// into no URL is told once and tried again after the evaluation backoff; any other failure is
+    /// an error, which [`error_policy`] retries.
     async fn write(
         &self,
         csr: &CsrObject,
@@ -295,7 +308,14 @@ impl<R, C> Context<R, C> {
         node: &str,
     ) -> Result<Next, ControllerError> {
         let logged = short_name(key.name);
-        match write_condition(&self.api, csr, decision).await {
+        // The write may run only while the fence stays open, so it cannot land after the Lease
+        // it is sent under can have expired; with no time left, nothing is sent.
+        let Some(timeout) = self.leadership.write_timeout(WRITE_TIMEOUT) else {
+            self.leadership.skipped();
+            tracing::debug!(csr = %logged, decision = decision.kind.as_str(), "not the leader: waiting");
+            return Ok(Next::AwaitChange);
+        };
+        match write_condition(&self.api, csr, decision, timeout).await {
             Ok(()) => {
                 self.metrics.record_write(WriteResult::Success);
                 self.metrics.record_decision(decision.kind, decision.reason);

@@ -4,7 +4,8 @@
 //! top of it, [`Leadership::is_leader`] is fenced by the Lease itself: a replica counts as leader only while
 //! the Lease it last saw names it as holder with a `renewTime` younger than the renew deadline. A
 //! holder that cannot renew (apiserver unreachable, process stalled) therefore stops writing before
-//! its Lease can expire and another replica can take over.
+//! its Lease can expire and another replica can take over; and each write may run only until that
+//! fence would close ([`Leadership::write_timeout`], in `fence.rs`).
 //!
 //! [`Leadership::writable`] tells the controller each time this replica becomes able to write
 //! again: it took the Lease, or its fence reopened after a renewal that came late (a stalled
@@ -14,21 +15,23 @@
 //! A replica the apiserver will not let touch its Lease (401 or 403) cannot take part in the
 //! election: the election task then ends with [`LeaderError`], and the caller stops.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+mod fence;
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, SystemTime};
 
 use futures::StreamExt;
-use futures::stream::BoxStream;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::runtime::watcher;
 use kube::{Api, Client};
 use kube_lease_manager::{LeaseCreateMode, LeaseManager, LeaseManagerError, LeaseParams};
-use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
 
 use crate::config::LeaderConfig;
 use crate::kubernetes::kube_watch;
+pub use fence::Leadership;
+use fence::WriteFence;
 
 /// Leader election could not start or its task ended.
 #[derive(Debug, thiserror::Error)]
@@ -48,97 +51,6 @@ fn is_fatal(error: &LeaseManagerError) -> bool {
         LeaseManagerError::KubeError(kube::Error::Api(status)) => matches!(status.code, 401 | 403),
         LeaseManagerError::InconsistentState(_) => true,
         _ => false,
-    }
-}
-
-/// Whether this replica may write. Cheap to clone.
-#[derive(Debug, Clone)]
-pub struct Leadership {
-    fence: Option<Arc<WriteFence>>,
-}
-
-#[derive(Debug)]
-struct WriteFence {
-    identity: String,
-    renew_deadline: Duration,
-    /// The manager's view: it believes it holds the Lease.
-    holding: AtomicBool,
-    /// Publishes every change of `holding`.
-    changes: watch::Sender<bool>,
-    /// The `renewTime` of the last Lease seen that names this replica as holder.
-    renewed: Mutex<Option<SystemTime>>,
-    /// Signalled when the Lease is seen without a holder.
-    released: Notify,
-    /// Set when work was left alone because this replica could not write.
-    skipped: AtomicBool,
-}
-
-/// How often [`Leadership::writable`] looks at the fence: the fence reopens on a renewal the
-/// Lease watch reports, so a quarter of a second adds little to the time a renewal takes.
-const FENCE_POLL: Duration = Duration::from_millis(250);
-
-impl WriteFence {
-    /// The last renewal seen, also after a panic while it was held: the value is replaced whole,
-    /// never left half-written.
-    fn renewed(&self) -> MutexGuard<'_, Option<SystemTime>> {
-        self.renewed.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-}
-
-impl Leadership {
-    /// Leadership without election: this replica always writes.
-    pub fn always() -> Leadership {
-        Leadership { fence: None }
-    }
-
-    /// True when this replica holds a Lease renewed within the renew deadline.
-    pub fn is_leader(&self) -> bool {
-        let Some(fence) = &self.fence else { return true };
-        if !fence.holding.load(Ordering::Acquire) {
-            return false;
-        }
-        let renewed = *fence.renewed();
-        renewed.is_some_and(|at| SystemTime::now().duration_since(at).is_ok_and(|age| age < fence.renew_deadline))
-    }
-
-    /// Records that work was left alone because this replica could not write, so the next time it
-    /// can, [`Leadership::writable`] says so even if the fence never looked closed to it.
-    pub fn skipped(&self) {
-        if let Some(fence) = &self.fence {
-            fence.skipped.store(true, Ordering::Release);
-        }
-    }
-
-    /// Yields each time this replica becomes able to write: it took the Lease, its fence reopened,
-    /// or it can write again after [`Leadership::skipped`]. Never yields without election (such a
-    /// replica can always write).
-    pub fn writable(&self) -> BoxStream<'static, ()> {
-        if self.fence.is_none() {
-            return futures::stream::pending().boxed();
-        }
-        futures::stream::unfold((self.clone(), false), |(leadership, mut could)| async move {
-            loop {
-                tokio::time::sleep(FENCE_POLL).await;
-                let can = leadership.is_leader();
-                let skipped = can && leadership.take_skipped();
-                let became = can && (!could || skipped);
-                could = can;
-                if became {
-                    return Some(((), (leadership, could)));
-                }
-            }
-        })
-        .boxed()
-    }
-
-    /// Whether work was skipped since the last call (and clears it).
-    fn take_skipped(&self) -> bool {
-        self.fence.as_ref().is_some_and(|fence| fence.skipped.swap(false, Ordering::AcqRel))
-    }
-
-    /// A receiver that changes whenever the Lease manager gains or loses the Lease.
-    pub fn changes(&self) -> Option<watch::Receiver<bool>> {
-        self.fence.as_ref().map(|fence| fence.changes.subscribe())
     }
 }
 
@@ -185,21 +97,13 @@ async fn start(client: Client, cfg: &LeaderConfig) -> Result<(Leadership, Electi
         params: LeaseParams::new(&identity, duration, grace),
     };
     let manager = lease.manager().await?;
-    let fence = Arc::new(WriteFence {
-        identity: identity.clone(),
-        renew_deadline: cfg.renew_deadline,
-        holding: AtomicBool::new(false),
-        changes: watch::Sender::new(false),
-        renewed: Mutex::new(None),
-        released: Notify::new(),
-        skipped: AtomicBool::new(false),
-    });
+    let fence = Arc::new(WriteFence::new(identity.clone(), cfg.renew_deadline));
     let (stop, stopped) = tokio::sync::oneshot::channel();
     let task = tokio::spawn(contend(lease, manager, fence.clone(), stopped, cfg.retry_period));
     let observer =
         tokio::spawn(observe(Api::namespaced(client, &cfg.namespace), cfg.lease_name.clone(), fence.clone()));
     let election = Election { identity, stop: Some(stop), task: Some(task), observer };
-    Ok((Leadership { fence: Some(fence) }, election))
+    Ok((Leadership::fenced(fence), election))
 }
 
 /// This replica's holder identity: `POD_NAME` when set, else the host name, plus a random suffix
@@ -337,57 +241,5 @@ impl Election {
                 Err(join) => Err(LeaderError::Ended(join.to_string())),
             },
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn fenced(renew_deadline: Duration) -> (Leadership, Arc<WriteFence>) {
-        let fence = Arc::new(WriteFence {
-            identity: "me".into(),
-            renew_deadline,
-            holding: AtomicBool::new(false),
-            changes: watch::Sender::new(false),
-            renewed: Mutex::new(None),
-            released: Notify::new(),
-            skipped: AtomicBool::new(false),
-        });
-        (Leadership { fence: Some(fence.clone()) }, fence)
-    }
-
-    /// Whether `writable` yields within a few polls.
-    async fn yields(writable: &mut BoxStream<'static, ()>) -> bool {
-        tokio::time::timeout(FENCE_POLL * 4, writable.next()).await.is_ok()
-    }
-
-    #[tokio::test]
-    async fn writable_yields_on_taking_the_lease_on_a_reopened_fence_and_after_skipped_work() {
-        let (leadership, fence) = fenced(Duration::from_secs(10));
-        let mut writable = leadership.writable();
-        assert!(!yields(&mut writable).await, "not holding");
-        fence.holding.store(true, Ordering::Release);
-        assert!(!yields(&mut writable).await, "holding, but no renewal seen");
-        *fence.renewed() = Some(SystemTime::now());
-        assert!(yields(&mut writable).await, "took the Lease");
-        assert!(!yields(&mut writable).await, "nothing changed");
-        *fence.renewed() = SystemTime::now().checked_sub(Duration::from_secs(11));
-        assert!(!leadership.is_leader());
-        assert!(!yields(&mut writable).await, "the fence closed");
-        leadership.skipped();
-        *fence.renewed() = Some(SystemTime::now());
-        assert!(yields(&mut writable).await, "the fence reopened");
-        assert!(!yields(&mut writable).await, "the skip was consumed with the reopening");
-        leadership.skipped();
-        assert!(yields(&mut writable).await, "work was skipped while the fence looked open");
-    }
-
-    #[tokio::test]
-    async fn without_election_writable_never_yields_and_skips_are_ignored() {
-        let leadership = Leadership::always();
-        leadership.skipped();
-        assert!(leadership.is_leader());
-        assert!(!yields(&mut leadership.writable()).await);
     }
 }

@@ -4,7 +4,8 @@
 //! Each creates CSRs concurrently through node impersonation, legitimate ones and forged ones, and
 //! asserts that every CSR ends with exactly one Approved or Denied condition as it must, within a
 //! bound once the fault is over (printed), by few approval writes, all made through the approval
-//! subresource while the Lease named their replica.
+//! subresource while the Lease named their replica. One more, without a proxy, stalls etcd under a
+//! write, which must be given up before the Lease it was sent under can have expired.
 //!
 //! `NODE_CSR_APPROVER_BIN` runs another build of the binary (for example an older one). The tests
 //! take turns (one control plane at a time); run with `--nocapture` to see the measurements.
@@ -18,6 +19,7 @@ mod harness;
 mod verdict;
 
 mod apiserver;
+mod fence;
 mod leader;
 mod names;
 mod watches;

@@ -22,8 +22,10 @@ pub(super) const MAX_MESSAGE_BYTES: usize = 1024;
 /// (meta.k8s.io/v1 PartialObjectMetadata) instead of the whole CSR and its request.
 const METADATA_ONLY: &str = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1";
 
-/// How long one write may take before it counts as failed (and is retried): the client sets no
+/// The longest one write may take before it counts as failed (and is retried): the client sets no
 /// read timeout, and an apiserver that stopped answering mid-write would otherwise hold the CSR.
+/// Under leader election the controller cuts it to the time left before its fence closes
+/// ([`crate::kubernetes::leader::Leadership::write_timeout`]).
 pub const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// What is percent-encoded in a path segment: everything but RFC 3986's unreserved characters,
@@ -42,9 +44,9 @@ pub enum WriteError {
         /// The name's length in bytes.
         bytes: usize,
     },
-    /// No answer within [`WRITE_TIMEOUT`].
-    #[error("no answer within {}", humantime::format_duration(WRITE_TIMEOUT))]
-    TimedOut,
+    /// No answer within the write's timeout (given up; the fence or the next attempt decides).
+    #[error("no answer within {:.1?}", .0)]
+    TimedOut(Duration),
     /// The apiserver answered with an error, or the request failed on its way.
     #[error(transparent)]
     Api(#[from] kube::Error),
@@ -64,15 +66,19 @@ impl WriteError {
 /// subresource, preconditioned on the cached resourceVersion. A patch leaves the labels,
 /// annotations and finalizers others keep on the CSR as they are (the subresource takes metadata
 /// from a PUT's body), and the cache need not hold them. The apiserver answers with the metadata
-/// only, so no reply carries a request back (a hostile one is as large as an object may be).
+/// only, so no reply carries a request back (a hostile one is as large as an object may be). The
+/// write is given up after `timeout`, and the apiserver is told the same (`?timeout=`), so it gives
+/// up too, also if it never learns that the client went away.
 pub async fn write_condition(
     api: &Api<CertificateSigningRequest>,
     csr: &CsrObject,
     decision: &Decision,
+    timeout: Duration,
 ) -> Result<(), WriteError> {
     let patch = condition_patch(csr, decision).ok_or(WriteError::NoResourceVersion)?;
     let name = &csr.name;
-    let uri = http::Uri::try_from(approval_path(name)).map_err(|_| WriteError::Unaddressable { bytes: name.len() })?;
+    let target = format!("{}?timeout={}", approval_path(name), go_duration(timeout));
+    let uri = http::Uri::try_from(target).map_err(|_| WriteError::Unaddressable { bytes: name.len() })?;
     let body = serde_json::to_vec(&patch).map_err(kube::Error::SerdeError)?;
     let request = http::Request::patch(uri)
         .header(http::header::ACCEPT, HeaderValue::from_static(METADATA_ONLY))
@@ -80,9 +86,9 @@ pub async fn write_condition(
         .body(body)
         .map_err(|error| kube::Error::BuildRequest(kube::core::request::Error::BuildRequest(error)))?;
     let client = api.clone().into_client();
-    match tokio::time::timeout(WRITE_TIMEOUT, client.request_text(request)).await {
+    match tokio::time::timeout(timeout, client.request_text(request)).await {
         Ok(answer) => answer.map(drop).map_err(WriteError::Api),
-        Err(_) => Err(WriteError::TimedOut),
+        Err(_) => Err(WriteError::TimedOut(timeout)),
     }
 }
 
@@ -90,6 +96,13 @@ pub async fn write_condition(
 fn approval_path(name: &str) -> String {
     let collection = CertificateSigningRequest::url_path(&(), None);
     format!("{collection}/{}/approval", utf8_percent_encode(name, PATH_SEGMENT))
+}
+
+/// `duration` as a Go duration in whole milliseconds, rounded down, so never later than the
+/// client's own deadline, but at least `1ms` (the apiserver reads `0s` as no timeout at all).
+fn go_duration(duration: Duration) -> String {
+    let millis = duration.as_millis().max(1);
+    format!("{millis}ms")
 }
 
 /// The body of the approval write: the cached conditions and the decision's, and the cached
@@ -218,6 +231,15 @@ mod tests {
     fn a_name_too_long_for_a_uri_is_unaddressable_not_a_panic() {
         assert!(http::Uri::try_from(approval_path(&"a".repeat(60_000))).is_ok());
         assert!(http::Uri::try_from(approval_path(&"a".repeat(70_000))).is_err());
+    }
+
+    #[test]
+    fn the_apiserver_is_told_the_timeout_in_whole_milliseconds_never_zero() {
+        assert_eq!(go_duration(Duration::from_secs(10)), "10000ms");
+        assert_eq!(go_duration(Duration::from_micros(2_500_999)), "2500ms");
+        assert_eq!(go_duration(Duration::from_micros(999)), "1ms");
+        assert_eq!(go_duration(Duration::from_nanos(1)), "1ms");
+        assert_eq!(go_duration(Duration::ZERO), "1ms");
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! decision never waits for its record, with names that are valid for any CSR name.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -12,7 +13,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kube::api::PostParams;
 use kube::runtime::events::Reporter;
 use kube::{Api, Client};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 
 use super::approval::{MAX_MESSAGE_BYTES, truncate};
 use crate::config::EventLevel;
@@ -23,7 +24,7 @@ use crate::policy::{Decision, DecisionKind, is_dns_subdomain};
 const EVENT_CONCURRENCY: usize = 4;
 /// Events waiting to be published; a full queue makes decisions wait (bounded memory).
 const EVENT_QUEUE: usize = 10_000;
-/// How long shutdown waits for queued events to be published.
+/// How long shutdown waits for the queued events to be published.
 const EVENT_DRAIN: Duration = Duration::from_secs(5);
 /// The longest object name (a DNS subdomain).
 const MAX_NAME_LEN: usize = 253;
@@ -47,36 +48,50 @@ struct PendingEvent {
 pub struct Events {
     queue: mpsc::Sender<PendingEvent>,
     level: EventLevel,
+    /// Events queued whose create has not ended (in success or failure): what a cut-short drain
+    /// leaves behind.
+    unpublished: Arc<AtomicUsize>,
 }
 
-/// The background publisher of [`Events`]; it ends once every [`Events`] handle is dropped and
-/// the queue is drained.
+/// The background publisher of [`Events`]. [`EventPublisher::drain`] closes its queue, whoever
+/// still holds an [`Events`] handle, and the publisher ends once the events the queue held are
+/// published.
 #[derive(Debug)]
-pub struct EventPublisher(tokio::task::JoinHandle<()>);
+pub struct EventPublisher {
+    task: tokio::task::JoinHandle<()>,
+    close: oneshot::Sender<()>,
+    unpublished: Arc<AtomicUsize>,
+}
+
+/// The publisher's queue, and the signal that closes it (`None` once it has).
+type Queue = (mpsc::Receiver<PendingEvent>, Option<oneshot::Receiver<()>>);
 
 impl Events {
     /// Starts the publisher on the current runtime; it publishes the decisions `level` names.
     pub fn start(client: Client, reporter: Reporter, level: EventLevel) -> (Events, EventPublisher) {
         let (queue, receiver) = mpsc::channel::<PendingEvent>(EVENT_QUEUE);
+        let (close, closed) = oneshot::channel();
+        let unpublished = Arc::new(AtomicUsize::new(0));
         let api: Api<K8sEvent> = Api::namespaced(client, "default");
         let reporter = Arc::new(reporter);
+        let published = unpublished.clone();
         let task = tokio::spawn(async move {
-            futures::stream::unfold(receiver, |mut receiver| async move {
-                receiver.recv().await.map(|event| (event, receiver))
-            })
-            .for_each_concurrent(EVENT_CONCURRENCY, |event| {
-                let (api, reporter) = (&api, reporter.clone());
-                async move {
-                    let name = event.regarding.name.clone().unwrap_or_default();
-                    let body = k8s_event(event, &reporter);
-                    if let Err(error) = api.create(&PostParams::default(), &body).await {
-                        tracing::warn!(csr = %crate::display::short_name(&name), %error, "publishing an event");
+            futures::stream::unfold((receiver, Some(closed)), next_event)
+                .for_each_concurrent(EVENT_CONCURRENCY, |event| {
+                    let (api, reporter, published) = (&api, reporter.clone(), &published);
+                    async move {
+                        let name = event.regarding.name.clone().unwrap_or_default();
+                        let body = k8s_event(event, &reporter);
+                        if let Err(error) = api.create(&PostParams::default(), &body).await {
+                            tracing::warn!(csr = %crate::display::short_name(&name), %error, "publishing an event");
+                        }
+                        published.fetch_sub(1, Ordering::AcqRel);
                     }
-                }
-            })
-            .await;
+                })
+                .await;
         });
-        (Events { queue, level }, EventPublisher(task))
+        let events = Events { queue, level, unpublished: unpublished.clone() };
+        (events, EventPublisher { task, close, unpublished })
     }
 
     /// Queues an event about `regarding` carrying the decision's reason code, its message after
@@ -102,18 +117,41 @@ impl Events {
             },
             regarding,
         };
+        self.unpublished.fetch_add(1, Ordering::AcqRel);
         if self.queue.send(event).await.is_err() {
+            self.unpublished.fetch_sub(1, Ordering::AcqRel);
             tracing::warn!("publishing an event: the publisher has stopped");
         }
     }
 }
 
+/// The next event of the queue. Once the close signal comes (or its sender is gone) the queue
+/// takes no more, and yields what it holds, then ends.
+async fn next_event((mut receiver, mut close): Queue) -> Option<(PendingEvent, Queue)> {
+    if let Some(signal) = close.as_mut() {
+        tokio::select! {
+            biased;
+            event = receiver.recv() => return event.map(|event| (event, (receiver, close))),
+            _ = signal => {
+                receiver.close();
+                close = None;
+            }
+        }
+    }
+    let event = receiver.recv().await?;
+    Some((event, (receiver, close)))
+}
+
 impl EventPublisher {
-    /// Waits (at most a few seconds) until the queued events are published; call after every
-    /// [`Events`] handle was dropped.
+    /// Closes the queue (an event queued later is dropped, and logged) and waits, at most
+    /// [`EVENT_DRAIN`], until the events it holds are published; returns as soon as they are.
+    /// Logs how many were not when the wait is cut short.
     pub async fn drain(self) {
-        if tokio::time::timeout(EVENT_DRAIN, self.0).await.is_err() {
-            tracing::warn!("shutdown: some queued events were not published");
+        let EventPublisher { task, close, unpublished } = self;
+        let _ = close.send(());
+        if tokio::time::timeout(EVENT_DRAIN, task).await.is_err() {
+            let events = unpublished.load(Ordering::Acquire);
+            tracing::warn!(events, "shutdown: some queued events were not published");
         }
     }
 }
