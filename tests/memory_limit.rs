@@ -101,7 +101,7 @@ async fn under_the_charts_memory_limit_hundreds_of_csrs_with_huge_names_cost_lit
     let built = PathBuf::from(env!("CARGO_BIN_EXE_node-csr-approver"));
     let binary = std::env::var_os(testkit::approver::BINARY_ENV).map_or(built, PathBuf::from);
     // The shell joins the cgroup, then becomes the approver: everything it allocates is counted.
-    let mut command = testkit::approver::command(&binary, cp.kubeconfig_path(), REGEX, PREFIXES);
+    let command = testkit::approver::command(&binary, cp.kubeconfig_path(), REGEX, PREFIXES);
     let program = command.get_program().to_owned();
     let args: Vec<_> = command.get_args().map(ToOwned::to_owned).collect();
     let mut joined = Command::new("sh");
@@ -115,7 +115,8 @@ async fn under_the_charts_memory_limit_hundreds_of_csrs_with_huge_names_cost_lit
     let name = unique("legit");
     create_serving_csr(cp, &name, &node, &request).await;
     let decided = wait_decided(&admin, &name, Duration::from_secs(30)).await;
-    let (peak, failcnt, kills) = (cgroup.read("memory.max_usage_in_bytes"), cgroup.read("memory.failcnt"), cgroup.oom_kills());
+    let (peak, failcnt, kills) =
+        (cgroup.read("memory.max_usage_in_bytes"), cgroup.read("memory.failcnt"), cgroup.oom_kills());
     println!("peak memory {} bytes (limit {LIMIT_BYTES}), failcnt {}, oom kills {kills}", peak.trim(), failcnt.trim());
     let running = approver.wait_exit(Duration::ZERO).await.is_none();
     let told = |approver: &Approver| {
@@ -125,7 +126,8 @@ async fn under_the_charts_memory_limit_hundreds_of_csrs_with_huge_names_cost_lit
     let told_once = told(&approver);
     let counted = approver.metric("node_csr_approver_unaddressable_csrs_total").await;
 
-    let _ = api.delete_collection(&DeleteParams::default(), &ListParams::default().labels(&format!("test={label}"))).await;
+    let _ =
+        api.delete_collection(&DeleteParams::default(), &ListParams::default().labels(&format!("test={label}"))).await;
     let _ = api.delete(&name, &DeleteParams::default()).await;
     assert!(running && kills == 0, "the approver did not stay up (oom kills: {kills}):\n{}", approver.logs());
     assert_eq!(decided.first().map(|c| c.type_.as_str()), Some("Approved"), "{decided:?}\n{}", approver.logs());

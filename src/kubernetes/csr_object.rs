@@ -12,7 +12,7 @@ use kube::Resource;
 
 use crate::csr::MAX_REQUEST_BYTES;
 use crate::kubernetes::csr_cache::Named;
-use crate::kubernetes::csr_name::{MAX_KEPT_NAME_BYTES, kept_name};
+use crate::kubernetes::csr_name::kept_name;
 use crate::policy::{KUBELET_CLIENT_SIGNER, KUBELET_SERVING_SIGNER, Submission};
 
 /// Text nearly every CSR holds (the kubelet signers, the groups of a node and of a bootstrap
@@ -50,9 +50,9 @@ fn text(value: String) -> Text {
 /// name and so nothing can decide, only the signer and the username.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CsrObject {
-    /// metadata.name, cut to a prefix and a digest when longer than [`MAX_KEPT_NAME_BYTES`].
+    /// metadata.name, cut to a prefix and a digest when longer than 253 bytes ([`kept_name`]).
     pub name: Arc<str>,
-    /// The name was longer than [`MAX_KEPT_NAME_BYTES`] and is cut: no write can address this CSR.
+    /// The name was longer than 253 bytes and is cut: no write can address this CSR.
     pub name_cut: bool,
     /// metadata.uid.
     pub uid: Box<str>,

@@ -30,10 +30,6 @@ async fn at_the_cap_the_oldest_waiting_connection_makes_room_and_shutdown_is_bou
     let mut reply = String::new();
     tokio::time::timeout(Duration::from_secs(2), new.read_to_string(&mut reply)).await.unwrap().unwrap();
     assert!(reply.starts_with("HTTP/1.1 200 "), "the new connection is served: {reply:.200}");
-    let still_open = |held: &mut [tokio::net::TcpStream]| {
-        let checks = held.iter_mut().map(|stream| closed_within(stream, Duration::from_millis(200)));
-        async { futures::future::join_all(checks).await.iter().all(Option::is_none) }
-    };
     assert!(still_open(&mut held[1..]).await, "only the oldest is closed");
     // A connection its client closes gives its slot back: nothing more is closed for the next.
     drop(held.pop());
@@ -45,6 +41,12 @@ async fn at_the_cap_the_oldest_waiting_connection_makes_room_and_shutdown_is_bou
     for stream in &mut held[1..] {
         assert!(closed_within(stream, Duration::from_secs(1)).await.is_some());
     }
+}
+
+/// Whether every one of `held` stays open for 200 ms.
+async fn still_open(held: &mut [tokio::net::TcpStream]) -> bool {
+    let checks = held.iter_mut().map(|stream| closed_within(stream, Duration::from_millis(200)));
+    futures::future::join_all(checks).await.iter().all(Option::is_none)
 }
 
 #[tokio::test]
