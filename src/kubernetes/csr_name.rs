@@ -24,10 +24,7 @@ pub fn kept_name(name: String) -> (Arc<str>, bool) {
     if name.len() <= MAX_KEPT_NAME_BYTES {
         return (Arc::from(name), false);
     }
-    let mut end = CUT_NAME_PREFIX_BYTES;
-    while !name.is_char_boundary(end) {
-        end -= 1;
-    }
+    let end = (0..=CUT_NAME_PREFIX_BYTES).rev().find(|end| name.is_char_boundary(*end)).unwrap_or_default();
     let digest = ring::digest::digest(&ring::digest::SHA256, name.as_bytes());
     let hex: String = digest.as_ref().iter().map(|byte| format!("{byte:02x}")).collect();
     (Arc::from(format!("{}{CUT_NAME_MARK}{hex}", &name[..end])), true)
