@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Mutation testing of the request parser and the decision core: every mutant of the core crate
 # (core/src/), of src/kubernetes/csr_object.rs (what the cache keeps of a CSR, its decided and
-# approved states) and of src/kubernetes/csr_cache.rs (the CSR cache the controller reads) must be caught by
+# approved states), of src/kubernetes/csr_name.rs (a CSR's name as kept) and of src/kubernetes/csr_cache.rs (the CSR cache the controller reads) must be caught by
 # the fast tests (mutants.toml). Installs cargo-mutants
 # when missing; fails on any missed mutant.
 #
@@ -14,12 +14,12 @@ if ! cargo mutants --version >/dev/null 2>&1; then
   cargo install --locked cargo-mutants@27.1.0
 fi
 
-paths=(core/src src/kubernetes/csr_object.rs src/kubernetes/csr_cache.rs)
+paths=(core/src src/kubernetes/csr_object.rs src/kubernetes/csr_name.rs src/kubernetes/csr_cache.rs)
 # The tests that hold the core live in the shell's package (mutants.toml: test_package), which
 # cargo-mutants's baseline would not build for mutants of the core alone; the baseline is skipped
 # (scripts/test.sh has run those tests on the unmutated tree) and the timeouts are set instead: the
 # first mutant builds the whole workspace from scratch.
-args=(--config mutants.toml --workspace -f 'core/src/**/*.rs' -f src/kubernetes/csr_object.rs -f src/kubernetes/csr_cache.rs --no-shuffle
+args=(--config mutants.toml --workspace -f 'core/src/**/*.rs' -f src/kubernetes/csr_object.rs -f src/kubernetes/csr_name.rs -f src/kubernetes/csr_cache.rs --no-shuffle
   --baseline skip --build-timeout 1800 --timeout 600)
 case "${1:-}" in
   --in-diff)

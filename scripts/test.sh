@@ -25,7 +25,7 @@ cargo test --workspace --locked --no-fail-fast
 
 # Every older supported release (tools/versions.env): the approver against its apiserver (and its
 # kube-controller-manager signer and kubelet), and that the apiserver that ran is that release
-# (testenv's tests/admin.rs; the approver's own tests/admin.rs comes along). --workspace keeps the
+# (testenv's tests/admin.rs; the approver's own tests/admin/ comes along). --workspace keeps the
 # test binaries of the run above: selecting packages would rebuild them with other features.
 status=0
 for version in $(scripts/build-tools.sh --list | tail -n +2); do

@@ -23,9 +23,11 @@ use crate::config::BindAddress;
 use crate::metrics::Metrics;
 
 mod serve;
+mod slots;
 
 pub use serve::{
-    CLOSE_GRACE, HEADER_READ_TIMEOUT, MAX_CONNECTION_AGE, MAX_CONNECTIONS, REPORT_INTERVAL, raise_open_file_limit,
+    CLOSE_GRACE, HEADER_READ_TIMEOUT, MAX_CONNECTION_AGE, MAX_CONNECTIONS, MAX_HEAD_BYTES, REPORT_INTERVAL,
+    raise_open_file_limit,
 };
 
 /// The `Content-Type` of `/metrics` responses.

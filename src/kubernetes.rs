@@ -11,6 +11,7 @@ pub mod controller;
 pub mod csr_cache;
 pub(crate) mod csr_fetch;
 pub(crate) mod csr_ledger;
+pub mod csr_name;
 pub mod csr_object;
 pub(crate) mod kube_watch;
 pub(crate) mod kubelet_endpoint;

@@ -140,6 +140,7 @@ pub struct Metrics {
     pending_limit: Gauge,
     oldest_undecided: Gauge,
     passes: Family<TriggerLabels, Counter>,
+    unaddressable_csrs: Counter,
 }
 
 impl Default for Metrics {
@@ -211,6 +212,12 @@ impl Metrics {
             "Passes over every undecided CSR, by trigger (relist, writable, periodic)",
             passes.clone(),
         );
+        let unaddressable_csrs = Counter::default();
+        registry.register(
+            "unaddressable_csrs",
+            "CSRs whose name is longer than 253 bytes, which no write can address: kept cut, never decided",
+            unaddressable_csrs.clone(),
+        );
 
         let pending_node_csrs = Gauge::default();
         registry.register(
@@ -238,7 +245,13 @@ impl Metrics {
             pending_limit,
             oldest_undecided,
             passes,
+            unaddressable_csrs,
         }
+    }
+
+    /// Counts one CSR found with a name too long to be written (once per CSR).
+    pub fn record_unaddressable_csr(&self) {
+        self.unaddressable_csrs.inc();
     }
 
     /// Sets the age of the oldest CSR this replica must decide and has not.

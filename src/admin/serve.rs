@@ -1,13 +1,14 @@
 //! Serving the admin endpoints to clients that may be hostile: the endpoints listen on every
 //! interface without authentication, so any pod or host that reaches the port can open
-//! connections and send nothing. Each connection is bounded in time and each server in how many
-//! it holds, so idle or slow clients cannot use up the process's file descriptors (which the
-//! apiserver watch, the writes and the DNS lookups need too), and running out is logged instead
-//! of retried in silence.
+//! connections and send nothing. Each connection is bounded in time and in the request head it
+//! may buffer, and each server in how many it holds, so idle or slow clients cannot use up the
+//! process's file descriptors (which the apiserver watch, the writes and the DNS lookups need too)
+//! or its memory, and running out is logged instead of retried in silence. A server at its cap
+//! closes its oldest connection without a request in service to take a new one (`slots.rs`), so
+//! a client holding the slots cannot keep a probe out.
 
 use std::future::Future;
 use std::io;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::Router;
@@ -15,17 +16,20 @@ use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
+use tokio::sync::watch;
 
 use super::AdminError;
+use super::slots::{Slot, Slots, Taken};
 
-/// Connections one admin server holds at once; a connection accepted over the cap is closed at
-/// once. Legitimate clients need very few: the kubelet opens one connection per probe (liveness
-/// and readiness, every few seconds, each closed after its answer) and each Prometheus server
-/// keeps one per target. 64 leaves room for several scrapers, probes overlapping a slow moment and
-/// people with curl, while the two servers together hold at most 128 descriptors, well inside
-/// the 1,024 a container often starts with. The cap does not keep the probes answered under a
-/// flood (a hostile client can hold the slots; see the README), it keeps the controller working.
+/// Connections one admin server holds at once. Legitimate clients need very few: the kubelet
+/// opens one connection per probe (liveness and readiness, every few seconds, each closed after
+/// its answer) and each Prometheus server keeps one per target. 64 leaves room for several
+/// scrapers, probes overlapping a slow moment and people with curl, while the two servers together
+/// hold at most 128 descriptors, well inside the 1,024 a container often starts with. A
+/// connection accepted at the cap takes the slot of the oldest connection that has no request in
+/// service (one still sending its head, or idle between requests; the oldest of all when every
+/// one is being answered), which is closed: a probe sends its request the moment it connects and
+/// is answered within milliseconds, so a client holding the slots cannot keep it out.
 pub const MAX_CONNECTIONS: usize = 64;
 
 /// How long a connection may take to send a complete request head, counted from when the server
@@ -35,6 +39,12 @@ pub const MAX_CONNECTIONS: usize = 64;
 /// without sending loses it after 5 s. An idle Prometheus connection is closed between scrapes
 /// (intervals are 10 s or more) and reopened by the next one.
 pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The most a connection buffers of a request head, in bytes (hyper's smallest allowed buffer is
+/// 8 KiB): a probe's or a scrape's head is a few hundred bytes. A longer head is answered 431
+/// (Request Header Fields Too Large) and its connection closed, so unfinished heads cost at most
+/// this per connection.
+pub const MAX_HEAD_BYTES: usize = 16 * 1024;
 
 /// The longest a connection stays open, whatever it does (a body sent a byte at a time, a
 /// response read as slowly): then it is closed after the response in progress, or after
@@ -46,7 +56,7 @@ pub const MAX_CONNECTION_AGE: Duration = Duration::from_secs(30);
 /// finish its response before it is dropped.
 pub const CLOSE_GRACE: Duration = Duration::from_secs(5);
 
-/// At most one log line per server per interval about connections refused over the cap, and one
+/// At most one log line per server per interval about connections closed at the cap, and one
 /// about failed accepts (descriptors exhausted); each gives the count since the last one.
 pub const REPORT_INTERVAL: Duration = Duration::from_secs(60);
 
@@ -63,9 +73,9 @@ pub async fn serve(
     endpoints: &'static str,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), AdminError> {
-    let permits = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    let slots = Slots::new(MAX_CONNECTIONS);
     let (stop, stopping) = watch::channel(false);
-    let (mut refused, mut failed) = (Throttle::new(REPORT_INTERVAL), Throttle::new(REPORT_INTERVAL));
+    let (mut evicted, mut failed) = (Throttle::new(REPORT_INTERVAL), Throttle::new(REPORT_INTERVAL));
     let mut backoff = ACCEPT_BACKOFF.0;
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
@@ -76,21 +86,19 @@ pub async fn serve(
         match accepted {
             Ok((stream, _)) => {
                 backoff = ACCEPT_BACKOFF.0;
-                match permits.clone().try_acquire_owned() {
-                    Ok(permit) => {
-                        tokio::spawn(connection(stream, router.clone(), permit, stopping.clone()));
-                    }
-                    Err(_) => {
-                        drop(stream);
-                        if let Some(count) = refused.hit() {
-                            tracing::warn!(
-                                endpoints,
-                                limit = MAX_CONNECTIONS,
-                                refused = count,
-                                "admin connections at their limit: closing new ones at once"
-                            );
-                        }
-                    }
+                let taken = slots.take().await;
+                if taken.as_ref().is_none_or(|(_, how)| *how == Taken::Evicted)
+                    && let Some(count) = evicted.hit()
+                {
+                    tracing::warn!(
+                        endpoints,
+                        limit = MAX_CONNECTIONS,
+                        closed = count,
+                        "admin connections at their limit: closing the oldest without a request in service"
+                    );
+                }
+                if let Some((slot, _)) = taken {
+                    tokio::spawn(connection(stream, router.clone(), slot, stopping.clone()));
                 }
             }
             Err(error) if is_connection_error(&error) => {}
@@ -108,31 +116,41 @@ pub async fn serve(
     }
     drop(listener);
     let _ = stop.send(true);
-    // Every connection holds a permit until it is gone: all of them back means all closed.
-    let all = u32::try_from(MAX_CONNECTIONS).unwrap_or(u32::MAX);
-    let _ = permits.acquire_many(all).await;
+    // Every connection holds its slot until it is gone: all of them free means all closed.
+    slots.all_free().await;
     Ok(())
 }
 
-/// Serves one connection over HTTP/1.1 with the timeouts above, holding `permit` until closed.
-async fn connection(
-    stream: TcpStream,
-    router: Router,
-    _permit: OwnedSemaphorePermit,
-    mut stopping: watch::Receiver<bool>,
-) {
+/// Serves one connection over HTTP/1.1 with the limits above, holding `slot` until closed, and
+/// closes it at once when its slot is taken back.
+async fn connection(stream: TcpStream, router: Router, slot: Slot, mut stopping: watch::Receiver<bool>) {
     let mut builder = http1::Builder::new();
     builder.timer(TokioTimer::new()).header_read_timeout(HEADER_READ_TIMEOUT).keep_alive(true);
-    let connection = builder.serve_connection(TokioIo::new(stream), TowerToHyperService::new(router));
+    builder.max_buf_size(MAX_HEAD_BYTES);
+    let router = TowerToHyperService::new(router);
+    let service = hyper::service::service_fn(|request| {
+        let in_service = slot.in_service();
+        let response = hyper::service::Service::call(&router, request);
+        async move {
+            let response = response.await;
+            drop(in_service);
+            response
+        }
+    });
+    let connection = builder.serve_connection(TokioIo::new(stream), service);
     let mut connection = std::pin::pin!(connection);
     tokio::select! {
         // Errors (a timeout, a reset, a malformed request) concern this client only.
         _ = connection.as_mut() => return,
+        () = slot.evicted() => return,
         _ = stopping.wait_for(|stop| *stop) => {}
         () = tokio::time::sleep(MAX_CONNECTION_AGE) => {}
     }
     connection.as_mut().graceful_shutdown();
-    let _ = tokio::time::timeout(CLOSE_GRACE, connection).await;
+    tokio::select! {
+        _ = tokio::time::timeout(CLOSE_GRACE, connection) => {}
+        () = slot.evicted() => {}
+    }
 }
 
 /// Errors of one connection that went away before it was accepted: nothing to report.

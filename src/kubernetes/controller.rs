@@ -223,6 +223,16 @@ async fn reconcile<R: Resolver, C: ClusterView>(
         return Ok(Next::AwaitChange);
     }
     let key = CsrKey::of(&csr);
+    if csr.name_cut {
+        // No request can name it, so no decision can be written: told once, never evaluated, and
+        // not counted as the oldest undecided CSR.
+        if ctx.reconciles.mark_unaddressable(key) {
+            ctx.metrics.record_unaddressable_csr();
+            tracing::warn!(csr = %logged, "cannot decide this CSR: its name is longer than 253 bytes, so no request can name it; left alone");
+        }
+        ctx.reconciles.excuse(key);
+        return Ok(Next::AwaitChange);
+    }
     if ctx.reconciles.written_at(key, csr.resource_version.as_deref()) {
         // A pass or a retry came before the watch brought our own write back: this is the
         // version the decision was written on, so the cache is behind, not the CSR undecided.

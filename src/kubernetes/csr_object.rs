@@ -12,6 +12,7 @@ use kube::Resource;
 
 use crate::csr::MAX_REQUEST_BYTES;
 use crate::kubernetes::csr_cache::Named;
+use crate::kubernetes::csr_name::kept_name;
 use crate::policy::{KUBELET_CLIENT_SIGNER, KUBELET_SERVING_SIGNER, Submission};
 
 /// Text nearly every CSR holds (the kubelet signers, the groups of a node and of a bootstrap
@@ -45,11 +46,14 @@ fn text(value: String) -> Text {
 /// this at once, so a cache of thousands of CSRs holds no more: no labels, annotations,
 /// finalizers or managedFields (the write patches the conditions only), the request cut to what
 /// the canonical gate can accept plus one byte, and of a decided CSR only what triage and
-/// machine mode's brake read.
+/// machine mode's brake read. Of a CSR whose name is cut ([`kept_name`]), which no request can
+/// name and so nothing can decide, only the signer and the username.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CsrObject {
-    /// metadata.name.
+    /// metadata.name, cut to a prefix and a digest when longer than 253 bytes ([`kept_name`]).
     pub name: Arc<str>,
+    /// The name was longer than 253 bytes and is cut: no write can address this CSR.
+    pub name_cut: bool,
     /// metadata.uid.
     pub uid: Box<str>,
     /// metadata.resourceVersion: the write's precondition.
@@ -81,8 +85,10 @@ impl From<CertificateSigningRequest> for CsrObject {
     fn from(csr: CertificateSigningRequest) -> CsrObject {
         let CertificateSigningRequest { metadata, spec, status } = csr;
         let status = status.unwrap_or_default();
+        let (name, name_cut) = kept_name(metadata.name.unwrap_or_default());
         let mut object = CsrObject {
-            name: Arc::from(metadata.name.unwrap_or_default()),
+            name,
+            name_cut,
             uid: metadata.uid.unwrap_or_default().into(),
             resource_version: metadata.resource_version.map(Into::into),
             created: metadata.creation_timestamp.map(|time| time.0),
@@ -96,11 +102,11 @@ impl From<CertificateSigningRequest> for CsrObject {
             certificate_issued: status.certificate.is_some_and(|certificate| !certificate.0.is_empty()),
         };
         let mut request = spec.request.0;
-        if object.conditions.iter().any(is_decision) {
+        if object.name_cut || object.conditions.iter().any(is_decision) {
             // Triage needs the signer and the decided condition; the machine-mode brake the
             // signer, the username and the creation time; one client certificate per Machine the
             // request of an approved client CSR (its common name). Nothing reads the rest.
-            if !(&*object.signer_name == KUBELET_CLIENT_SIGNER && object.is_approved()) {
+            if object.name_cut || !(&*object.signer_name == KUBELET_CLIENT_SIGNER && object.is_approved()) {
                 request = Vec::new();
             }
             (object.groups, object.usages) = (Box::default(), Box::default());
@@ -281,6 +287,7 @@ mod tests {
         let pending = CsrObject::from(full(&["Other"]));
         let expected = CsrObject {
             name: "csr-1".into(),
+            name_cut: false,
             uid: "uid-1".into(),
             resource_version: Some("42".into()),
             created: Some(Timestamp::UNIX_EPOCH),

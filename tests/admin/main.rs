@@ -3,7 +3,10 @@
 //! 1,024 file descriptors against the apiserver while thousands of connections sit idle.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[path = "../support/mod.rs"]
 mod support;
+
+mod held;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -264,24 +267,6 @@ async fn connections_without_a_complete_request_are_closed_after_the_header_read
         assert!(took >= admin::HEADER_READ_TIMEOUT - Duration::from_millis(500), "{what} closed after {took:?}");
     }
     server.shut_down().await;
-}
-
-#[tokio::test]
-async fn over_the_cap_new_connections_are_closed_at_once_and_shutdown_is_bounded() {
-    let server = start_metrics(Metrics::new()).await;
-    let mut held = futures::future::join_all((0..admin::MAX_CONNECTIONS).map(|_| connect(server.addr))).await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let mut over = connect(server.addr).await;
-    assert!(closed_within(&mut over, Duration::from_secs(2)).await.is_some(), "over the cap: closed at once");
-    // A connection its client closes gives its slot back at once.
-    drop(held.pop());
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    assert_eq!(get(server.addr, "/metrics").await.status, 200);
-    // Shutdown closes the idle connections still held, within `Running::shut_down`'s 10 s.
-    server.shut_down().await;
-    for mut stream in held {
-        assert!(closed_within(&mut stream, Duration::from_secs(1)).await.is_some());
-    }
 }
 
 /// The real binary as [`Approver::start`] runs it, under `prlimit` with `nofile` open files at most.
