@@ -19,6 +19,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use node_csr_approver::policy::{
+    ApiserverAddresses,
     Bootstrapper, BrakeInputs, ClusterError, DecisionKind, Evidence, Lookup, MachineInfo, MachinePolicy, NodeAddress,
     NodeInfo, PolicyConfig, Reason, Submission,
 };
@@ -91,7 +92,7 @@ fn evidence(machines: Vec<Arc<MachineInfo>>) -> Evidence {
         node: Some(Lookup::Missing),
         load: Some(Ok(BrakeInputs { pending: 1, machines: machines.len(), nodes: 0 })),
         machines: Some(Ok(machines)),
-        apiserver: Some(Ok(Vec::new())),
+        apiserver: Some(Ok(ApiserverAddresses::default())),
         client_certificates: Some(Ok(Vec::new())),
         ..Evidence::default()
     }

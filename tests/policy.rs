@@ -10,6 +10,7 @@ mod support;
 use std::collections::BTreeSet;
 
 use node_csr_approver::policy::{
+    ApiserverAddresses,
     DecisionKind, DnsFailure, Evidence, Outcome, PolicyConfig, Reason, Resolution, decide,
 };
 use policy_cases::{case, cases, good, good_csr};
@@ -50,7 +51,7 @@ fn a_denial_names_the_offending_value() {
 
 #[test]
 fn an_approval_reports_every_check_passed_or_deliberately_skipped() {
-    let evidence = Evidence { apiserver: Some(Ok(Vec::new())), ..Evidence::default() };
+    let evidence = Evidence { apiserver: Some(Ok(ApiserverAddresses::default())), ..Evidence::default() };
     let evaluation = decide(&good_csr(), &config(), &evidence, minutes_after_creation(1));
     assert_eq!(evaluation.decision.kind, Approve);
     for row in &evaluation.checks {
@@ -105,12 +106,13 @@ fn a_cluster_identity_denial_names_the_offending_san() {
         assert_eq!(evaluation.decision.reason, Reason::ClusterIdentity);
         evaluation.decision.message
     };
-    let none = Evidence { apiserver: Some(Ok(Vec::new())), ..Evidence::default() };
+    let none = Evidence { apiserver: Some(Ok(ApiserverAddresses::default())), ..Evidence::default() };
     let name = named(serving("n1", &Request::node("n1").dns("Kubernetes.Default.Svc.").pem()), &none);
     assert!(name.contains("\"kubernetes.default.svc\""), "{name}");
     let address = named(serving("n1", &good().ip("169.254.169.254").pem()), &none);
     assert!(address.contains("169.254.169.254") && address.contains("link-local"), "{address}");
-    let apiserver = Evidence { apiserver: Some(Ok(vec!["10.0.0.11".parse().unwrap()])), ..Evidence::default() };
+    let service = ApiserverAddresses { service: vec!["10.0.0.11".parse().unwrap()], endpoints: Vec::new() };
+    let apiserver = Evidence { apiserver: Some(Ok(service)), ..Evidence::default() };
     let service = named(good_csr(), &apiserver);
     assert!(service.contains("10.0.0.11") && service.contains("default/kubernetes"), "{service}");
 }

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use node_csr_approver_core::policy::{
+    ApiserverAddresses,
     Evidence, HostnameMatch, KUBELET_SERVING_SIGNER, Lookup, NodeInfo, PolicyConfig, Submission, UserRule, UserRules,
     decide, object_for_rules,
 };
@@ -28,7 +29,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let node = node_object();
     let sub = serving(&["n1.nodes.example.com"], Some("10.0.0.11"))?;
     let evidence = Evidence {
-        apiserver: Some(Ok(Vec::new())),
+        apiserver: Some(Ok(ApiserverAddresses::default())),
         node: Some(Lookup::Found(NodeInfo { name: "n1".into(), addresses: Vec::new(), object: Some(node) })),
         ..Evidence::default()
     };

@@ -34,7 +34,7 @@ pub use machine_checks::{
 };
 pub use one_client_certificate::issued_client_node;
 pub use ports::{
-    BrakeInputs, ClusterError, ClusterView, DnsFailure, KubeletCertificate, MachineInfo, NodeAddress, NodeInfo,
+    AddressClaim, ApiserverAddresses, BrakeInputs, ClusterError, ClusterView, DnsFailure, KubeletCertificate, MachineInfo, NodeAddress, NodeInfo,
     Resolution, Resolver,
 };
 pub use reason::Reason;

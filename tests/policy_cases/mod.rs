@@ -9,7 +9,7 @@ mod sans;
 
 use std::net::IpAddr;
 
-use node_csr_approver::policy::{DecisionKind, Evidence, NodeAddress, NodeInfo, Reason, Resolution, Submission};
+use node_csr_approver::policy::{ApiserverAddresses, DecisionKind, Evidence, NodeAddress, NodeInfo, Reason, Resolution, Submission};
 use rcgen::DnType;
 
 use crate::support::table::Case;
@@ -22,7 +22,7 @@ use DecisionKind::{Approve, Deny, Ignore};
 /// A case with the default configuration and no evidence but the apiserver's addresses (none),
 /// evaluated a minute after creation.
 pub fn case(name: &'static str, sub: Submission, expect: (DecisionKind, Reason)) -> Case {
-    let evidence = Evidence { apiserver: Some(Ok(Vec::new())), ..Evidence::default() };
+    let evidence = Evidence { apiserver: Some(Ok(ApiserverAddresses::default())), ..Evidence::default() };
     Case::new(name, sub, config(), evidence, minutes_after_creation(1), expect)
 }
 
