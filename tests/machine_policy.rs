@@ -3,6 +3,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[path = "machine_policy/advertise.rs"]
+mod advertise;
 #[path = "machine_policy/brake.rs"]
 mod brake;
 #[path = "machine_policy/kubelet_renewal.rs"]

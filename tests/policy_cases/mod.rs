@@ -1,7 +1,9 @@
 //! The decision table of the serving policy, one case per check and reason code, split by what the
 //! cases exercise: identity and the request here, the SANs in [`sans`], the identities no node may
-//! claim in [`identity`], the evidence in [`evidence`].
+//! claim in [`identity`], an apiserver's advertise address in [`advertise`], the evidence in
+//! [`evidence`].
 
+mod advertise;
 mod evidence;
 mod identity;
 pub mod rules;
@@ -71,7 +73,7 @@ fn bad_signature() -> String {
 
 /// Every case of the table.
 pub fn cases() -> Vec<Case> {
-    [identity_and_request(), sans::cases(), identity::cases(), evidence::cases(), rules::cases()]
+    [identity_and_request(), sans::cases(), identity::cases(), advertise::cases(), evidence::cases(), rules::cases()]
         .into_iter()
         .flatten()
         .collect()
