@@ -28,8 +28,8 @@ use crate::kubernetes::csr_object::CsrObject;
 use crate::kubernetes::machines::{machine_from_json, pending_in};
 use crate::object_files::{Input, InputError, Object, read_objects};
 use crate::policy::{
-    ApiserverAddresses,
-    ClusterView, Evaluation, Outcome, PolicyConfig, Resolver, Submission, evaluate, issued_client_node,
+    ApiserverAddresses, ClusterView, Evaluation, Outcome, PolicyConfig, Resolver, Submission, evaluate,
+    issued_client_node,
 };
 
 /// What `--objects` may hold besides Nodes and Machines.

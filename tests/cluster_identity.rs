@@ -194,7 +194,8 @@ async fn a_control_plane_kubelet_gets_its_advertise_address_and_no_other_node_do
     // gets it, the control-plane node included.
     let as_worker = cp.impersonated_client(&format!("system:node:{worker}"), &["system:nodes"]).await.unwrap();
     let nodes = Api::<Node>::all(as_worker);
-    let object = Node { metadata: ObjectMeta { name: Some(worker.clone()), ..ObjectMeta::default() }, ..Node::default() };
+    let object =
+        Node { metadata: ObjectMeta { name: Some(worker.clone()), ..ObjectMeta::default() }, ..Node::default() };
     nodes.create(&PostParams::default(), &object).await.unwrap();
     let status = json!({"status": {"addresses": [{"type": "InternalIP", "address": ip}]}});
     nodes.patch_status(&worker, &PatchParams::default(), &Patch::Merge(&status)).await.unwrap();
@@ -259,18 +260,26 @@ fn an_offline_check_reads_the_apiserver_service_and_slices_from_objects() {
     );
     // The slice's address is n1's own once n1's Node lists it, and nobody's when n2's does too.
     let node = |name: &str| {
-        format!("apiVersion: v1\nkind: Node\nmetadata: {{name: {name}}}\nstatus:\n  addresses:\n  - {{type: InternalIP, address: 10.0.0.2}}\n")
+        format!(
+            "apiVersion: v1\nkind: Node\nmetadata: {{name: {name}}}\nstatus:\n  addresses:\n  - {{type: InternalIP, address: 10.0.0.2}}\n"
+        )
     };
     let owned = format!("{service}---\n{}---\n{}", slice("default", "kubernetes"), node("n1"));
     let ambiguous = format!("{owned}---\n{}", node("n2"));
-    for (objects, second) in [(owned, expect("approve", "AutoApproved")), (ambiguous, expect("deny", "ClusterIdentity"))] {
+    for (objects, second) in
+        [(owned, expect("approve", "AutoApproved")), (ambiguous, expect("deny", "ClusterIdentity"))]
+    {
         let output = check(&objects);
         let decisions: Vec<(String, String)> = String::from_utf8_lossy(&output.stdout)
             .lines()
             .map(|line| serde_json::from_str::<serde_json::Value>(line).unwrap())
             .map(|r| (r["decision"].as_str().unwrap().to_owned(), r["reason"].as_str().unwrap().to_owned()))
             .collect();
-        assert_eq!(decisions, [expect("deny", "ClusterIdentity"), second, expect("approve", "AutoApproved")], "{objects}");
+        assert_eq!(
+            decisions,
+            [expect("deny", "ClusterIdentity"), second, expect("approve", "AutoApproved")],
+            "{objects}"
+        );
     }
     for other in [
         service.replace("name: kubernetes", "name: web"),

@@ -21,9 +21,8 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use node_csr_approver::policy::{
-    ApiserverAddresses,
-    Bootstrapper, BrakeInputs, ClusterError, DecisionKind, Evidence, Lookup, MachineInfo, MachinePolicy, NodeAddress,
-    NodeInfo, PolicyConfig, Reason, Submission,
+    ApiserverAddresses, Bootstrapper, BrakeInputs, ClusterError, DecisionKind, Evidence, Lookup, MachineInfo,
+    MachinePolicy, NodeAddress, NodeInfo, PolicyConfig, Reason, Submission,
 };
 use rcgen::DnType;
 use support::table::{Case, assert_all};

@@ -10,7 +10,8 @@ mod support;
 use std::collections::BTreeSet;
 
 use node_csr_approver::policy::{
-    AddressClaim, ApiserverAddresses, DecisionKind, DnsFailure, Evidence, Outcome, PolicyConfig, Reason, Resolution, decide,
+    AddressClaim, ApiserverAddresses, DecisionKind, DnsFailure, Evidence, Outcome, PolicyConfig, Reason, Resolution,
+    decide,
 };
 use policy_cases::{case, cases, good, good_csr};
 use support::table::assert_all;

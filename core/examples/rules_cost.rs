@@ -8,9 +8,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use node_csr_approver_core::policy::{
-    ApiserverAddresses,
-    Evidence, HostnameMatch, KUBELET_SERVING_SIGNER, Lookup, NodeInfo, PolicyConfig, Submission, UserRule, UserRules,
-    decide, object_for_rules,
+    ApiserverAddresses, Evidence, HostnameMatch, KUBELET_SERVING_SIGNER, Lookup, NodeInfo, PolicyConfig, Submission,
+    UserRule, UserRules, decide, object_for_rules,
 };
 use rcgen::{CertificateParams, DistinguishedName, DnType, KeyPair, SanType};
 

@@ -3,7 +3,9 @@
 
 use std::sync::Arc;
 
-use node_csr_approver::policy::{AddressClaim, ApiserverAddresses, ClusterError, DecisionKind, Evidence, MachineInfo, Reason};
+use node_csr_approver::policy::{
+    AddressClaim, ApiserverAddresses, ClusterError, DecisionKind, Evidence, MachineInfo, Reason,
+};
 
 use super::{case, evidence, machine, n1_machine, serving_n1};
 use crate::support::Request;
@@ -30,8 +32,18 @@ fn cases() -> Vec<Case> {
     let request = || serving_n1(Request::node("n1").dns("n1.nodes.example.com").ip("10.0.0.11"));
     let deny = (Deny, Reason::ClusterIdentity);
     vec![
-        case("the node's Machine lists it, no Node does", request(), advertised(vec![n1_machine(Some("n1"))], &[]), (Approve, Reason::AutoApproved)),
-        case("the node's Machine and Node list it", request(), advertised(vec![n1_machine(Some("n1"))], &["n1"]), (Approve, Reason::AutoApproved)),
+        case(
+            "the node's Machine lists it, no Node does",
+            request(),
+            advertised(vec![n1_machine(Some("n1"))], &[]),
+            (Approve, Reason::AutoApproved),
+        ),
+        case(
+            "the node's Machine and Node list it",
+            request(),
+            advertised(vec![n1_machine(Some("n1"))], &["n1"]),
+            (Approve, Reason::AutoApproved),
+        ),
         case(
             "another node's Machine lists it too",
             request(),
@@ -54,7 +66,10 @@ fn cases() -> Vec<Case> {
         case(
             "the Machines cannot be read",
             request(),
-            Evidence { machines: Some(Err(ClusterError::Request("forbidden".into()))), ..advertised(Vec::new(), &["n1"]) },
+            Evidence {
+                machines: Some(Err(ClusterError::Request("forbidden".into()))),
+                ..advertised(Vec::new(), &["n1"])
+            },
             (Retry, Reason::ClusterUnavailable),
         ),
     ]

@@ -12,8 +12,8 @@ use node_csr_approver::dns::HickoryResolver;
 use node_csr_approver::kubelet_tls::KubeletServingCa;
 use node_csr_approver::kubernetes::cluster::StaticCluster;
 use node_csr_approver::policy::{
-    AddressClaim, ApiserverAddresses, BrakeInputs, ClusterError, ClusterView, DecisionKind, KubeletCertificate, MachineInfo, NodeAddress, NodeInfo,
-    PolicyConfig, Reason, evaluate,
+    AddressClaim, ApiserverAddresses, BrakeInputs, ClusterError, ClusterView, DecisionKind, KubeletCertificate,
+    MachineInfo, NodeAddress, NodeInfo, PolicyConfig, Reason, evaluate,
 };
 use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
 

@@ -18,7 +18,10 @@ use DecisionKind::{Approve, Deny, Hold, Retry};
 /// The ClusterIP 10.0.0.1; n1's address 10.0.0.11 and fd00::11 advertised in the slices.
 fn advertised(e: &mut Evidence) {
     let ip = |text: &str| text.parse::<IpAddr>().unwrap();
-    e.apiserver = Some(Ok(ApiserverAddresses { service: vec![ip("10.0.0.1")], endpoints: vec![ip("10.0.0.11"), ip("fd00::11")] }));
+    e.apiserver = Some(Ok(ApiserverAddresses {
+        service: vec![ip("10.0.0.1")],
+        endpoints: vec![ip("10.0.0.11"), ip("fd00::11")],
+    }));
 }
 
 /// The Nodes claiming each address, as `(address, nodes)`.
@@ -65,7 +68,12 @@ pub fn cases() -> Vec<Case> {
             .evidence(claims(&[("10.0.0.11", &["n1"])]))
             .dns(&[("n1.nodes.example.com", addrs(&["10.0.0.12"]))]),
         case("advertise address outside the prefixes", asks("n1", "192.168.0.5"), (Deny, Reason::IPNotInPrefixes))
-            .evidence(|e| e.apiserver = Some(Ok(ApiserverAddresses { service: Vec::new(), endpoints: vec!["192.168.0.5".parse().unwrap()] })))
+            .evidence(|e| {
+                e.apiserver = Some(Ok(ApiserverAddresses {
+                    service: Vec::new(),
+                    endpoints: vec!["192.168.0.5".parse().unwrap()],
+                }))
+            })
             .evidence(claims(&[("192.168.0.5", &["n1"])])),
         case("advertise address claimed by no node", good_csr(), deny)
             .evidence(advertised)
@@ -105,7 +113,12 @@ pub fn cases() -> Vec<Case> {
             .evidence(advertised)
             .evidence(claims(&[("10.0.0.11", &["n1"]), ("fd00::11", &[])])),
         case("advertised as ipv4-mapped, claimed alone", good_csr(), approve)
-            .evidence(|e| e.apiserver = Some(Ok(ApiserverAddresses { service: Vec::new(), endpoints: vec!["::ffff:10.0.0.11".parse().unwrap()] })))
+            .evidence(|e| {
+                e.apiserver = Some(Ok(ApiserverAddresses {
+                    service: Vec::new(),
+                    endpoints: vec!["::ffff:10.0.0.11".parse().unwrap()],
+                }))
+            })
             .evidence(claims(&[("10.0.0.11", &["n1"])])),
         case("claims of the ipv4-mapped form", good_csr(), approve)
             .evidence(advertised)

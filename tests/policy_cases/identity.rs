@@ -5,7 +5,8 @@ use std::collections::BTreeSet;
 use std::net::IpAddr;
 
 use node_csr_approver::policy::{
-    AddressClaim, ApiserverAddresses, Bootstrapper, ClusterError, DecisionKind, HostnameMatch, MachinePolicy, Reason, Submission,
+    AddressClaim, ApiserverAddresses, Bootstrapper, ClusterError, DecisionKind, HostnameMatch, MachinePolicy, Reason,
+    Submission,
 };
 use regex::Regex;
 

@@ -11,7 +11,9 @@ mod sans;
 
 use std::net::IpAddr;
 
-use node_csr_approver::policy::{ApiserverAddresses, DecisionKind, Evidence, NodeAddress, NodeInfo, Reason, Resolution, Submission};
+use node_csr_approver::policy::{
+    ApiserverAddresses, DecisionKind, Evidence, NodeAddress, NodeInfo, Reason, Resolution, Submission,
+};
 use rcgen::DnType;
 
 use crate::support::table::Case;

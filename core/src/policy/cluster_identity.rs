@@ -13,11 +13,11 @@ use std::collections::BTreeSet;
 use std::net::IpAddr;
 use std::sync::Arc;
 
+use super::Reason;
 use super::evidence::Evidence;
 use super::machine_checks::same_ip;
 use super::ports::{AddressClaim, MachineInfo};
 use super::report::Failure;
-use super::Reason;
 
 /// The Service names of the apiserver that resolve inside every pod, whatever the cluster domain.
 const APISERVER_NAMES: [&str; 3] = ["kubernetes", "kubernetes.default", "kubernetes.default.svc"];
@@ -86,7 +86,9 @@ pub(crate) fn apiserver_addresses(node: &str, ips: &[IpAddr], evidence: &Evidenc
     let unknown = |why: String| Err(Failure::retry(Reason::ClusterUnavailable, why));
     let addresses = match &evidence.apiserver {
         Some(Ok(addresses)) => addresses,
-        Some(Err(error)) => return unknown(format!("the apiserver's addresses (default/kubernetes) are unknown: {error}")),
+        Some(Err(error)) => {
+            return unknown(format!("the apiserver's addresses (default/kubernetes) are unknown: {error}"));
+        }
         None => return unknown("the apiserver's addresses (default/kubernetes) were not looked up".into()),
     };
     if let Some(ip) = ips.iter().find(|ip| addresses.service.iter().any(|a| a.to_canonical() == ip.to_canonical())) {
