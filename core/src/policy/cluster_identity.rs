@@ -99,8 +99,8 @@ pub(crate) fn apiserver_addresses(node: &str, ips: &[IpAddr], evidence: &Evidenc
     }
     let advertised = addresses.advertised(ips);
     if advertised.is_empty() {
-        let count = addresses.service.len() + addresses.endpoints.len();
-        return Ok(format!("no IP SAN among the apiserver's {count} addresses"));
+        let (service, endpoints) = (addresses.service.len(), addresses.endpoints.len());
+        return Ok(format!("no IP SAN among the apiserver's {service} ClusterIPs and {endpoints} advertise addresses"));
     }
     let claims = match &evidence.address_claims {
         Some(Ok(claims)) => claims,
