@@ -11,7 +11,8 @@ use k8s_openapi::api::core::v1::Node;
 use node_csr_approver::dns::HickoryResolver;
 use node_csr_approver::kubernetes::cluster::{StaticCluster, node_info};
 use node_csr_approver::policy::{
-    ApiserverAddresses, DecisionKind, Evaluation, NodeAddress, NodeInfo, PolicyConfig, Reason, Submission, UserRule, UserRules, evaluate,
+    ApiserverAddresses, DecisionKind, Evaluation, NodeAddress, NodeInfo, PolicyConfig, Reason, Submission, UserRule,
+    UserRules, evaluate,
 };
 use support::{Request, config, minutes_after_creation, serving};
 use testdns::{DnsServer, Records};
@@ -137,7 +138,8 @@ async fn who_claims_an_advertise_address_comes_from_the_cluster_view() {
         let server = &server;
         async move { kind_reason(&evaluate(&legit(), &config(), &resolver(server), &cluster, now).await) }
     };
-    let (approve, deny) = ((DecisionKind::Approve, Reason::AutoApproved), (DecisionKind::Deny, Reason::ClusterIdentity));
+    let (approve, deny) =
+        ((DecisionKind::Approve, Reason::AutoApproved), (DecisionKind::Deny, Reason::ClusterIdentity));
     let owned = StaticCluster::new([node("n1", "10.0.0.11")], [], 0).with_apiserver(apiserver(&["10.0.0.11"]));
     assert_eq!(decide(owned).await, approve);
     let unclaimed = StaticCluster::new([node("n1", "10.0.0.12")], [], 0).with_apiserver(apiserver(&["10.0.0.11"]));
