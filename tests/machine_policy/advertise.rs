@@ -56,6 +56,12 @@ fn cases() -> Vec<Case> {
             advertised(vec![n1_machine(Some("n1")), at_advertise_address(None)], &[]),
             deny,
         ),
+        case(
+            "another node's Machine lists another address",
+            request(),
+            advertised(vec![n1_machine(Some("n1")), machine(&[("InternalIP", "10.0.0.12")], Some("n2"))], &["n1"]),
+            (Approve, Reason::AutoApproved),
+        ),
         case("another Node lists it", request(), advertised(vec![n1_machine(Some("n1"))], &["n2"]), deny),
         case(
             "only another node's Machine lists it",

@@ -15,7 +15,6 @@ use std::sync::Arc;
 
 use super::Reason;
 use super::evidence::Evidence;
-use super::machine_checks::same_ip;
 use super::ports::{AddressClaim, MachineInfo};
 use super::report::Failure;
 
@@ -139,7 +138,7 @@ fn claimants(ip: &IpAddr, claims: &[AddressClaim], machines: &[Arc<MachineInfo>]
     let nodes = claims.iter().filter(|claim| claim.ip.to_canonical() == ip.to_canonical());
     let by_machine = machines
         .iter()
-        .filter(|machine| machine.addresses.iter().any(|address| same_ip(&address.address, ip)))
+        .filter(|machine| machine.addresses.iter().any(|address| address.is_ip(ip)))
         .map(|machine| machine.node_ref.clone().unwrap_or_else(|| format!("Machine {} (no Node yet)", machine.id)));
     nodes.flat_map(|claim| claim.nodes.iter().cloned()).chain(by_machine).collect()
 }

@@ -75,6 +75,14 @@ pub struct NodeAddress {
     pub address: String,
 }
 
+impl NodeAddress {
+    /// Whether this entry is the address `ip`, compared canonically (an IPv4-mapped IPv6 address
+    /// is the IPv4 address it maps) and ignoring surrounding spaces.
+    pub fn is_ip(&self, ip: &IpAddr) -> bool {
+        self.address.trim().parse::<IpAddr>().is_ok_and(|parsed| parsed.to_canonical() == ip.to_canonical())
+    }
+}
+
 /// A Node reduced to what decisions need.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NodeInfo {
