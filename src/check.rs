@@ -4,7 +4,6 @@
 
 use std::collections::HashMap;
 use std::io::Write;
-use std::net::IpAddr;
 use std::path::PathBuf;
 
 use jiff::Timestamp;
@@ -29,7 +28,8 @@ use crate::kubernetes::csr_object::CsrObject;
 use crate::kubernetes::machines::{machine_from_json, pending_in};
 use crate::object_files::{Input, InputError, Object, read_objects};
 use crate::policy::{
-    ClusterView, Evaluation, Outcome, PolicyConfig, Resolver, Submission, evaluate, issued_client_node,
+    ApiserverAddresses, ClusterView, Evaluation, Outcome, PolicyConfig, Resolver, Submission, evaluate,
+    issued_client_node,
 };
 
 /// What `--objects` may hold besides Nodes and Machines.
@@ -61,14 +61,15 @@ pub fn read_inputs(args: &CheckArgs, source: Option<&MachineSource>) -> Result<I
             object.parse::<CertificateSigningRequest>(&input).map(|csr| CsrObject::from(csr).submission())
         })
         .collect::<Result<Vec<_>, _>>()?;
-    let (mut nodes, mut machines, mut apiserver) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut nodes, mut machines, mut apiserver) = (Vec::new(), Vec::new(), ApiserverAddresses::default());
     if let Some(path) = &args.objects {
         let input = Input::from_arg(path);
         for object in read_objects(&input)? {
             if object.kind == "Node" {
                 nodes.push(node_info(&object.parse::<Node>(&input)?));
             } else if let Some(addresses) = apiserver_object(&input, &object)? {
-                apiserver.extend(addresses);
+                apiserver.service.extend(addresses.service);
+                apiserver.endpoints.extend(addresses.endpoints);
             } else if let Some(machine) = machine_from_json(&object.value, source) {
                 machines.extend(machine);
             } else {
@@ -106,7 +107,7 @@ fn kubelet_certificates(args: &CheckArgs) -> Result<HashMap<String, Vec<Certific
 
 /// The apiserver's addresses from `object` when it is a Service or an EndpointSlice: only
 /// `default/kubernetes` and its slices are accepted, any other is an error.
-fn apiserver_object(input: &Input, object: &Object) -> Result<Option<Vec<IpAddr>>, InputError> {
+fn apiserver_object(input: &Input, object: &Object) -> Result<Option<ApiserverAddresses>, InputError> {
     let other = |what: &str| InputError::Document {
         input: input.clone(),
         document: object.document,
@@ -114,11 +115,15 @@ fn apiserver_object(input: &Input, object: &Object) -> Result<Option<Vec<IpAddr>
     };
     match object.kind.as_str() {
         "Service" => match object.parse::<Service>(input)? {
-            service if is_apiserver_service(&service) => Ok(Some(service_addresses(&service))),
+            service if is_apiserver_service(&service) => {
+                Ok(Some(ApiserverAddresses { service: service_addresses(&service), endpoints: Vec::new() }))
+            }
             _ => Err(other("a Service other than default/kubernetes")),
         },
         "EndpointSlice" => match object.parse::<EndpointSlice>(input)? {
-            slice if is_apiserver_slice(&slice) => Ok(Some(slice_addresses(&slice))),
+            slice if is_apiserver_slice(&slice) => {
+                Ok(Some(ApiserverAddresses { service: Vec::new(), endpoints: slice_addresses(&slice) }))
+            }
             _ => Err(other("an EndpointSlice not labelled kubernetes.io/service-name=kubernetes in default")),
         },
         _ => Ok(None),

@@ -1,22 +1,35 @@
 //! Against the real control plane (testenv): a node asking for the apiserver's own addresses is
 //! denied `ClusterIdentity`, inside its prefixes and with `--bypass-dns-resolution`, and the
 //! signer issues nothing; the addresses come from the watched `default/kubernetes` Service and its
-//! EndpointSlices, kept current.
+//! EndpointSlices, kept current. A control-plane node, whose own address the apiserver advertises,
+//! gets it in its serving certificate; no other node does, and neither does it once another node
+//! claims the address too.
+//!
+//! The control-plane flow needs root (a network namespace for its kubelet), `ip`, `unshare`,
+//! `nsenter` and user namespaces.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod support;
 
+use std::net::IpAddr;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
-use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::core::v1::{Node, Service};
 use k8s_openapi::api::discovery::v1::{Endpoint, EndpointSlice};
-use kube::api::{DeleteParams, ObjectMeta, PostParams};
+use kube::api::{DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
+use serde_json::json;
 use support::Request;
-use support::cluster::{Approver, Csrs, SERIAL, create_serving_csr, unique, wait_decided};
-use testenv::ControlPlane;
+use support::cluster::{Approver, Csrs, REGEX, SERIAL, create_serving_csr, unique, wait_decided};
+use support::kubelet_flow::{
+    SERVING_SIGNER, assert_decided, certificate_sans, node_name, prefixes_of, requested_sans, wait_csr,
+    wait_proxy_healthz, wait_serving_certificate,
+};
+use testdns::{DnsServer, Records};
+use testenv::{AddressFamilies, ControlPlane, KubeletCredentials, KubeletOptions, NodeNetwork};
 
 const DECIDE: Duration = Duration::from_secs(20);
 /// How long the signer is given to issue a certificate it should not issue.
@@ -121,6 +134,81 @@ async fn a_node_asking_for_the_apiservers_addresses_is_denied_and_nothing_is_iss
     assert!(!wait_certificate(&admin, &endpoint, SIGNER_GRACE).await, "the signer issued a certificate");
 }
 
+/// Waits until the `default/kubernetes` EndpointSlices list `address`.
+async fn wait_advertised(admin: &Client, address: IpAddr) {
+    let slices = Api::<EndpointSlice>::namespaced(admin.clone(), "default");
+    let selector = ListParams::default().labels("kubernetes.io/service-name=kubernetes");
+    let deadline = Instant::now() + DECIDE;
+    loop {
+        let listed = slices.list(&selector).await.unwrap().items;
+        let addresses = listed.iter().flat_map(|slice| slice.endpoints.iter().flat_map(|e| e.addresses.iter()));
+        if addresses.clone().any(|a| a.parse() == Ok(address)) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "the apiserver does not advertise {address}: {listed:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// The topology of a kubeadm control-plane node: the apiserver advertised on the address of a
+/// kubelet's own network namespace (its own reconciler lists it in `default/kubernetes`). That
+/// kubelet's serving CSR, for its name and that address, is approved and issued, and the
+/// apiserver's proxy reaches it over TLS verified for it. A worker asking for the address, its
+/// name resolving to it, is denied; once the worker writes the address into its own Node's
+/// status (as a node may), the address is ambiguous and refused to both.
+#[tokio::test]
+async fn a_control_plane_kubelet_gets_its_advertise_address_and_no_other_node_does() {
+    let network = Arc::new(NodeNetwork::create(AddressFamilies::Ipv4).unwrap());
+    let address = network.addresses()[0];
+    let cp = ControlPlane::start_advertising(Some(address)).await.unwrap();
+    let _signer = cp.start_signer().await.unwrap();
+    let admin = cp.admin_client().await.unwrap();
+    wait_advertised(&admin, address).await;
+    let (control_plane, worker) = (node_name("control-plane"), node_name("worker"));
+    let dns = DnsServer::start_on_thread(Records::new().ip(&control_plane, address).ip(&worker, address)).unwrap();
+    let dns_flag = format!("--dns-server={}", dns.addr());
+    let mut approver = Approver::start_with(cp.kubeconfig_path(), REGEX, &prefixes_of(&[address]), &[&dns_flag], &[]);
+    approver.wait_ready().await;
+
+    let options = KubeletOptions::in_network(&control_plane, Arc::clone(&network), KubeletCredentials::NodeCertificate);
+    let kubelet = cp.start_kubelet(options).await.unwrap();
+    let csr = wait_csr(&admin, SERVING_SIGNER, &format!("system:node:{control_plane}")).await;
+    let sans = (vec![control_plane.clone()], vec![address]);
+    assert_eq!(requested_sans(&csr), sans, "the control-plane kubelet's request");
+    let name = csr.metadata.name.clone().unwrap();
+    let context = || format!("{}\n{}", approver.logs(), kubelet.logs());
+    assert_decided(&admin, &name, "Approved", "AutoApproved", &context).await;
+    let issued = wait_serving_certificate(&admin, &kubelet, &name).await;
+    assert_eq!(certificate_sans(&issued), sans, "the issued certificate");
+    assert_eq!(wait_proxy_healthz(&cp, &kubelet).await, "ok");
+
+    // A worker whose name resolves to the address asks for it: denied, nothing issued.
+    let csrs = Csrs::new(cp.kubeconfig_path());
+    let ip = address.to_string();
+    let asks = |node: &str| Request::node(node).dns(node).ip(&ip);
+    let forged = csrs.name("advertise-worker");
+    create_serving_csr(&cp, &forged, &worker, &asks(&worker)).await;
+    assert_denied_unsigned(&admin, &forged, &ip, &approver).await;
+
+    // The worker registers its own Node with the address: now two nodes claim it, and neither
+    // gets it, the control-plane node included.
+    let as_worker = cp.impersonated_client(&format!("system:node:{worker}"), &["system:nodes"]).await.unwrap();
+    let nodes = Api::<Node>::all(as_worker);
+    let object =
+        Node { metadata: ObjectMeta { name: Some(worker.clone()), ..ObjectMeta::default() }, ..Node::default() };
+    nodes.create(&PostParams::default(), &object).await.unwrap();
+    let status = json!({"status": {"addresses": [{"type": "InternalIP", "address": ip}]}});
+    nodes.patch_status(&worker, &PatchParams::default(), &Patch::Merge(&status)).await.unwrap();
+    let (again, renewal) = (csrs.name("advertise-worker-claims"), csrs.name("advertise-ambiguous"));
+    create_serving_csr(&cp, &again, &worker, &asks(&worker)).await;
+    create_serving_csr(&cp, &renewal, &control_plane, &asks(&control_plane)).await;
+    assert_denied_unsigned(&admin, &again, &ip, &approver).await;
+    assert_denied_unsigned(&admin, &renewal, &ip, &approver).await;
+    let message = wait_decided(&admin, &renewal, DECIDE).await.first().and_then(|c| c.message.clone());
+    assert!(message.as_deref().unwrap_or_default().contains(&worker), "{message:?}");
+    Api::<Node>::all(admin.clone()).delete(&worker, &DeleteParams::default()).await.unwrap();
+}
+
 /// `check --objects` reads the `default/kubernetes` Service and its EndpointSlices, so an offline
 /// check decides as the controller does; any other Service or EndpointSlice is refused.
 #[test]
@@ -170,6 +258,29 @@ fn an_offline_check_reads_the_apiserver_service_and_slices_from_objects() {
         decisions,
         [expect("deny", "ClusterIdentity"), expect("deny", "ClusterIdentity"), expect("approve", "AutoApproved")]
     );
+    // The slice's address is n1's own once n1's Node lists it, and nobody's when n2's does too.
+    let node = |name: &str| {
+        format!(
+            "apiVersion: v1\nkind: Node\nmetadata: {{name: {name}}}\nstatus:\n  addresses:\n  - {{type: InternalIP, address: 10.0.0.2}}\n"
+        )
+    };
+    let owned = format!("{service}---\n{}---\n{}", slice("default", "kubernetes"), node("n1"));
+    let ambiguous = format!("{owned}---\n{}", node("n2"));
+    for (objects, second) in
+        [(owned, expect("approve", "AutoApproved")), (ambiguous, expect("deny", "ClusterIdentity"))]
+    {
+        let output = check(&objects);
+        let decisions: Vec<(String, String)> = String::from_utf8_lossy(&output.stdout)
+            .lines()
+            .map(|line| serde_json::from_str::<serde_json::Value>(line).unwrap())
+            .map(|r| (r["decision"].as_str().unwrap().to_owned(), r["reason"].as_str().unwrap().to_owned()))
+            .collect();
+        assert_eq!(
+            decisions,
+            [expect("deny", "ClusterIdentity"), second, expect("approve", "AutoApproved")],
+            "{objects}"
+        );
+    }
     for other in [
         service.replace("name: kubernetes", "name: web"),
         service.replace("namespace: default", "namespace: kube-system"),

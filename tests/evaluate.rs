@@ -11,7 +11,8 @@ use k8s_openapi::api::core::v1::Node;
 use node_csr_approver::dns::HickoryResolver;
 use node_csr_approver::kubernetes::cluster::{StaticCluster, node_info};
 use node_csr_approver::policy::{
-    DecisionKind, Evaluation, NodeAddress, NodeInfo, PolicyConfig, Reason, Submission, UserRule, UserRules, evaluate,
+    ApiserverAddresses, DecisionKind, Evaluation, NodeAddress, NodeInfo, PolicyConfig, Reason, Submission, UserRule,
+    UserRules, evaluate,
 };
 use support::{Request, config, minutes_after_creation, serving};
 use testdns::{DnsServer, Records};
@@ -116,6 +117,38 @@ async fn node_addresses_come_from_the_cluster_view() {
     assert_eq!(kind_reason(&missing), (DecisionKind::Retry, Reason::NodeNotFound));
     let present = evaluate(&legit(), &cfg, &resolver(&server), &StaticCluster::new([node], [], 0), now).await;
     assert_eq!(kind_reason(&present), (DecisionKind::Approve, Reason::AutoApproved), "{present:?}");
+}
+
+/// The claims on an apiserver's advertise address are gathered through the cluster view: only for
+/// an IP SAN the EndpointSlices list, from the Nodes whose status lists it.
+#[tokio::test]
+async fn who_claims_an_advertise_address_comes_from_the_cluster_view() {
+    let server = DnsServer::start(Records::new()).await.unwrap();
+    let node = |name: &str, address: &str| NodeInfo {
+        name: name.into(),
+        addresses: vec![NodeAddress { kind: "InternalIP".into(), address: address.into() }],
+        object: None,
+    };
+    let apiserver = |endpoints: &[&str]| ApiserverAddresses {
+        service: vec!["10.0.0.1".parse().unwrap()],
+        endpoints: endpoints.iter().map(|ip| ip.parse().unwrap()).collect(),
+    };
+    let now = minutes_after_creation(1);
+    let decide = |cluster: StaticCluster| {
+        let server = &server;
+        async move { kind_reason(&evaluate(&legit(), &config(), &resolver(server), &cluster, now).await) }
+    };
+    let (approve, deny) =
+        ((DecisionKind::Approve, Reason::AutoApproved), (DecisionKind::Deny, Reason::ClusterIdentity));
+    let owned = StaticCluster::new([node("n1", "10.0.0.11")], [], 0).with_apiserver(apiserver(&["10.0.0.11"]));
+    assert_eq!(decide(owned).await, approve);
+    let unclaimed = StaticCluster::new([node("n1", "10.0.0.12")], [], 0).with_apiserver(apiserver(&["10.0.0.11"]));
+    assert_eq!(decide(unclaimed).await, deny);
+    let ambiguous = StaticCluster::new([node("n1", "10.0.0.11"), node("n2", " 10.0.0.11")], [], 0)
+        .with_apiserver(apiserver(&["10.0.0.11"]));
+    assert_eq!(decide(ambiguous).await, deny);
+    let elsewhere = StaticCluster::new([node("n2", "10.0.0.11")], [], 0).with_apiserver(apiserver(&["fd00::1"]));
+    assert_eq!(decide(elsewhere).await, approve);
 }
 
 #[tokio::test]

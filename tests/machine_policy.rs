@@ -3,6 +3,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[path = "machine_policy/advertise.rs"]
+mod advertise;
 #[path = "machine_policy/brake.rs"]
 mod brake;
 #[path = "machine_policy/kubelet_renewal.rs"]
@@ -19,8 +21,8 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use node_csr_approver::policy::{
-    Bootstrapper, BrakeInputs, ClusterError, DecisionKind, Evidence, Lookup, MachineInfo, MachinePolicy, NodeAddress,
-    NodeInfo, PolicyConfig, Reason, Submission,
+    ApiserverAddresses, Bootstrapper, BrakeInputs, ClusterError, DecisionKind, Evidence, Lookup, MachineInfo,
+    MachinePolicy, NodeAddress, NodeInfo, PolicyConfig, Reason, Submission,
 };
 use rcgen::DnType;
 use support::table::{Case, assert_all};
@@ -91,7 +93,7 @@ fn evidence(machines: Vec<Arc<MachineInfo>>) -> Evidence {
         node: Some(Lookup::Missing),
         load: Some(Ok(BrakeInputs { pending: 1, machines: machines.len(), nodes: 0 })),
         machines: Some(Ok(machines)),
-        apiserver: Some(Ok(Vec::new())),
+        apiserver: Some(Ok(ApiserverAddresses::default())),
         client_certificates: Some(Ok(Vec::new())),
         ..Evidence::default()
     }

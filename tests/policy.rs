@@ -10,7 +10,8 @@ mod support;
 use std::collections::BTreeSet;
 
 use node_csr_approver::policy::{
-    DecisionKind, DnsFailure, Evidence, Outcome, PolicyConfig, Reason, Resolution, decide,
+    AddressClaim, ApiserverAddresses, DecisionKind, DnsFailure, Evidence, Outcome, PolicyConfig, Reason, Resolution,
+    decide,
 };
 use policy_cases::{case, cases, good, good_csr};
 use support::table::assert_all;
@@ -50,7 +51,7 @@ fn a_denial_names_the_offending_value() {
 
 #[test]
 fn an_approval_reports_every_check_passed_or_deliberately_skipped() {
-    let evidence = Evidence { apiserver: Some(Ok(Vec::new())), ..Evidence::default() };
+    let evidence = Evidence { apiserver: Some(Ok(ApiserverAddresses::default())), ..Evidence::default() };
     let evaluation = decide(&good_csr(), &config(), &evidence, minutes_after_creation(1));
     assert_eq!(evaluation.decision.kind, Approve);
     for row in &evaluation.checks {
@@ -105,14 +106,31 @@ fn a_cluster_identity_denial_names_the_offending_san() {
         assert_eq!(evaluation.decision.reason, Reason::ClusterIdentity);
         evaluation.decision.message
     };
-    let none = Evidence { apiserver: Some(Ok(Vec::new())), ..Evidence::default() };
+    let none = Evidence { apiserver: Some(Ok(ApiserverAddresses::default())), ..Evidence::default() };
     let name = named(serving("n1", &Request::node("n1").dns("Kubernetes.Default.Svc.").pem()), &none);
     assert!(name.contains("\"kubernetes.default.svc\""), "{name}");
     let address = named(serving("n1", &good().ip("169.254.169.254").pem()), &none);
     assert!(address.contains("169.254.169.254") && address.contains("link-local"), "{address}");
-    let apiserver = Evidence { apiserver: Some(Ok(vec!["10.0.0.11".parse().unwrap()])), ..Evidence::default() };
+    let service = ApiserverAddresses { service: vec!["10.0.0.11".parse().unwrap()], endpoints: Vec::new() };
+    let apiserver = Evidence { apiserver: Some(Ok(service)), ..Evidence::default() };
     let service = named(good_csr(), &apiserver);
     assert!(service.contains("10.0.0.11") && service.contains("default/kubernetes"), "{service}");
+    // An advertise address: the denial names the address and who claims it.
+    let ip = "10.0.0.11".parse().unwrap();
+    let claimed = |nodes: &[&str]| Evidence {
+        apiserver: Some(Ok(ApiserverAddresses { service: Vec::new(), endpoints: vec![ip] })),
+        address_claims: Some(Ok(vec![AddressClaim { ip, nodes: nodes.iter().map(|n| (*n).to_owned()).collect() }])),
+        ..Evidence::default()
+    };
+    let other = named(good_csr(), &claimed(&["cp-1"]));
+    assert!(other.contains("10.0.0.11") && other.contains("advertise") && other.contains("\"cp-1\""), "{other}");
+    assert!(other.contains("not node \"n1\"'s own"), "{other}");
+    let ambiguous = named(good_csr(), &claimed(&["n1", "n2"]));
+    assert!(ambiguous.contains("10.0.0.11") && ambiguous.contains("more than node \"n1\""), "{ambiguous}");
+    assert!(ambiguous.contains("\"n2\""), "{ambiguous}");
+    let approved = decide(&good_csr(), &config(), &claimed(&["n1"]), minutes_after_creation(1));
+    let row = approved.checks.iter().find(|c| c.check.as_str() == "apiserver-addresses").unwrap();
+    assert!(format!("{:?}", row.outcome).contains("10.0.0.11"), "{row:?}");
 }
 
 #[test]

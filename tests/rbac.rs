@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::authorization::v1::ResourceAttributes;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Namespace, Node, ServiceAccount};
+use k8s_openapi::api::discovery::v1::{Endpoint, EndpointSlice};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
@@ -247,6 +248,69 @@ async fn verify_node_addresses_reads_real_nodes_with_the_nodes_role_and_only_wit
     assert_eq!(decided.first().and_then(|c| c.reason.as_deref()), Some("NodeAddressMismatch"), "{decided:?}");
     delete_bindings(admin, "clusterrole-nodes.yaml").await;
     nodes.delete(&node, &DeleteParams::default()).await.unwrap();
+}
+
+/// Drops the rule granting `list` on Nodes from a ClusterRole document.
+fn without_nodes_rule(doc: &mut serde_json::Value) {
+    if let Some(rules) = doc["rules"].as_array_mut() {
+        rules.retain(|rule| !rule["resources"].as_array().unwrap().iter().any(|r| r == "nodes"));
+    }
+}
+
+/// The ClusterRole lets the account list Nodes (and not get one): a node whose own Node lists an
+/// address of the `default/kubernetes` EndpointSlices gets it approved; without the rule its CSR
+/// is retried, never approved.
+#[tokio::test]
+async fn the_clusterrole_lists_nodes_for_an_advertise_address_and_is_needed() {
+    let _serial = SERIAL.lock().await;
+    let cp = control_plane().await;
+    let env = ServiceAccountEnv::install(cp).await;
+    let admin = &env.admin;
+    let csrs = Csrs::new(cp.kubeconfig_path());
+    let node = unique("cp");
+    let nodes = Api::<Node>::all(admin.clone());
+    let object = Node {
+        metadata: kube::api::ObjectMeta { name: Some(node.clone()), ..Default::default() },
+        ..Default::default()
+    };
+    nodes.create(&PostParams::default(), &object).await.unwrap();
+    let status = json!({"status": {"addresses": [{"type": "InternalIP", "address": "10.0.0.54"}]}});
+    nodes.patch_status(&node, &PatchParams::default(), &Patch::Merge(&status)).await.unwrap();
+    let slices = Api::<EndpointSlice>::namespaced(admin.clone(), "default");
+    let slice = EndpointSlice {
+        metadata: kube::api::ObjectMeta {
+            name: Some(unique("kubernetes-advertised")),
+            labels: Some([("kubernetes.io/service-name".to_owned(), "kubernetes".to_owned())].into()),
+            ..Default::default()
+        },
+        address_type: "IPv4".into(),
+        endpoints: vec![Endpoint { addresses: vec!["10.0.0.54".into()], ..Endpoint::default() }],
+        ports: None,
+    };
+    let slice_name = slice.metadata.name.clone().unwrap();
+    slices.create(&PostParams::default(), &slice).await.unwrap();
+
+    apply_rbac(admin, "clusterrole.yaml", without_nodes_rule).await;
+    let list_nodes = access("list", "", "nodes", None, None);
+    wait_access(&env.account, list_nodes.clone(), false).await;
+    let mut approver = env.approver(&["--bypass-dns-resolution"]);
+    approver.wait_ready().await;
+    let early = csrs.name("advertise-early");
+    create_serving_csr(cp, &early, &node, &legit(&node, "10.0.0.54")).await;
+    let retried = wait_event(admin, &early, "ClusterUnavailable", DECIDE).await;
+    let found = conditions(admin, &early).await;
+    apply_rbac(admin, "clusterrole.yaml", |_| {}).await;
+    assert!(retried.is_some(), "{}", approver.logs());
+    assert!(found.is_empty(), "decided without listing Nodes: {found:?}");
+
+    wait_access(&env.account, list_nodes, true).await;
+    wait_access(&env.account, access("get", "", "nodes", None, Some(&node)), false).await;
+    let late = csrs.name("advertise-late");
+    create_serving_csr(cp, &late, &node, &legit(&node, "10.0.0.54")).await;
+    let decided = wait_decided(admin, &late, DECIDE).await;
+    slices.delete(&slice_name, &DeleteParams::default()).await.unwrap();
+    nodes.delete(&node, &DeleteParams::default()).await.unwrap();
+    assert_eq!(decided.first().map(|c| c.type_.as_str()), Some("Approved"), "{decided:?}\n{}", approver.logs());
 }
 
 /// The apiserver Role lets the account read exactly Services and EndpointSlices in `default`

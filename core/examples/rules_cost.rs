@@ -8,8 +8,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use node_csr_approver_core::policy::{
-    Evidence, HostnameMatch, KUBELET_SERVING_SIGNER, Lookup, NodeInfo, PolicyConfig, Submission, UserRule, UserRules,
-    decide, object_for_rules,
+    ApiserverAddresses, Evidence, HostnameMatch, KUBELET_SERVING_SIGNER, Lookup, NodeInfo, PolicyConfig, Submission,
+    UserRule, UserRules, decide, object_for_rules,
 };
 use rcgen::{CertificateParams, DistinguishedName, DnType, KeyPair, SanType};
 
@@ -28,7 +28,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let node = node_object();
     let sub = serving(&["n1.nodes.example.com"], Some("10.0.0.11"))?;
     let evidence = Evidence {
-        apiserver: Some(Ok(Vec::new())),
+        apiserver: Some(Ok(ApiserverAddresses::default())),
         node: Some(Lookup::Found(NodeInfo { name: "n1".into(), addresses: Vec::new(), object: Some(node) })),
         ..Evidence::default()
     };

@@ -34,8 +34,8 @@ pub use machine_checks::{
 };
 pub use one_client_certificate::issued_client_node;
 pub use ports::{
-    BrakeInputs, ClusterError, ClusterView, DnsFailure, KubeletCertificate, MachineInfo, NodeAddress, NodeInfo,
-    Resolution, Resolver,
+    AddressClaim, ApiserverAddresses, BrakeInputs, ClusterError, ClusterView, DnsFailure, KubeletCertificate,
+    MachineInfo, NodeAddress, NodeInfo, Resolution, Resolver,
 };
 pub use reason::Reason;
 pub use report::{CheckId, CheckResult, Consequence, Failure, Outcome};

@@ -12,7 +12,7 @@ use std::net::IpAddr;
 
 use node_csr_approver_core::csr::CsrFacts;
 use node_csr_approver_core::policy::PolicyConfig;
-use node_csr_approver_core::policy::{DecisionKind, Evidence, Submission, decide};
+use node_csr_approver_core::policy::{ApiserverAddresses, DecisionKind, Evidence, Submission, decide};
 use testenv::{GoView, Oracle};
 
 use crate::mutate::Input;
@@ -87,7 +87,7 @@ impl Judge {
         let go = self.oracle.read(&input.request)?;
         let ours = CsrFacts::from_pem(&input.request);
         // The apiserver has no addresses here: only the reading of the request decides.
-        let evidence = Evidence { apiserver: Some(Ok(Vec::new())), ..Evidence::default() };
+        let evidence = Evidence { apiserver: Some(Ok(ApiserverAddresses::default())), ..Evidence::default() };
         let evaluation = decide(&submission(&input.request), &self.policy, &evidence, jiff::Timestamp::now());
         let approved = evaluation.decision.kind == DecisionKind::Approve;
         let mut what = ours.as_ref().ok().and_then(|facts| parser_difference(facts, &go));

@@ -1,5 +1,6 @@
 //! The apiserver's own addresses, watched: the ClusterIPs of the `default/kubernetes` Service and
-//! the addresses of its EndpointSlices. No node may hold a serving certificate for them
+//! the addresses of its EndpointSlices, kept apart: no node may hold a serving certificate for a
+//! ClusterIP, and only the one node claiming it for an EndpointSlice address
 //! (`policy::cluster_identity`).
 //!
 //! Two watches, each of exactly those objects: the Service by the field selector
@@ -24,7 +25,7 @@ use kube::{Api, Client, ResourceExt};
 use tokio::task::JoinHandle;
 
 use crate::kubernetes::kube_watch;
-use crate::policy::ClusterError;
+use crate::policy::{ApiserverAddresses, ClusterError};
 
 /// The namespace of the apiserver's Service.
 pub const NAMESPACE: &str = "default";
@@ -164,12 +165,13 @@ impl ApiserverWatch {
         ApiserverWatch { state, _tasks: Arc::new(Tasks(vec![service_task, slice_task])) }
     }
 
-    /// The apiserver's addresses; an error until both watches have listed.
-    pub fn addresses(&self) -> Result<Vec<IpAddr>, ClusterError> {
+    /// The apiserver's addresses, the Service's apart from its EndpointSlices'; an error until
+    /// both watches have listed.
+    pub fn addresses(&self) -> Result<ApiserverAddresses, ClusterError> {
         let state = lock(&self.state);
-        let service = state.service.addresses("the default/kubernetes Service")?;
-        let slices = state.slices.addresses("the EndpointSlices of default/kubernetes")?;
-        Ok(service.chain(slices).collect())
+        let service = state.service.addresses("the default/kubernetes Service")?.collect();
+        let endpoints = state.slices.addresses("the EndpointSlices of default/kubernetes")?.collect();
+        Ok(ApiserverAddresses { service, endpoints })
     }
 
     /// Resolves once both watches have answered (listed, or failed), or after `limit`: a CSR

@@ -6,6 +6,7 @@ use std::net::IpAddr;
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Node;
+use kube::ResourceExt;
 use rustls::pki_types::CertificateDer;
 
 use crate::kubelet_tls::KubeletServingCa;
@@ -15,8 +16,8 @@ use crate::kubernetes::kubelet_endpoint::{served_by, served_offline};
 use crate::kubernetes::machines::MachineCache;
 use crate::metrics::Metrics;
 use crate::policy::{
-    BrakeInputs, ClusterError, ClusterView, KubeletCertificate, MachineInfo, NodeAddress, NodeInfo, brake_limit,
-    object_for_rules,
+    AddressClaim, ApiserverAddresses, BrakeInputs, ClusterError, ClusterView, KubeletCertificate, MachineInfo,
+    NodeAddress, NodeInfo, brake_limit, object_for_rules, same_ip,
 };
 
 /// The live cluster: one GET per Node asked for; Machines and Nodes from the watched caches of
@@ -89,9 +90,26 @@ impl ClusterView for KubeCluster {
         }))
     }
 
-    async fn apiserver_addresses(&self) -> Result<Vec<IpAddr>, ClusterError> {
+    async fn apiserver_addresses(&self) -> Result<ApiserverAddresses, ClusterError> {
         self.apiserver.first_answer(APISERVER_FIRST_ANSWER).await;
         self.apiserver.addresses()
+    }
+
+    /// Lists every Node, [`NODE_PAGE`] at a time, keeping only which of `ips` each lists.
+    async fn nodes_claiming(&self, ips: &[IpAddr]) -> Result<Vec<AddressClaim>, ClusterError> {
+        let mut claims = unclaimed(ips);
+        let mut page = kube::api::ListParams::default().limit(NODE_PAGE);
+        loop {
+            let nodes = self.nodes.list(&page).await.map_err(|e| ClusterError::Request(e.to_string()))?;
+            for node in &nodes.items {
+                let addresses = node.status.iter().flat_map(|status| status.addresses.iter().flatten());
+                claim(&mut claims, &node.name_any(), addresses.map(|a| a.address.as_str()));
+            }
+            match nodes.metadata.continue_.filter(|token| !token.is_empty()) {
+                Some(token) => page = page.continue_token(&token),
+                None => return Ok(claims),
+            }
+        }
     }
 
     async fn client_certificates(&self, node: &str) -> Result<Vec<String>, ClusterError> {
@@ -116,7 +134,7 @@ pub struct StaticCluster {
     nodes: HashMap<String, NodeInfo>,
     machines: Vec<Arc<MachineInfo>>,
     pending: usize,
-    apiserver: Vec<IpAddr>,
+    apiserver: ApiserverAddresses,
     /// `(node name, CSR name)` of each approved client CSR.
     client_certificates: Vec<(String, String)>,
     /// The certificate chain each node's kubelet serves, the bundle they are verified against
@@ -135,7 +153,7 @@ impl StaticCluster {
             nodes: nodes.into_iter().map(|n| (n.name.clone(), n)).collect(),
             machines: machines.into_iter().map(Arc::new).collect(),
             pending,
-            apiserver: Vec::new(),
+            apiserver: ApiserverAddresses::default(),
             client_certificates: Vec::new(),
             kubelets: None,
         }
@@ -154,8 +172,8 @@ impl StaticCluster {
 
     /// The same cluster with these apiserver addresses (from the `default/kubernetes` Service and
     /// its EndpointSlices given; none when they were not).
-    pub fn with_apiserver(self, addresses: impl IntoIterator<Item = IpAddr>) -> StaticCluster {
-        StaticCluster { apiserver: addresses.into_iter().collect(), ..self }
+    pub fn with_apiserver(self, apiserver: ApiserverAddresses) -> StaticCluster {
+        StaticCluster { apiserver, ..self }
     }
 
     /// The same cluster with these approved client CSRs, as `(node name, CSR name)`.
@@ -177,8 +195,16 @@ impl ClusterView for StaticCluster {
         Ok(BrakeInputs { pending: self.pending, machines: self.machines.len(), nodes: self.nodes.len() })
     }
 
-    async fn apiserver_addresses(&self) -> Result<Vec<IpAddr>, ClusterError> {
+    async fn apiserver_addresses(&self) -> Result<ApiserverAddresses, ClusterError> {
         Ok(self.apiserver.clone())
+    }
+
+    async fn nodes_claiming(&self, ips: &[IpAddr]) -> Result<Vec<AddressClaim>, ClusterError> {
+        let mut claims = unclaimed(ips);
+        for node in self.nodes.values() {
+            claim(&mut claims, &node.name, node.addresses.iter().map(|a| a.address.as_str()));
+        }
+        Ok(claims)
     }
 
     async fn client_certificates(&self, node: &str) -> Result<Vec<String>, ClusterError> {
@@ -199,6 +225,24 @@ impl ClusterView for StaticCluster {
             (Some(_), None) => KubeletCertificate::Unusable(format!("no --kubelet-certificate for node {name:?}")),
             (Some(node), Some(chain)) => served_offline(chain, &node.addresses, ca, *now),
         })
+    }
+}
+
+/// How many Nodes one page of [`KubeCluster::nodes_claiming`]'s list holds: what it holds at once
+/// is bounded by this many Node objects, however many Nodes there are.
+const NODE_PAGE: u32 = 50;
+
+/// One claim per address in `ips`, by no Node yet.
+fn unclaimed(ips: &[IpAddr]) -> Vec<AddressClaim> {
+    ips.iter().map(|ip| AddressClaim { ip: *ip, nodes: Vec::new() }).collect()
+}
+
+/// Adds Node `name` to the claim of every address among `addresses` (as written in its status).
+fn claim<'a>(claims: &mut [AddressClaim], name: &str, addresses: impl Iterator<Item = &'a str> + Clone) {
+    for claim in claims.iter_mut() {
+        if addresses.clone().any(|address| same_ip(address, &claim.ip)) {
+            claim.nodes.push(name.to_owned());
+        }
     }
 }
 

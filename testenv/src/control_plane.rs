@@ -1,6 +1,7 @@
 //! [`ControlPlane`]: etcd + kube-apiserver, kube-controller-manager's CSR signer on request, and
 //! clients for the identities tests need.
 
+use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -61,14 +62,22 @@ impl ControlPlane {
     /// [`crate::tools_dir`]). On failure the error, including the tail of the failing
     /// component's log, is also printed to stderr.
     pub async fn start() -> Result<ControlPlane, Error> {
-        let started = Self::start_owned().await;
+        Self::start_advertising(None).await
+    }
+
+    /// [`ControlPlane::start`], with the apiserver advertised on `address` when given
+    /// (`--advertise-address`, as kubeadm sets it to the control-plane node's own address): its
+    /// endpoint reconciler then lists `address` in the `default/kubernetes` EndpointSlice (it
+    /// still listens on 127.0.0.1 only). Without it, that slice is not written.
+    pub async fn start_advertising(address: Option<IpAddr>) -> Result<ControlPlane, Error> {
+        let started = Self::start_owned(address).await;
         if let Err(error) = &started {
             eprintln!("testenv: {error}");
         }
         started
     }
 
-    async fn start_owned() -> Result<ControlPlane, Error> {
+    async fn start_owned(advertise: Option<IpAddr>) -> Result<ControlPlane, Error> {
         let tools =
             tokio::task::spawn_blocking(Tools::locate).await.map_err(|error| Error::Tools(error.to_string()))??;
         let dir = tempfile::Builder::new()
@@ -82,7 +91,7 @@ impl ControlPlane {
         let kubeconfig = kubeconfig::admin(&server_url, &pki);
         let kubeconfig_path = dir.path().join("kubeconfig");
         kubeconfig::write(&kubeconfig, &kubeconfig_path)?;
-        let launch = Launch::new(&tools.kube_apiserver, dir.path(), port, &etcd.client_url, &pki);
+        let launch = Launch::new(&tools.kube_apiserver, dir.path(), port, &etcd.client_url, &pki, advertise);
         let apiserver = launch.start(&kubeconfig).await?;
         Ok(ControlPlane {
             kubeconfig,

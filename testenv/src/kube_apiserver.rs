@@ -1,5 +1,6 @@
 //! kube-apiserver: its flags, start and readiness.
 
+use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -28,12 +29,25 @@ pub(crate) struct Launch {
 
 impl Launch {
     /// The launch of an apiserver on `127.0.0.1:port` storing in etcd at `etcd_url`, with its
-    /// certificate directory and log under `dir`.
-    pub(crate) fn new(binary: &Path, dir: &Path, port: u16, etcd_url: &str, pki: &PkiFiles) -> Launch {
+    /// certificate directory and log under `dir`; advertised on `advertise` (its endpoint
+    /// reconciler writing it into the `default/kubernetes` EndpointSlice), or on 127.0.0.1 with no
+    /// reconciler.
+    pub(crate) fn new(
+        binary: &Path,
+        dir: &Path,
+        port: u16,
+        etcd_url: &str,
+        pki: &PkiFiles,
+        advertise: Option<IpAddr>,
+    ) -> Launch {
+        let (advertised, reconciler) = match advertise {
+            Some(address) => (address.to_string(), "lease"),
+            None => ("127.0.0.1".to_owned(), "none"),
+        };
         let args = vec![
             format!("--etcd-servers={etcd_url}"),
             "--bind-address=127.0.0.1".to_owned(),
-            "--advertise-address=127.0.0.1".to_owned(),
+            format!("--advertise-address={advertised}"),
             format!("--secure-port={port}"),
             format!("--cert-dir={}", dir.join("apiserver-certs").display()),
             format!("--tls-cert-file={}", pki.serving_cert.display()),
@@ -52,7 +66,7 @@ impl Launch {
             format!("--kubelet-client-key={}", pki.admin_key.display()),
             "--kubelet-preferred-address-types=InternalIP".to_owned(),
             "--disable-admission-plugins=ServiceAccount".to_owned(),
-            "--endpoint-reconciler-type=none".to_owned(),
+            format!("--endpoint-reconciler-type={reconciler}"),
             "--profiling=false".to_owned(),
         ];
         Launch { binary: binary.to_owned(), args, log: dir.join("kube-apiserver.log") }

@@ -12,8 +12,8 @@ use node_csr_approver::dns::HickoryResolver;
 use node_csr_approver::kubelet_tls::KubeletServingCa;
 use node_csr_approver::kubernetes::cluster::StaticCluster;
 use node_csr_approver::policy::{
-    BrakeInputs, ClusterError, ClusterView, DecisionKind, KubeletCertificate, MachineInfo, NodeAddress, NodeInfo,
-    PolicyConfig, Reason, evaluate,
+    AddressClaim, ApiserverAddresses, BrakeInputs, ClusterError, ClusterView, DecisionKind, KubeletCertificate,
+    MachineInfo, NodeAddress, NodeInfo, PolicyConfig, Reason, evaluate,
 };
 use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
 
@@ -36,8 +36,11 @@ impl ClusterView for Counted {
     async fn load(&self) -> Result<BrakeInputs, ClusterError> {
         self.cluster.load().await
     }
-    async fn apiserver_addresses(&self) -> Result<Vec<IpAddr>, ClusterError> {
+    async fn apiserver_addresses(&self) -> Result<ApiserverAddresses, ClusterError> {
         self.cluster.apiserver_addresses().await
+    }
+    async fn nodes_claiming(&self, ips: &[IpAddr]) -> Result<Vec<AddressClaim>, ClusterError> {
+        self.cluster.nodes_claiming(ips).await
     }
     async fn client_certificates(&self, node: &str) -> Result<Vec<String>, ClusterError> {
         self.cluster.client_certificates(node).await

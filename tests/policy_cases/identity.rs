@@ -5,7 +5,8 @@ use std::collections::BTreeSet;
 use std::net::IpAddr;
 
 use node_csr_approver::policy::{
-    Bootstrapper, ClusterError, DecisionKind, HostnameMatch, MachinePolicy, Reason, Submission,
+    AddressClaim, ApiserverAddresses, Bootstrapper, ClusterError, DecisionKind, HostnameMatch, MachinePolicy, Reason,
+    Submission,
 };
 use regex::Regex;
 
@@ -172,23 +173,35 @@ fn ips(addresses: &[&str]) -> Vec<IpAddr> {
 fn apiserver() -> Vec<Case> {
     let asks = |ip: &str| serving("n1", &Request::node("n1").dns("n1.nodes.example.com").ip(ip).pem());
     let dns_only = serving("n1", &Request::node("n1").dns("n1.nodes.example.com").pem());
-    let known = |addresses: &'static [&'static str]| {
-        move |e: &mut node_csr_approver::policy::Evidence| e.apiserver = Some(Ok(ips(addresses)))
+    let known = |service: &'static [&'static str], endpoints: &'static [&'static str]| {
+        move |e: &mut node_csr_approver::policy::Evidence| {
+            e.apiserver = Some(Ok(ApiserverAddresses { service: ips(service), endpoints: ips(endpoints) }));
+        }
     };
     let mut cases = denied_under_every_flag("apiserver clusterip", &asks("10.0.0.1"))
         .into_iter()
-        .map(|case| case.evidence(known(&["10.0.0.1"])))
+        .map(|case| case.evidence(known(&["10.0.0.1"], &[])))
         .collect::<Vec<_>>();
-    cases.extend(
-        denied_under_every_flag("apiserver endpoint", &asks("fd00::6"))
-            .into_iter()
-            .map(|case| case.evidence(known(&["10.0.0.1", "fd00::6"]))),
-    );
+    // An advertise address no Node claims.
+    cases.extend(denied_under_every_flag("apiserver endpoint", &asks("fd00::6")).into_iter().map(|case| {
+        case.evidence(known(&["10.0.0.1"], &["fd00::6"])).evidence(|e| {
+            e.address_claims = Some(Ok(vec![AddressClaim { ip: "fd00::6".parse().unwrap(), nodes: Vec::new() }]));
+        })
+    }));
+    // A ClusterIP also listed in an EndpointSlice, claimed by the requester: still refused.
+    cases.extend(denied_under_every_flag("apiserver clusterip and endpoint", &asks("10.0.0.1")).into_iter().map(
+        |case| {
+            case.evidence(known(&["10.0.0.1"], &["10.0.0.1"])).evidence(|e| {
+                e.address_claims =
+                    Some(Ok(vec![AddressClaim { ip: "10.0.0.1".parse().unwrap(), nodes: vec!["n1".into()] }]));
+            })
+        },
+    ));
     cases.extend([
         case("apiserver address written as ipv4-mapped", asks("10.0.0.1"), (Deny, Reason::ClusterIdentity))
-            .evidence(known(&["::ffff:10.0.0.1"])),
+            .evidence(known(&["::ffff:10.0.0.1"], &[])),
         case("apiserver at other addresses", asks("10.0.0.11"), (Approve, Reason::AutoApproved))
-            .evidence(known(&["10.0.0.1", "fd00::1"])),
+            .evidence(known(&["10.0.0.1"], &["fd00::1"])),
         case("apiserver addresses not looked up", asks("10.0.0.11"), (Retry, Reason::ClusterUnavailable))
             .evidence(|e| e.apiserver = None),
         case("apiserver addresses unreadable", asks("10.0.0.11"), (Retry, Reason::ClusterUnavailable))

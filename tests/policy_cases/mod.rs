@@ -1,7 +1,9 @@
 //! The decision table of the serving policy, one case per check and reason code, split by what the
 //! cases exercise: identity and the request here, the SANs in [`sans`], the identities no node may
-//! claim in [`identity`], the evidence in [`evidence`].
+//! claim in [`identity`], an apiserver's advertise address in [`advertise`], the evidence in
+//! [`evidence`].
 
+mod advertise;
 mod evidence;
 mod identity;
 pub mod rules;
@@ -9,7 +11,9 @@ mod sans;
 
 use std::net::IpAddr;
 
-use node_csr_approver::policy::{DecisionKind, Evidence, NodeAddress, NodeInfo, Reason, Resolution, Submission};
+use node_csr_approver::policy::{
+    ApiserverAddresses, DecisionKind, Evidence, NodeAddress, NodeInfo, Reason, Resolution, Submission,
+};
 use rcgen::DnType;
 
 use crate::support::table::Case;
@@ -22,7 +26,7 @@ use DecisionKind::{Approve, Deny, Ignore};
 /// A case with the default configuration and no evidence but the apiserver's addresses (none),
 /// evaluated a minute after creation.
 pub fn case(name: &'static str, sub: Submission, expect: (DecisionKind, Reason)) -> Case {
-    let evidence = Evidence { apiserver: Some(Ok(Vec::new())), ..Evidence::default() };
+    let evidence = Evidence { apiserver: Some(Ok(ApiserverAddresses::default())), ..Evidence::default() };
     Case::new(name, sub, config(), evidence, minutes_after_creation(1), expect)
 }
 
@@ -71,7 +75,7 @@ fn bad_signature() -> String {
 
 /// Every case of the table.
 pub fn cases() -> Vec<Case> {
-    [identity_and_request(), sans::cases(), identity::cases(), evidence::cases(), rules::cases()]
+    [identity_and_request(), sans::cases(), identity::cases(), advertise::cases(), evidence::cases(), rules::cases()]
         .into_iter()
         .flatten()
         .collect()

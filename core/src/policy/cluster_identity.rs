@@ -5,12 +5,17 @@
 //! `kubernetes.default.svc`; a node holding one for the apiserver's names or addresses could
 //! impersonate the apiserver to pods. [`reserved_sans`] needs no evidence and runs before every
 //! check a flag can weaken; [`apiserver_addresses`] reads the addresses of the `default/kubernetes`
-//! Service and its EndpointSlices, gathered through the `ClusterView` port.
+//! Service and its EndpointSlices, gathered through the `ClusterView` port: a ClusterIP is refused
+//! always, an EndpointSlice address (an apiserver's advertise address, on kubeadm-style clusters
+//! the control-plane node's own InternalIP) to every node but its one claimant.
 
+use std::collections::BTreeSet;
 use std::net::IpAddr;
+use std::sync::Arc;
 
 use super::Reason;
-use super::ports::ClusterError;
+use super::evidence::Evidence;
+use super::ports::{AddressClaim, MachineInfo};
 use super::report::Failure;
 
 /// The Service names of the apiserver that resolve inside every pod, whatever the cluster domain.
@@ -69,45 +74,78 @@ pub(crate) fn reserved_sans(dns_names: &[String], ips: &[IpAddr], cluster_domain
     Ok(format!("no SAN names the apiserver, svc.{cluster_domain}, localhost or a reserved address"))
 }
 
-/// No IP SAN is a ClusterIP of the `default/kubernetes` Service or an address of its
-/// EndpointSlices. `addresses` is what was gathered: `None` when it was not looked up, `Err` when
-/// the cluster could not be read (both retried, never approved).
-pub(crate) fn apiserver_addresses(
-    ips: &[IpAddr],
-    addresses: Option<&Result<Vec<IpAddr>, ClusterError>>,
-) -> Result<String, Failure> {
+/// No IP SAN is a ClusterIP of the `default/kubernetes` Service; an address of its EndpointSlices
+/// (an apiserver's advertise address) only when `node` is the one claimant of it: the only Node
+/// whose `status.addresses` carry it and, in machine mode, the only node whose Machine does. What
+/// is not gathered, or could not be read, is retried, never approved.
+pub(crate) fn apiserver_addresses(node: &str, ips: &[IpAddr], evidence: &Evidence) -> Result<String, Failure> {
     if ips.is_empty() {
         return Ok("no IP SANs".into());
     }
-    let addresses = match addresses {
+    let unknown = |why: String| Err(Failure::retry(Reason::ClusterUnavailable, why));
+    let addresses = match &evidence.apiserver {
         Some(Ok(addresses)) => addresses,
         Some(Err(error)) => {
-            return Err(Failure::retry(
-                Reason::ClusterUnavailable,
-                format!("the apiserver's addresses (default/kubernetes) are unknown: {error}"),
-            ));
+            return unknown(format!("the apiserver's addresses (default/kubernetes) are unknown: {error}"));
         }
-        None => {
-            return Err(Failure::retry(
-                Reason::ClusterUnavailable,
-                "the apiserver's addresses (default/kubernetes) were not looked up",
-            ));
-        }
+        None => return unknown("the apiserver's addresses (default/kubernetes) were not looked up".into()),
     };
-    let apiserver = |ip: &IpAddr| addresses.iter().any(|a| a.to_canonical() == ip.to_canonical());
-    match ips.iter().find(|ip| apiserver(ip)) {
-        Some(ip) => Err(Failure::deny(
+    if let Some(ip) = ips.iter().find(|ip| addresses.service.iter().any(|a| a.to_canonical() == ip.to_canonical())) {
+        return Err(Failure::deny(
             Reason::ClusterIdentity,
-            format!(
-                "IP SAN {ip} is an address of the apiserver (the default/kubernetes Service or its EndpointSlices)"
-            ),
-        )),
-        None => Ok(format!("no IP SAN among the apiserver's {} addresses", addresses.len())),
+            format!("IP SAN {ip} is a ClusterIP of the apiserver's Service default/kubernetes"),
+        ));
     }
+    let advertised = addresses.advertised(ips);
+    if advertised.is_empty() {
+        let (service, endpoints) = (addresses.service.len(), addresses.endpoints.len());
+        return Ok(format!("no IP SAN among the apiserver's {service} ClusterIPs and {endpoints} advertise addresses"));
+    }
+    let claims = match &evidence.address_claims {
+        Some(Ok(claims)) => claims,
+        Some(Err(error)) => return unknown(format!("the Nodes claiming {advertised:?} are unknown: {error}")),
+        None => return unknown(format!("the Nodes claiming {advertised:?} were not looked up")),
+    };
+    let machines = match &evidence.machines {
+        None => &[][..],
+        Some(Ok(machines)) => machines.as_slice(),
+        Some(Err(error)) => return unknown(format!("the Machines claiming {advertised:?} are unknown: {error}")),
+    };
+    for ip in &advertised {
+        let claimants = claimants(ip, claims, machines);
+        if claimants.len() == 1 && claimants.contains(node) {
+            continue;
+        }
+        let message = if claimants.contains(node) {
+            format!(
+                "IP SAN {ip} is an advertise address of the apiserver (an EndpointSlice of default/kubernetes) \
+                 claimed by more than node {node:?}: {claimants:?}"
+            )
+        } else {
+            format!(
+                "IP SAN {ip} is an advertise address of the apiserver (an EndpointSlice of default/kubernetes) \
+                 and not node {node:?}'s own: claimed by {claimants:?}"
+            )
+        };
+        return Err(Failure::deny(Reason::ClusterIdentity, message));
+    }
+    Ok(format!("IP SANs {advertised:?} advertise the apiserver and are node {node:?}'s alone"))
+}
+
+/// Who claims `ip`: the Nodes that list it in their status, and the nodes of the Machines that
+/// list it (a Machine with no Node yet by its own id).
+fn claimants(ip: &IpAddr, claims: &[AddressClaim], machines: &[Arc<MachineInfo>]) -> BTreeSet<String> {
+    let nodes = claims.iter().filter(|claim| claim.ip.to_canonical() == ip.to_canonical());
+    let by_machine = machines
+        .iter()
+        .filter(|machine| machine.addresses.iter().any(|address| address.is_ip(ip)))
+        .map(|machine| machine.node_ref.clone().unwrap_or_else(|| format!("Machine {} (no Node yet)", machine.id)));
+    nodes.flat_map(|claim| claim.nodes.iter().cloned()).chain(by_machine).collect()
 }
 
 #[cfg(test)]
 mod tests {
+    use super::super::ports::ClusterError;
     use super::*;
 
     #[test]
@@ -125,7 +163,9 @@ mod tests {
     #[test]
     fn an_unreadable_cluster_is_a_retry_naming_why() {
         let ips = ["10.0.0.1".parse().unwrap()];
-        let failure = apiserver_addresses(&ips, Some(&Err(ClusterError::Request("forbidden".into())))).unwrap_err();
+        let evidence =
+            Evidence { apiserver: Some(Err(ClusterError::Request("forbidden".into()))), ..Evidence::default() };
+        let failure = apiserver_addresses("n", &ips, &evidence).unwrap_err();
         assert_eq!((failure.reason, failure.message.contains("forbidden")), (Reason::ClusterUnavailable, true));
     }
 }

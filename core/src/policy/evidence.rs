@@ -1,5 +1,6 @@
 //! Evidence from outside the process (DNS answers, the Node, Machines, the brake's counts, the
-//! apiserver's addresses, the certificate a kubelet serves),
+//! apiserver's addresses and the Nodes claiming its advertise addresses, the certificate a kubelet
+//! serves),
 //! gathered concurrently once per evaluation, before the pure decision.
 
 use std::collections::BTreeMap;
@@ -7,7 +8,8 @@ use std::net::IpAddr;
 use std::sync::Arc;
 
 use super::ports::{
-    BrakeInputs, ClusterError, ClusterView, KubeletCertificate, MachineInfo, NodeInfo, Resolution, Resolver,
+    AddressClaim, ApiserverAddresses, BrakeInputs, ClusterError, ClusterView, KubeletCertificate, MachineInfo,
+    NodeInfo, Resolution, Resolver,
 };
 
 /// What a cluster lookup found.
@@ -35,7 +37,10 @@ pub struct Evidence {
     /// The apiserver's addresses (the `default/kubernetes` Service's ClusterIPs and its
     /// EndpointSlices' addresses), when asked for; `None` (not looked up) is retried, never
     /// read as "no addresses".
-    pub apiserver: Option<Result<Vec<IpAddr>, ClusterError>>,
+    pub apiserver: Option<Result<ApiserverAddresses, ClusterError>>,
+    /// The Nodes claiming each IP SAN that is an advertise address of the apiserver (an
+    /// EndpointSlice address), read only when there is one.
+    pub address_claims: Option<Result<Vec<AddressClaim>, ClusterError>>,
     /// The approved client CSRs for the requested node name, when asked for.
     pub client_certificates: Option<Result<Vec<String>, ClusterError>>,
     /// The certificate the requester's kubelet serves, when asked for and no Machine claims the node.
@@ -51,8 +56,9 @@ pub struct EvidenceNeeded {
     pub node: Option<String>,
     /// Whether Machines and the brake's counts are needed.
     pub machines: bool,
-    /// Whether the apiserver's addresses are needed (the request has IP SANs).
-    pub apiserver: bool,
+    /// The IP SANs to hold against the apiserver's addresses (and, for those it advertises, the
+    /// Nodes claiming them); none: the apiserver's addresses are not read.
+    pub apiserver: Vec<IpAddr>,
     /// The node name whose approved client CSRs are needed.
     pub client_certificates: Option<String>,
     /// The node whose kubelet's certificate is needed, should no Machine claim it.
@@ -60,7 +66,7 @@ pub struct EvidenceNeeded {
 }
 
 /// Gathers `needs` concurrently: every DNS name, the Node, the Machines and the apiserver's
-/// addresses at once; then, only when the Machines were read and none claims the node, the
+/// addresses (followed by the Nodes claiming the requested ones it advertises) at once; then, only when the Machines were read and none claims the node, the
 /// certificate its kubelet serves (a dial no Machine-backed node pays for).
 pub async fn gather<R: Resolver, C: ClusterView>(needs: &EvidenceNeeded, resolver: &R, cluster: &C) -> Evidence {
     let lookups = futures::future::join_all(
@@ -82,14 +88,19 @@ pub async fn gather<R: Resolver, C: ClusterView>(needs: &EvidenceNeeded, resolve
         (Some(machines), Some(load))
     };
     let apiserver = async {
-        needs.apiserver.then_some(())?;
-        Some(cluster.apiserver_addresses().await)
+        if needs.apiserver.is_empty() {
+            return (None, None);
+        }
+        let addresses = cluster.apiserver_addresses().await;
+        let advertised = addresses.as_ref().map(|a| a.advertised(&needs.apiserver)).unwrap_or_default();
+        let claims = if advertised.is_empty() { None } else { Some(cluster.nodes_claiming(&advertised).await) };
+        (Some(addresses), claims)
     };
     let client_certificates = async {
         let node = needs.client_certificates.as_ref()?;
         Some(cluster.client_certificates(node).await)
     };
-    let (dns, node, (machines, load), apiserver, client_certificates) =
+    let (dns, node, (machines, load), (apiserver, address_claims), client_certificates) =
         futures::join!(lookups, node, machines, apiserver, client_certificates);
     let unclaimed = needs.kubelet_certificate.as_ref().filter(|name| match &machines {
         Some(Ok(machines)) => !machines.iter().any(|machine| machine.node_ref.as_ref() == Some(name)),
@@ -105,6 +116,7 @@ pub async fn gather<R: Resolver, C: ClusterView>(needs: &EvidenceNeeded, resolve
         machines,
         load,
         apiserver,
+        address_claims,
         client_certificates,
         kubelet_certificate,
     }

@@ -117,7 +117,7 @@ impl ServingChecks {
             dns_names: if cfg.bypass_dns_resolution { Vec::new() } else { parsed.dns_names.clone() },
             node: (cfg.verify_node_addresses || cfg.user_rules.read_node()).then(|| parsed.node.clone()),
             machines: cfg.machine.is_some(),
-            apiserver: !parsed.facts.ip_addresses.is_empty(),
+            apiserver: parsed.facts.ip_addresses.clone(),
             client_certificates: None,
             kubelet_certificate: cfg.machine.as_ref().filter(|m| m.serving_renewal).map(|_| parsed.node.clone()),
         };
@@ -137,7 +137,7 @@ impl ServingChecks {
         match usable {
             Some((parsed, evidence)) => report.record(
                 CheckId::ApiserverAddresses,
-                cluster_identity::apiserver_addresses(&parsed.facts.ip_addresses, evidence.apiserver.as_ref()),
+                cluster_identity::apiserver_addresses(&parsed.node, &parsed.facts.ip_addresses, evidence),
             ),
             None => report.skip(CheckId::ApiserverAddresses, "not looked up: an earlier check failed"),
         }

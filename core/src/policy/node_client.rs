@@ -99,7 +99,7 @@ impl ClientChecks {
             dns_names: Vec::new(),
             node: Some(node.clone()),
             machines: true,
-            apiserver: false,
+            apiserver: Vec::new(),
             client_certificates: Some(node.clone()),
             kubelet_certificate: None,
         })

@@ -1,6 +1,6 @@
 //! The ports of the decision core: the traits through which evidence arrives ([`Resolver`] for
 //! DNS, [`ClusterView`] for Nodes, Machines, the pending brake's counts, the apiserver's
-//! addresses, the approved client CSRs and the certificate a kubelet serves) and the types they return. The shell crate implements
+//! addresses and the Nodes that claim its advertise addresses, the approved client CSRs and the certificate a kubelet serves) and the types they return. The shell crate implements
 //! them; nothing here does I/O.
 
 use std::future::Future;
@@ -75,6 +75,14 @@ pub struct NodeAddress {
     pub address: String,
 }
 
+impl NodeAddress {
+    /// Whether this entry is the address `ip`, compared canonically (an IPv4-mapped IPv6 address
+    /// is the IPv4 address it maps) and ignoring surrounding spaces.
+    pub fn is_ip(&self, ip: &IpAddr) -> bool {
+        self.address.trim().parse::<IpAddr>().is_ok_and(|parsed| parsed.to_canonical() == ip.to_canonical())
+    }
+}
+
 /// A Node reduced to what decisions need.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NodeInfo {
@@ -125,6 +133,35 @@ pub enum KubeletCertificate {
     Unreachable(String),
 }
 
+/// The apiserver's addresses, by where they are published.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ApiserverAddresses {
+    /// The ClusterIPs of the `default/kubernetes` Service: every pod dials them and trusts the
+    /// cluster CA there, so no node may ever hold them.
+    pub service: Vec<IpAddr>,
+    /// The addresses of its EndpointSlices: each apiserver's advertise address, on kubeadm-style
+    /// clusters the control-plane node's own InternalIP.
+    pub endpoints: Vec<IpAddr>,
+}
+
+impl ApiserverAddresses {
+    /// Those of `ips` that are EndpointSlice addresses and no ClusterIP, compared canonically (an
+    /// IPv4-mapped IPv6 address is the IPv4 address it maps).
+    pub fn advertised(&self, ips: &[IpAddr]) -> Vec<IpAddr> {
+        let among = |list: &[IpAddr], ip: &IpAddr| list.iter().any(|a| a.to_canonical() == ip.to_canonical());
+        ips.iter().filter(|ip| among(&self.endpoints, ip) && !among(&self.service, ip)).copied().collect()
+    }
+}
+
+/// Who claims an address: the names of the Nodes whose `status.addresses` carry it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AddressClaim {
+    /// The address asked about.
+    pub ip: IpAddr,
+    /// The names of the Nodes that list it, of any address type, compared canonically.
+    pub nodes: Vec<String>,
+}
+
 /// Read access to the cluster objects decisions depend on.
 pub trait ClusterView: Send + Sync {
     /// The Node named `name`, or `None` when it does not exist.
@@ -138,7 +175,11 @@ pub trait ClusterView: Send + Sync {
 
     /// The apiserver's addresses: the ClusterIPs of the `default/kubernetes` Service and the
     /// addresses of its EndpointSlices. An error (not yet synced, unreadable) is retried.
-    fn apiserver_addresses(&self) -> impl Future<Output = Result<Vec<IpAddr>, ClusterError>> + Send;
+    fn apiserver_addresses(&self) -> impl Future<Output = Result<ApiserverAddresses, ClusterError>> + Send;
+
+    /// For each of `ips`, every Node whose `status.addresses` carries it. Read only for an IP SAN
+    /// that is an apiserver's advertise address; an error is retried.
+    fn nodes_claiming(&self, ips: &[IpAddr]) -> impl Future<Output = Result<Vec<AddressClaim>, ClusterError>> + Send;
 
     /// The names of the approved client CSRs whose certificate is for node `node`
     /// ([`super::issued_client_node`]).

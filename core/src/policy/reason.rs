@@ -69,7 +69,7 @@ reasons! {
     TooManyDNSNames,
     /// The request carries more IP SANs than --allowed-ip-addresses.
     TooManyIPAddresses,
-    /// A SAN names the apiserver or an address no node owns, whatever the flags: kubernetes, kubernetes.default, kubernetes.default.svc, svc.<--cluster-domain> and under it, localhost and under it; a loopback, unspecified, link-local, multicast or broadcast IP; a ClusterIP of the default/kubernetes Service or an address of its EndpointSlices.
+    /// A SAN names the apiserver or an address no node owns, whatever the flags: kubernetes, kubernetes.default, kubernetes.default.svc, svc.<--cluster-domain> and under it, localhost and under it; a loopback, unspecified, link-local, multicast or broadcast IP; a ClusterIP of the default/kubernetes Service; an address of its EndpointSlices (an apiserver's advertise address) unless the requesting node is its one claimant, the only node whose Node or Machine lists it.
     ClusterIdentity,
     /// A DNS SAN is not a valid hostname (or is a wildcard or an IP address).
     InvalidDNSName,
