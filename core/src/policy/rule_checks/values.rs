@@ -9,7 +9,7 @@ use cel::objects::{Key, Map};
 use serde_json::{Map as JsonMap, Value as Json};
 
 /// The most bytes of a Node's projection: the bytes of every key and string, and 8 for every
-/// other value or entry. A real Node's projection takes a few KiB.
+/// value. A real Node's projection takes a few KiB.
 pub(crate) const MAX_NODE_BYTES: usize = 64 * 1024;
 
 /// The fields of a Node the rules see, by object: anything else is left out.
@@ -53,7 +53,7 @@ pub(crate) fn node_projection(node: &Json) -> Option<Json> {
 /// bound (counting stops there).
 fn size(value: &Json, so_far: usize) -> Option<usize> {
     let total = match value {
-        Json::String(text) => so_far + text.len(),
+        Json::String(text) => so_far + 8 + text.len(),
         Json::Array(items) => items.iter().try_fold(so_far + 8, |total, item| size(item, total))?,
         Json::Object(entries) => {
             entries.iter().try_fold(so_far + 8, |total, (key, item)| size(item, total + key.len()))?

@@ -241,8 +241,8 @@ fn prefix_length(cidr: &Cidr) -> CelInt {
 
 /// Adds the library to `env`.
 pub(super) fn library(env: &mut Env) -> Result<(), DeclarationError> {
-    env.add_type(IP_TYPE.clone())?;
-    env.add_type(CIDR_TYPE.clone())?;
+    env.add_type(IP_TYPE.to_owned())?;
+    env.add_type(CIDR_TYPE.to_owned())?;
     cel::add_overload!(env, fn ip: (CelString) -> Result<Ip>)?;
     cel::add_overload!(env, fn is_ip: (CelString) -> CelBool, name = "isIP")?;
     cel::add_overload!(env, fn ip_is_canonical: (CelString) -> Result<CelBool>, name = "ip.isCanonical")?;

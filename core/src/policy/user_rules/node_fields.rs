@@ -98,9 +98,7 @@ fn key(expr: &Expression) -> Step {
 fn collect(expr: &Expression, reads: &mut Vec<Vec<Step>>) {
     if let Some(found) = path(expr) {
         reads.push(found);
-        if let Expr::Call(call) = &expr.expr {
-            collect(&call.args[1], reads);
-        }
+        keys_of(expr, reads);
         return;
     }
     match &expr.expr {
@@ -126,6 +124,18 @@ fn collect(expr: &Expression, reads: &mut Vec<Vec<Step>>) {
         Expr::Struct(object) => object.entries.iter().for_each(|entry| entry_of(&entry.expr, reads)),
         Expr::Select(select) => collect(&select.operand, reads),
         Expr::Unspecified | Expr::Ident(_) | Expr::Literal(_) => {}
+    }
+}
+
+/// Records what the keys of the path `expr` read (`node.metadata.labels[node.metadata.name]`).
+fn keys_of(expr: &Expression, reads: &mut Vec<Vec<Step>>) {
+    match &expr.expr {
+        Expr::Select(select) => keys_of(&select.operand, reads),
+        Expr::Call(call) if call.args.len() == 2 => {
+            collect(&call.args[1], reads);
+            keys_of(&call.args[0], reads);
+        }
+        _ => {}
     }
 }
 
@@ -218,6 +228,10 @@ mod tests {
         );
         assert_eq!(reads("[node.metadata].size() == 1"), ["node.metadata"]);
         assert_eq!(reads("node.metadata.labels[request.nodeName] == ''"), ["node.metadata.labels[…]"]);
+        assert_eq!(reads("node.metadata.labels[node.metadata.annotations['k']]['x'] == ''"), [
+            "node.metadata.labels[…].x",
+            "node.metadata.annotations.k"
+        ]);
     }
 
     #[test]
