@@ -38,7 +38,8 @@ pub(crate) fn node_projection(node: &Json) -> Option<Json> {
     }
     let mut projection = JsonMap::new();
     for (object, fields) in kept {
-        let mut copied: JsonMap<String, Json> = fields.map(|(field, value)| (field.to_owned(), value.clone())).collect();
+        let mut copied: JsonMap<String, Json> =
+            fields.map(|(field, value)| (field.to_owned(), value.clone())).collect();
         if object == "metadata" {
             for map in ["labels", "annotations"] {
                 copied.entry(map).or_insert_with(|| Json::Object(JsonMap::new()));

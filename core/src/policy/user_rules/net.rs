@@ -191,12 +191,8 @@ fn is_link_local_unicast(ip: &Ip) -> CelBool {
 /// (private and unique-local addresses are global unicast).
 fn is_global_unicast(ip: &Ip) -> CelBool {
     let broadcast = matches!(ip.0, IpAddr::V4(v4) if v4.is_broadcast());
-    (!broadcast
-        && !ip.0.is_unspecified()
-        && !ip.0.is_loopback()
-        && !ip.0.is_multicast()
-        && !link_local_unicast(ip.0))
-    .into()
+    (!broadcast && !ip.0.is_unspecified() && !ip.0.is_loopback() && !ip.0.is_multicast() && !link_local_unicast(ip.0))
+        .into()
 }
 
 fn cidr(text: &CelString) -> Result<Cidr, ExecutionError> {

@@ -216,9 +216,10 @@ mod tests {
 
     #[test]
     fn every_read_of_a_field_the_node_writes_is_named_once() {
-        assert_eq!(reads("node.metadata.labels['pool'] == 'gpu' || node.metadata.labels.pool == 'x'"), [
-            "node.metadata.labels.pool"
-        ]);
+        assert_eq!(
+            reads("node.metadata.labels['pool'] == 'gpu' || node.metadata.labels.pool == 'x'"),
+            ["node.metadata.labels.pool"]
+        );
         assert_eq!(reads("'pool' in node.metadata.labels"), ["node.metadata.labels.pool"]);
         assert_eq!(reads("node.metadata.labels.exists(k, k == 'a')"), ["node.metadata.labels"]);
         assert_eq!(reads("request.nodeName in node.metadata.labels"), ["node.metadata.labels[…]"]);
@@ -228,10 +229,10 @@ mod tests {
         );
         assert_eq!(reads("[node.metadata].size() == 1"), ["node.metadata"]);
         assert_eq!(reads("node.metadata.labels[request.nodeName] == ''"), ["node.metadata.labels[…]"]);
-        assert_eq!(reads("node.metadata.labels[node.metadata.annotations['k']]['x'] == ''"), [
-            "node.metadata.labels[…].x",
-            "node.metadata.annotations.k"
-        ]);
+        assert_eq!(
+            reads("node.metadata.labels[node.metadata.annotations['k']]['x'] == ''"),
+            ["node.metadata.labels[…].x", "node.metadata.annotations.k"]
+        );
     }
 
     #[test]

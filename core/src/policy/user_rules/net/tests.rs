@@ -58,7 +58,10 @@ fn every_function_answers_as_the_kubernetes_library_does() {
                 ("string(cidr(s).ip())", "ip"),
                 ("string(cidr(s).masked())", "masked"),
                 ("cidr(s).prefixLength()", "prefixLength"),
-                ("cidr(s) == cidr(s) && cidr(string(cidr(s))) == cidr(s) && cidr(s).masked() == cidr(string(cidr(s).masked()))", "same"),
+                (
+                    "cidr(s) == cidr(s) && cidr(string(cidr(s))) == cidr(s) && cidr(s).masked() == cidr(string(cidr(s).masked()))",
+                    "same",
+                ),
             ],
             "containsIP" => vec![("cidr(s).containsIP(t)", "result"), ("cidr(s).containsIP(ip(t))", "result")],
             _ => vec![("cidr(s).containsCIDR(t)", "result"), ("cidr(s).containsCIDR(cidr(t))", "result")],
