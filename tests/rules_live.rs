@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Node;
 use kube::Api;
-use kube::api::{DeleteParams, ObjectMeta, PostParams};
+use kube::api::{DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
 use support::cluster::{Approver, Csrs, SERIAL, control_plane, create_serving_csr, unique, wait_decided, wait_event};
 use support::nodes::{dns_for, legit};
 
@@ -56,6 +56,13 @@ async fn a_rule_on_a_restricted_label_approves_one_pool_denies_another_and_a_nod
     let no_label = csrs.name("unlabelled");
     create_serving_csr(cp, &on_cpu, &cpu, &legit(&cpu, 41)).await;
     create_serving_csr(cp, &on_gpu, &gpu, &legit(&gpu, 21)).await;
+    // The node outside its pool tries to leave it by the labels it may write, as itself: that
+    // changes nothing. (NodeRestriction, which this apiserver does not run, would also refuse its
+    // change of the restricted label; docs/rules.md.)
+    let as_node = cp.impersonated_client(&format!("system:node:{gpu_outside}"), &["system:nodes"]).await.unwrap();
+    let own = Api::<Node>::all(as_node);
+    let relabel = serde_json::json!({"metadata": {"labels": {"pool": "cpu"}}});
+    own.patch(&gpu_outside, &PatchParams::default(), &Patch::Merge(&relabel)).await.unwrap();
     create_serving_csr(cp, &off_gpu, &gpu_outside, &legit(&gpu_outside, 42)).await;
     create_serving_csr(cp, &no_label, &unlabelled, &legit(&unlabelled, 43)).await;
 
