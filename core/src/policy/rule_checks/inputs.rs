@@ -30,9 +30,9 @@ pub(crate) struct RuleInputs {
 impl RuleInputs {
     /// The variables for a CSR whose built-in checks all passed: `request` from `sub` and
     /// `facts`; `resolved` from the DNS answers; `node` (read only when a rule mentions it)
-    /// the Node's projection (a deny when it is too large) or null; `machine` the Machine matched for this CSR (by nodeRef for a
-    /// serving CSR, by InternalDNS for a node-client one) or null. A Node that could not be
-    /// read is a retry.
+    /// the Node's projection or null; `machine` the Machine matched for this CSR (by nodeRef
+    /// for a serving CSR, by InternalDNS for a node-client one) or null. A Node that could not
+    /// be read is a retry; one too large for the rules, a deny.
     pub(crate) fn new(
         sub: &Submission,
         facts: &CsrFacts,
