@@ -131,9 +131,11 @@ fn collect(expr: &Expression, reads: &mut Vec<Vec<Step>>) {
 fn keys_of(expr: &Expression, reads: &mut Vec<Vec<Step>>) {
     match &expr.expr {
         Expr::Select(select) => keys_of(&select.operand, reads),
-        Expr::Call(call) if call.args.len() == 2 => {
-            collect(&call.args[1], reads);
-            keys_of(&call.args[0], reads);
+        Expr::Call(call) => {
+            if let [container, key] = call.args.as_slice() {
+                collect(key, reads);
+                keys_of(container, reads);
+            }
         }
         _ => {}
     }
@@ -229,6 +231,19 @@ mod tests {
         );
         assert_eq!(reads("[node.metadata].size() == 1"), ["node.metadata"]);
         assert_eq!(reads("node.metadata.labels[request.nodeName] == ''"), ["node.metadata.labels[…]"]);
+        assert_eq!(
+            reads("node.status.addresses[node.metadata.annotations.i].address == ''"),
+            ["node.status.addresses[…].address", "node.metadata.annotations.i"]
+        );
+        assert_eq!(
+            reads("{'a': node.metadata.annotations.x, node.spec.providerID: 1}.size() == 2"),
+            ["node.metadata.annotations.x", "node.spec.providerID"]
+        );
+        assert_eq!(
+            reads("node.metadata.labels['example.com/pool'] == node.metadata.annotations['my_key']"),
+            ["node.metadata.labels[\"example.com/pool\"]", "node.metadata.annotations.my_key"]
+        );
+        assert_eq!(reads("node.metadata.labels[''] == ''"), ["node.metadata.labels[\"\"]"]);
         assert_eq!(
             reads("node.metadata.labels[node.metadata.annotations['k']]['x'] == ''"),
             ["node.metadata.labels[…].x", "node.metadata.annotations.k"]
