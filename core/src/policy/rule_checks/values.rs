@@ -136,13 +136,19 @@ mod tests {
 
     #[test]
     fn the_bound_counts_every_key_and_string_and_8_bytes_for_every_value() {
-        let node =
-            |n: usize| json!({"metadata": {"labels": {"k": "x".repeat(n)}}, "status": {"addresses": [{"t": "v"}]}});
+        let node = |n: usize| {
+            json!({
+                "metadata": {"labels": {"k": "x".repeat(n)}},
+                "spec": {"unschedulable": true},
+                "status": {"addresses": [{"t": "v"}]},
+            })
+        };
         // "metadata", "spec", "status": 8 each and their names (42); "labels": 8, its name, the
-        // map's 8, the key and the string's 8 (31 + n); "addresses": 8, its name, the list's 8,
-        // the item's 8, its key, the string's 8 and its byte (43).
-        assert!(node_projection(&node(MAX_NODE_BYTES - 116)).is_some());
-        assert_eq!(node_projection(&node(MAX_NODE_BYTES - 115)), None);
+        // map's 8, the key and the string's 8 (31 + n); "unschedulable": 8, its name and the
+        // bool's 8 (29); "addresses": 8, its name, the list's 8, the item's 8, its key, the
+        // string's 8 and its byte (43).
+        assert!(node_projection(&node(MAX_NODE_BYTES - 145)).is_some());
+        assert_eq!(node_projection(&node(MAX_NODE_BYTES - 144)), None);
     }
 
     #[test]
