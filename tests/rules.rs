@@ -12,7 +12,12 @@ use std::process::Command;
 use support::process::{binary, repo, run, stderr};
 use testkit::policy::REGEX;
 
-const GPU_DOMAIN: &str = "rules:\n  - name: gpu-pool-domain\n    expression: >-\n      !('pool' in node.metadata.labels) || node.metadata.labels['pool'] != 'gpu' ||\n      request.dnsNames.all(n, n.endsWith('.gpu.example.com'))\n    message: GPU nodes must use names under gpu.example.com\n";
+const GPU_DOMAIN: &str = "rules:\n  - name: gpu-pool-domain\n    expression: >-\n      node.metadata.labels['node-restriction.kubernetes.io/pool'] != 'gpu' ||\n      request.dnsNames.all(n, n.endsWith('.gpu.example.com'))\n    message: GPU nodes must use names under gpu.example.com\n";
+
+/// A Node `n1` with these labels (YAML flow mapping), as `--objects` reads it.
+fn node_n1(labels: &str) -> String {
+    format!("apiVersion: v1\nkind: Node\nmetadata:\n  name: n1\n  labels: {labels}\n")
+}
 
 fn check(rules: &Path) -> Command {
     let mut command = binary();
@@ -72,8 +77,7 @@ fn check_evaluates_the_rules_with_the_nodes_of_objects_one_row_per_rule() {
     std::fs::write(&rules, format!("{GPU_DOMAIN}{request_only}")).unwrap();
     let decide = |pool: &str| {
         let objects = dir.path().join("nodes.yaml");
-        let node = format!("apiVersion: v1\nkind: Node\nmetadata:\n  name: n1\n  labels: {{pool: {pool}}}\n");
-        std::fs::write(&objects, node).unwrap();
+        std::fs::write(&objects, node_n1(&format!("{{node-restriction.kubernetes.io/pool: {pool}}}"))).unwrap();
         let output = run(check(&rules).arg("--objects").arg(&objects));
         assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
         let reports: Vec<serde_json::Value> =
@@ -108,22 +112,19 @@ fn check_evaluates_the_rules_with_the_nodes_of_objects_one_row_per_rule() {
 }
 
 #[test]
-fn the_readme_rules_compile_and_decide_by_the_nodes_label() {
+fn the_readme_rules_decide_by_a_label_the_node_cannot_set_and_fail_closed_without_it() {
     let readme = std::fs::read_to_string(repo("README.md")).unwrap();
     let section = readme.split("## Node pools: rules of your own").nth(1).unwrap();
     let yaml = section.split("```yaml\n").nth(1).unwrap().split("```").next().unwrap();
     let dir = tempfile::tempdir().unwrap();
     let rules = dir.path().join("rules.yaml");
     std::fs::write(&rules, yaml).unwrap();
-    let decide = |pool: &str| {
+    let decide = |labels: &str| {
         let objects = dir.path().join("nodes.yaml");
-        std::fs::write(
-            &objects,
-            format!("apiVersion: v1\nkind: Node\nmetadata:\n  name: n1\n  labels: {{pool: {pool}}}\n"),
-        )
-        .unwrap();
+        std::fs::write(&objects, node_n1(labels)).unwrap();
         let output = run(check(&rules).arg("--objects").arg(&objects));
         assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+        assert!(!stderr(&output).contains("warning: rule"), "the README's rules read nothing the node writes");
         let text = String::from_utf8_lossy(&output.stdout).into_owned();
         let report: serde_json::Value = text
             .lines()
@@ -132,11 +133,53 @@ fn the_readme_rules_compile_and_decide_by_the_nodes_label() {
             .unwrap();
         (report["reason"].as_str().unwrap().to_owned(), report["message"].as_str().unwrap().to_owned())
     };
+    let pool = |pool: &str| decide(&format!("{{node-restriction.kubernetes.io/pool: {pool}}}"));
     // legit-n1 asks for n1.nodes.example.com and 10.0.0.11.
-    assert_eq!(decide("cpu").0, "AutoApproved");
-    assert_eq!(decide("legacy").0, "AutoApproved");
-    assert_eq!(decide("gpu").1, "rule \"gpu-pool-domain\" failed: GPU nodes must use names under gpu.example.com");
-    assert_eq!(decide("edge").1, "rule \"edge-pool-prefixes\" failed: edge nodes must use addresses in 10.20.0.0/16");
+    assert_eq!(pool("cpu").0, "AutoApproved");
+    assert_eq!(pool("legacy").0, "AutoApproved");
+    assert_eq!(pool("gpu").1, "rule \"gpu-pool-domain\" failed: GPU nodes must use names under gpu.example.com");
+    assert_eq!(pool("edge").1, "rule \"edge-pool-prefixes\" failed: edge nodes must use addresses in 10.20.0.0/16");
+    // A node of the GPU pool that removed or rewrote every label it may write is still in it; a
+    // node without the label is denied, never approved.
+    let gpu_escaping = decide("{node-restriction.kubernetes.io/pool: gpu, pool: cpu}");
+    assert_eq!(gpu_escaping.0, "RuleFailed");
+    for unlabelled in ["{}", "{pool: cpu}", "{pool: gpu}"] {
+        let (reason, message) = decide(unlabelled);
+        assert_eq!(reason, "RuleFailed", "{unlabelled}");
+        assert!(
+            message.starts_with("rule \"gpu-pool-domain\" could not be evaluated: No such key: node-restriction"),
+            "{message}"
+        );
+    }
+}
+
+#[test]
+fn a_rule_that_reads_a_field_the_node_writes_is_warned_about_at_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let rules = dir.path().join("rules.yaml");
+    let escapable = "rules:\n  - name: by-pool\n    expression: \"!('pool' in node.metadata.labels) || node.metadata.labels['pool'] != 'gpu'\"\n    message: m\n  - name: by-status\n    expression: \"node.status.addresses.size() > 0 && has(node.metadata.annotations.zone)\"\n    message: m\n  - name: fixed\n    expression: \"node.metadata.name == request.nodeName && node.metadata.labels['node-role.kubernetes.io/gpu'] == ''\"\n    message: m\n";
+    std::fs::write(&rules, escapable).unwrap();
+    let warnings = [
+        "rule \"by-pool\" reads node.metadata.labels.pool, which the node writes itself",
+        "rule \"by-status\" reads node.status.addresses, which the node writes itself",
+        "rule \"by-status\" reads node.metadata.annotations.zone, which the node writes itself",
+    ];
+    let output = run(&mut check(&rules));
+    let err = stderr(&output);
+    assert_eq!(output.status.code(), Some(0), "{err}");
+    for warning in warnings {
+        assert!(err.contains(&format!("warning: {warning}")), "{warning:?} not in {err}");
+    }
+    assert!(!err.contains("\"fixed\""), "{err}");
+    // The controller logs them when it starts, before it connects.
+    let mut controller = binary();
+    controller.args(["--provider-regex", REGEX, "--kubeconfig", "/nonexistent", "--rules"]).arg(&rules);
+    let err = stderr(&run(&mut controller));
+    let logged: Vec<serde_json::Value> = err.lines().filter_map(|line| serde_json::from_str(line).ok()).collect();
+    for warning in warnings {
+        let line = logged.iter().find(|line| line["message"].as_str().is_some_and(|m| m.starts_with(warning)));
+        assert_eq!(line.map(|line| &line["level"]), Some(&"WARN".into()), "{warning:?} not in {err}");
+    }
 }
 
 #[test]

@@ -16,11 +16,19 @@ use rcgen::{CertificateParams, DistinguishedName, DnType, KeyPair, SanType};
 const RULES: [(&str, &str); 4] = [
     (
         "pool-domain",
-        "!('pool' in node.metadata.labels) || node.metadata.labels['pool'] != 'gpu' || \
+        "node.metadata.labels['node-restriction.kubernetes.io/pool'] != 'gpu' || \
          request.dnsNames.all(n, n.endsWith('.gpu.example.com'))",
     ),
-    ("pool-prefixes", "node.metadata.labels['pool'] != 'cpu' || request.ipAddresses.all(ip, ip.startsWith('10.0.'))"),
-    ("pool-ipv4-only", "node.metadata.labels['pool'] != 'cpu' || request.ipAddresses.all(ip, !ip.contains(':'))"),
+    (
+        "pool-prefixes",
+        "node.metadata.labels['node-restriction.kubernetes.io/pool'] != 'cpu' || \
+         request.ipAddresses.all(a, cidr('10.0.0.0/16').containsIP(a))",
+    ),
+    (
+        "pool-ipv4-only",
+        "node.metadata.labels['node-restriction.kubernetes.io/pool'] != 'cpu' || \
+         request.ipAddresses.all(a, ip(a).family() == 4)",
+    ),
     ("request-only", "request.nodeName.matches('^n[0-9]+$') && request.expirationSeconds == null"),
 ];
 
@@ -33,14 +41,21 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         ..Evidence::default()
     };
     let base = config()?;
-    let none = per_decision(&sub, &base, &evidence, 20_000);
+    let none = per_decision(&sub, &base, &evidence, 20_000, "approve");
     println!("{:<16} {:>12} {:>14}", "RULE", "DECISION", "RULE'S COST");
     println!("{:<16} {:>10.1}µs {:>14}", "(no rules)", micros(none), "-");
     for (name, expression) in RULES {
         let cfg = PolicyConfig { user_rules: rules(name, expression)?, ..base.clone() };
-        let with = per_decision(&sub, &cfg, &evidence, 20_000);
+        let with = per_decision(&sub, &cfg, &evidence, 20_000, "approve");
         println!("{name:<16} {:>10.1}µs {:>12.1}µs", micros(with), micros(with.saturating_sub(none)));
     }
+    let inflated = Evidence {
+        node: Some(Lookup::Found(NodeInfo { name: "n1".into(), addresses: Vec::new(), object: Some(inflated_node()) })),
+        ..evidence.clone()
+    };
+    let cfg = PolicyConfig { user_rules: rules("inflated-node", RULES[0].1)?, ..base.clone() };
+    let with = per_decision(&sub, &cfg, &inflated, 200, "deny");
+    println!("{:<16} {:>10.1}µs {:>12.1}µs", "inflated-node", micros(with), micros(with.saturating_sub(none)));
     let names: Vec<String> = (0..1000).map(|i| format!("n1.x{i}")).collect();
     let names: Vec<&str> = names.iter().map(String::as_str).collect();
     let wide_cfg = PolicyConfig {
@@ -49,10 +64,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         ..base.clone()
     };
     let wide_sub = serving(&names, None)?;
-    let plain = per_decision(&wide_sub, &wide_cfg, &evidence, 3);
+    let plain = per_decision(&wide_sub, &wide_cfg, &evidence, 3, "approve");
     let nested = "request.dnsNames.all(a, request.dnsNames.exists(b, b == a))";
     let cfg = PolicyConfig { user_rules: rules("widest-loop", nested)?, ..wide_cfg };
-    let with = per_decision(&wide_sub, &cfg, &evidence, 3);
+    let with = per_decision(&wide_sub, &cfg, &evidence, 3, "approve");
     println!("{:<16} {:>10.1}µs {:>12.1}µs", "widest-loop", micros(with), micros(with.saturating_sub(plain)));
     Ok(())
 }
@@ -62,11 +77,11 @@ fn rules(name: &str, expression: &str) -> Result<UserRules, Box<dyn std::error::
 }
 
 /// The mean time of one decision over `rounds`, after one unmeasured decision (which also checks
-/// that the CSR is approved, so every rule ran).
-fn per_decision(sub: &Submission, cfg: &PolicyConfig, evidence: &Evidence, rounds: u32) -> Duration {
+/// that the decision is `expected`: approve, so every rule ran).
+fn per_decision(sub: &Submission, cfg: &PolicyConfig, evidence: &Evidence, rounds: u32, expected: &str) -> Duration {
     let now = jiff::Timestamp::now();
     let first = decide(sub, cfg, evidence, now);
-    assert_eq!(first.decision.kind.as_str(), "approve", "{first:?}");
+    assert_eq!(first.decision.kind.as_str(), expected, "{first:?}");
     let start = Instant::now();
     for _ in 0..rounds {
         std::hint::black_box(decide(sub, cfg, evidence, now));
@@ -124,11 +139,22 @@ fn serving(dns_names: &[&str], ip: Option<&str>) -> Result<Submission, Box<dyn s
     })
 }
 
+/// A Node that inflated its own object: 1 MiB of annotations and 10,000 labels beside what
+/// [`node_object`] has (the rules refuse it, after counting at most 64 KiB of it).
+fn inflated_node() -> Arc<serde_json::Value> {
+    let mut node = (*node_object()).clone();
+    let labels: serde_json::Map<String, serde_json::Value> =
+        (0..10_000).map(|i| (format!("example.com/inflated-{i}"), "x".repeat(60).into())).collect();
+    node["metadata"]["annotations"] = serde_json::json!({ "example.com/blob": "x".repeat(1 << 20) });
+    node["metadata"]["labels"].as_object_mut().into_iter().for_each(|all| all.extend(labels.clone()));
+    Arc::new(node)
+}
+
 /// A Node as a kubelet reports it: 20 labels, 3 addresses, conditions and 50 images.
 fn node_object() -> Arc<serde_json::Value> {
     let mut labels: serde_json::Map<String, serde_json::Value> =
         (0..19).map(|i| (format!("example.com/label-{i}"), format!("value-{i}").into())).collect();
-    labels.insert("pool".into(), "cpu".into());
+    labels.insert("node-restriction.kubernetes.io/pool".into(), "cpu".into());
     let images: Vec<serde_json::Value> = (0..50)
         .map(|i| serde_json::json!({ "names": [format!("registry.example.com/image-{i}@sha256:{i:064}"), format!("registry.example.com/image-{i}:v1")], "sizeBytes": 100_000_000 + i }))
         .collect();

@@ -143,6 +143,7 @@ impl PolicyArgs {
                 .map_err(|problem| ConfigError::of_field("rules", &path.display().to_string(), problem))?,
             None => UserRules::default(),
         };
+        warnings.extend(user_rules.warnings().into_iter().map(Warning));
         let policy = PolicyConfig {
             provider_regex,
             ip_prefixes,

@@ -17,7 +17,7 @@ use crate::kubernetes::machines::MachineCache;
 use crate::metrics::Metrics;
 use crate::policy::{
     AddressClaim, ApiserverAddresses, BrakeInputs, ClusterError, ClusterView, KubeletCertificate, MachineInfo,
-    NodeAddress, NodeInfo, brake_limit, object_for_rules, same_ip,
+    NodeAddress, NodeInfo, brake_limit, same_ip,
 };
 
 /// The live cluster: one GET per Node asked for; Machines and Nodes from the watched caches of
@@ -246,7 +246,9 @@ fn claim<'a>(claims: &mut [AddressClaim], name: &str, addresses: impl Iterator<I
     }
 }
 
-/// The parts of a Node that decisions read, and the whole object for the rules of `--rules`.
+/// The parts of a Node that decisions read, and for the rules of `--rules` the parts of its object
+/// they may see (its metadata's name, uid, creation time, labels and annotations, its spec and its
+/// status's addresses: the core projects them further and bounds their size).
 pub fn node_info(node: &Node) -> NodeInfo {
     let addresses = node
         .status
@@ -254,6 +256,14 @@ pub fn node_info(node: &Node) -> NodeInfo {
         .flat_map(|status| status.addresses.iter().flatten())
         .map(|a| NodeAddress { kind: a.type_.clone(), address: a.address.clone() })
         .collect();
-    let object = serde_json::to_value(node).ok().map(object_for_rules);
-    NodeInfo { name: node.metadata.name.clone().unwrap_or_default(), addresses, object }
+    let metadata = &node.metadata;
+    let object = serde_json::json!({
+        "metadata": {
+            "name": metadata.name, "uid": metadata.uid, "creationTimestamp": metadata.creation_timestamp,
+            "labels": metadata.labels, "annotations": metadata.annotations,
+        },
+        "spec": node.spec,
+        "status": {"addresses": node.status.as_ref().and_then(|status| status.addresses.as_ref())},
+    });
+    NodeInfo { name: node.metadata.name.clone().unwrap_or_default(), addresses, object: Some(Arc::new(object)) }
 }

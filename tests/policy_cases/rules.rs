@@ -23,13 +23,28 @@ pub fn rules(rules: &[(&str, &str)]) -> UserRules {
 /// Node `n1` as the apiserver returns it, labelled `pool: <pool>` (no label for `None`).
 pub fn labelled_n1(pool: Option<&str>) -> NodeInfo {
     let labels = pool.map_or(serde_json::json!({}), |pool| serde_json::json!({ "pool": pool }));
+    node_n1(labels)
+}
+
+/// Node `n1` as the apiserver returns it, with these labels (and what the rules are not given:
+/// its managed fields, images and capacity).
+fn node_n1(labels: serde_json::Value) -> NodeInfo {
     let object = serde_json::json!({
         "apiVersion": "v1",
         "kind": "Node",
-        "metadata": { "name": "n1", "labels": labels },
-        "status": { "addresses": [{ "type": "InternalIP", "address": "10.0.0.11" }] },
+        "metadata": { "name": "n1", "labels": labels, "managedFields": [{ "manager": "kubelet" }] },
+        "status": {
+            "addresses": [{ "type": "InternalIP", "address": "10.0.0.11" }],
+            "images": [{ "names": ["registry.example.com/app:1"], "sizeBytes": 1000 }],
+            "capacity": { "cpu": "4" },
+        },
     });
     NodeInfo { name: "n1".into(), addresses: Vec::new(), object: Some(Arc::new(object)) }
+}
+
+/// Node `n1` whose labels take `bytes` bytes.
+fn inflated_n1(bytes: usize) -> NodeInfo {
+    node_n1(serde_json::json!({ "big": "x".repeat(bytes) }))
 }
 
 /// A case of `good_csr()` under these rules.
@@ -46,6 +61,15 @@ const REQUEST: &str = "request.nodeName == 'n1' && request.username == 'system:n
 /// A pool's domain, chosen by the Node's label (the README's first example).
 const GPU_DOMAIN: &str = "!('pool' in node.metadata.labels) || node.metadata.labels['pool'] != 'gpu' || \
     request.dnsNames.all(n, n.endsWith('.gpu.example.com'))";
+
+/// The GPU pool's domain by a label nodes cannot set, failing closed (the README's first example).
+const RESTRICTED_GPU_DOMAIN: &str = "node.metadata.labels['node-restriction.kubernetes.io/pool'] != 'gpu' || \
+    request.dnsNames.all(n, n.endsWith('.gpu.example.com'))";
+
+/// What the rules see of the Node: its projection only.
+const PROJECTION: &str = "node.metadata.name == 'n1' && node.metadata.labels == {'pool': 'cpu'} && \
+    node.metadata.annotations == {} && !has(node.metadata.managedFields) && !has(node.status.images) && \
+    !has(node.status.capacity) && node.status.addresses == [{'type': 'InternalIP', 'address': '10.0.0.11'}]";
 
 /// The rules' cases.
 pub fn cases() -> Vec<Case> {
@@ -131,6 +155,41 @@ pub fn cases() -> Vec<Case> {
             &[("name", "request.nodeName == 'n1'")],
         )
         .evidence(|e| e.node = Some(Lookup::Failed(ClusterError::Request("connection reset".into())))),
+        ruled("the rules see the node's projection", (Approve, Reason::AutoApproved), &[("projection", PROJECTION)])
+            .evidence(found(Some("cpu"))),
+        ruled("a node just under the bound is read", (Approve, Reason::AutoApproved), &[("name", "node != null")])
+            .evidence(|e| e.node = Some(Lookup::Found(inflated_n1(60_000)))),
+        ruled("a node too large for the rules fails closed", (Deny, Reason::RuleFailed), &[("name", "node != null")])
+            .evidence(|e| e.node = Some(Lookup::Found(inflated_n1(70_000)))),
+        ruled(
+            "a node without the restricted label fails closed",
+            (Deny, Reason::RuleFailed),
+            &[("gpu", RESTRICTED_GPU_DOMAIN)],
+        )
+        .evidence(found(Some("cpu"))),
+        ruled("a node of another restricted pool passes", (Approve, Reason::AutoApproved), &[("gpu", RESTRICTED_GPU_DOMAIN)])
+            .evidence(|e| {
+                let labels = serde_json::json!({ "node-restriction.kubernetes.io/pool": "cpu" });
+                e.node = Some(Lookup::Found(node_n1(labels)));
+            }),
+        // Numbers are ints.
+        ruled(
+            "numbers are ints",
+            (Approve, Reason::AutoApproved),
+            &[("ttl", "type(request.expirationSeconds) == int && request.expirationSeconds - 3600 == 0 && request.expirationSeconds / 60 == 60")],
+        )
+        .sub(|s| s.expiration_seconds = Some(3600)),
+        // Addresses by prefix, with the functions of Kubernetes.
+        ruled(
+            "addresses inside a prefix pass",
+            (Approve, Reason::AutoApproved),
+            &[("prefix", "request.ipAddresses.all(a, cidr('10.0.0.0/24').containsIP(a) && ip(a).family() == 4)")],
+        ),
+        ruled(
+            "an address outside a prefix fails",
+            (Deny, Reason::RuleFailed),
+            &[("prefix", "request.ipAddresses.all(a, cidr('10.20.0.0/16').containsIP(a))")],
+        ),
         // `machine`, outside machine mode.
         ruled(
             "machine is null outside machine mode",
@@ -171,6 +230,19 @@ fn a_failing_rule_names_itself_and_says_why() {
     assert_eq!(missing, "rule \"pool\" could not be evaluated: No such key: labels (message of pool)");
     let text = decide(&[("text", "request.nodeName")]);
     assert!(text.starts_with("rule \"text\" evaluated to String, not a bool"), "{text}");
+}
+
+#[test]
+fn a_node_too_large_for_the_rules_fails_every_rule_naming_the_bound() {
+    let evaluation = ruled("inflated", (Deny, Reason::RuleFailed), &[("name", "node != null"), ("other", "true")])
+        .evidence(|e| e.node = Some(Lookup::Found(inflated_n1(1 << 20))))
+        .evaluate();
+    assert_eq!(
+        evaluation.decision.message,
+        "rule \"name\": Node \"n1\" is too large for the rules: its projection takes more than 65536 bytes"
+    );
+    let rows = evaluation.checks.iter().filter(|row| row.check == CheckId::Rule);
+    assert!(rows.clone().count() == 2 && rows.clone().all(|row| matches!(row.outcome, Outcome::Fail(_))));
 }
 
 #[test]

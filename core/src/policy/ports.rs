@@ -90,7 +90,8 @@ pub struct NodeInfo {
     pub name: String,
     /// status.addresses.
     pub addresses: Vec<NodeAddress>,
-    /// The whole object as the apiserver returns it, for the rules of `--rules`.
+    /// The object as the apiserver returns it (or the parts of it the rules may see), of which
+    /// the rules of `--rules` see a bounded projection.
     pub object: Option<Arc<serde_json::Value>>,
 }
 

@@ -2,6 +2,7 @@
 //! so they can only narrow what is approved.
 
 mod inputs;
+mod values;
 
 use cel::{Context, Value};
 
@@ -15,7 +16,8 @@ use super::user_rules::{self, UserRule, UserRules};
 /// the inputs could not be given (`inputs` is `Err`), else a failure for each rule that does not
 /// evaluate to `true`.
 pub(crate) fn record(rules: &UserRules, inputs: Result<RuleInputs, Failure>, report: &mut Report) {
-    let context = inputs.and_then(|inputs| inputs.context(user_rules::env()));
+    let env = user_rules::env().map_err(|error| Failure::deny(Reason::RuleFailed, error));
+    let context = inputs.and_then(|inputs| Ok(inputs.context(env?)));
     for rule in rules.iter() {
         let result = match &context {
             Ok(context) => check(rule, context),

@@ -2,17 +2,24 @@
 //! bounds that keep one evaluation cheap. They run in `rule_checks`, after every built-in check.
 
 mod bounds;
+mod net;
+mod node_fields;
 
 use std::sync::{Arc, LazyLock};
 
 use cel::{Context, Env, Program, ResolveResult};
 
-/// The environment every rule is compiled and evaluated with: CEL's standard library and macros.
-static ENV: LazyLock<Arc<Env>> = LazyLock::new(|| Arc::new(Env::stdlib()));
+/// The environment every rule is compiled and evaluated with: CEL's standard library and macros,
+/// and the IP and CIDR functions of Kubernetes ([`net`]).
+static ENV: LazyLock<Result<Arc<Env>, String>> = LazyLock::new(|| {
+    let mut env = Env::stdlib();
+    env.add_extension(net::library).map_err(|e| format!("the IP and CIDR functions cannot be declared: {e}"))?;
+    Ok(Arc::new(env))
+});
 
-/// The environment to evaluate rules in.
-pub(crate) fn env() -> Arc<Env> {
-    Arc::clone(&ENV)
+/// The environment to evaluate rules in, or why it could not be built.
+pub(crate) fn env() -> Result<Arc<Env>, String> {
+    ENV.clone()
 }
 
 /// Why a rule cannot be used; the program stops at start naming the rule.
@@ -48,6 +55,8 @@ pub struct UserRule {
     name: String,
     message: String,
     program: Arc<Program>,
+    /// The fields of `node` the rule reads that the node writes itself, as written in the rule.
+    node_writable: Vec<String>,
 }
 
 impl UserRule {
@@ -60,12 +69,14 @@ impl UserRule {
         }
         let bound = |problem: String| RuleError::Bound { name: name.to_owned(), problem };
         bounds::source(expression).map_err(bound)?;
-        let program = ENV.compile(expression).map_err(|e| RuleError::Compile {
+        let env = env().map_err(|error| RuleError::Compile { name: name.to_owned(), error })?;
+        let program = env.compile(expression).map_err(|e| RuleError::Compile {
             name: name.to_owned(),
             error: e.to_string().split_whitespace().collect::<Vec<_>>().join(" "),
         })?;
         bounds::tree(program.expression()).map_err(bound)?;
-        Ok(UserRule { name: name.to_owned(), message: message.to_owned(), program: Arc::new(program) })
+        let node_writable = node_fields::node_writable_reads(program.expression());
+        Ok(UserRule { name: name.to_owned(), message: message.to_owned(), program: Arc::new(program), node_writable })
     }
 
     /// The rule's name.
@@ -128,6 +139,20 @@ impl UserRules {
     /// named `node` counts too, which reads it when not needed, never the other way).
     pub fn read_node(&self) -> bool {
         self.read_node
+    }
+
+    /// A warning for every field of `node` a rule reads that the node writes itself: a node can
+    /// change such a field to escape the rule.
+    pub fn warnings(&self) -> Vec<String> {
+        let reads = self.rules.iter().flat_map(|rule| rule.node_writable.iter().map(move |field| (rule.name(), field)));
+        reads
+            .map(|(rule, field)| {
+                format!(
+                    "rule {rule:?} reads {field}, which the node writes itself and can change to escape the rule: key \
+                     it on a label under node-restriction.kubernetes.io/ or on the Machine (docs/rules.md)"
+                )
+            })
+            .collect()
     }
 
     /// True when some rule reads `machine` (and so the Machines' objects are kept).

@@ -16,6 +16,8 @@ use crate::policy::{Submission, machine_checks};
 
 use crate::policy::user_rules::UserRules;
 
+use super::values;
+
 /// The values of a rule's variables, as JSON.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct RuleInputs {
@@ -28,9 +30,9 @@ pub(crate) struct RuleInputs {
 impl RuleInputs {
     /// The variables for a CSR whose built-in checks all passed: `request` from `sub` and
     /// `facts`; `resolved` from the DNS answers; `node` (read only when a rule mentions it)
-    /// the Node's object or null; `machine` the Machine matched for this CSR (by nodeRef for a
-    /// serving CSR, by InternalDNS for a node-client one) or null. A Node that could not be
-    /// read is a retry.
+    /// the Node's projection or null; `machine` the Machine matched for this CSR (by nodeRef
+    /// for a serving CSR, by InternalDNS for a node-client one) or null. A Node that could not
+    /// be read is a retry; one too large for the rules, a deny.
     pub(crate) fn new(
         sub: &Submission,
         facts: &CsrFacts,
@@ -58,7 +60,19 @@ impl RuleInputs {
         });
         let node = match evidence.map(|evidence| &evidence.node) {
             _ if !rules.read_node() => Json::Null,
-            Some(Some(Lookup::Found(node))) => node.object.as_deref().cloned().unwrap_or(Json::Null),
+            Some(Some(Lookup::Found(node))) => match node.object.as_deref().map(values::node_projection) {
+                None => Json::Null,
+                Some(Some(projection)) => projection,
+                Some(None) => {
+                    return Err(Failure::deny(
+                        Reason::RuleFailed,
+                        format!(
+                            "Node {node_name:?} is too large for the rules: its projection takes more than {} bytes",
+                            values::MAX_NODE_BYTES
+                        ),
+                    ));
+                }
+            },
             Some(Some(Lookup::Missing)) => Json::Null,
             Some(Some(Lookup::Failed(error))) => {
                 return Err(Failure::retry(
@@ -81,18 +95,15 @@ impl RuleInputs {
         Ok(RuleInputs { request, resolved: Json::Object(resolved.collect()), node, machine })
     }
 
-    /// A CEL context binding the four variables; a value CEL cannot hold fails every rule.
-    pub(crate) fn context(self, env: Arc<Env>) -> Result<Context<'static, 'static>, Failure> {
+    /// A CEL context binding the four variables.
+    pub(crate) fn context(self, env: Arc<Env>) -> Context<'static, 'static> {
         let mut context = Context::with_env(env);
         for (name, value) in
             [("request", self.request), ("resolved", self.resolved), ("node", self.node), ("machine", self.machine)]
         {
-            let value = cel::to_value(value).map_err(|error| {
-                Failure::deny(Reason::RuleFailed, format!("variable {name} cannot be given to the rules: {error}"))
-            })?;
-            context.add_variable_from_value(name, value);
+            context.add_variable_from_value(name, values::to_cel(&value));
         }
-        Ok(context)
+        context
     }
 }
 

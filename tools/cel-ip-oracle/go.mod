@@ -1,0 +1,3 @@
+module node-csr-approver/tools/cel-ip-oracle
+
+go 1.26.0
