@@ -5,6 +5,7 @@
 mod cluster_identity;
 mod evidence;
 mod identity;
+mod kubelet_dial;
 mod kubelet_serving;
 mod machine_checks;
 mod node_client;
@@ -12,6 +13,7 @@ mod one_client_certificate;
 mod ports;
 mod reason;
 mod report;
+mod reserved;
 mod rule_checks;
 mod rules;
 mod submission;
@@ -24,6 +26,7 @@ use jiff::Timestamp;
 use crate::csr::CsrFacts;
 
 pub use evidence::{Evidence, EvidenceNeeded, Lookup, gather};
+pub use kubelet_dial::KubeletDialRules;
 pub use identity::{
     CLIENT_SIGNER as KUBELET_CLIENT_SIGNER, NODE_USER_PREFIX, NODES_GROUP, SERVING_SIGNER as KUBELET_SERVING_SIGNER,
     is_dns_subdomain,
@@ -38,6 +41,7 @@ pub use ports::{
     Resolution, Resolver,
 };
 pub use reason::Reason;
+pub use reserved::reserved_address;
 pub use report::{CheckId, CheckResult, Consequence, Failure, Outcome};
 pub use rules::{Bootstrapper, HostnameMatch, MachinePolicy, PolicyConfig};
 pub use submission::Submission;

@@ -15,20 +15,20 @@ use crate::kubernetes::kubelet_endpoint::{served_by, served_offline};
 use crate::kubernetes::machines::MachineCache;
 use crate::metrics::Metrics;
 use crate::policy::{
-    BrakeInputs, ClusterError, ClusterView, KubeletCertificate, MachineInfo, NodeAddress, NodeInfo, brake_limit,
+    BrakeInputs, ClusterError, ClusterView, KubeletCertificate, KubeletDialRules, MachineInfo, NodeAddress, NodeInfo, brake_limit,
     object_for_rules,
 };
 
 /// The live cluster: one GET per Node asked for; Machines and Nodes from the watched caches of
 /// machine mode, the pending CSRs and approved client CSRs from the CSR cache ([`CsrLedger`]);
 /// the apiserver's addresses from their own watch ([`ApiserverWatch`]); a kubelet's certificate
-/// from a GET of its Node and a dial of the address that Node gives.
+/// from a GET of its Node and a dial of the address that Node gives, where the rules allow it.
 #[derive(Clone)]
 pub struct KubeCluster {
     nodes: kube::Api<Node>,
     machines: Option<(MachineCache, CsrLedger)>,
     apiserver: ApiserverWatch,
-    kubelet_ca: Option<KubeletServingCa>,
+    kubelet_dial: Option<(KubeletServingCa, KubeletDialRules)>,
 }
 
 impl KubeCluster {
@@ -37,13 +37,13 @@ impl KubeCluster {
     /// be called on a Tokio runtime).
     pub fn new(client: kube::Client, machines: Option<(MachineCache, CsrLedger)>) -> KubeCluster {
         let apiserver = ApiserverWatch::start(client.clone());
-        KubeCluster { nodes: kube::Api::all(client), machines, apiserver, kubelet_ca: None }
+        KubeCluster { nodes: kube::Api::all(client), machines, apiserver, kubelet_dial: None }
     }
 
-    /// The same view, verifying the certificates kubelets serve against `ca` (renewals are
-    /// evidenced only with one).
-    pub fn with_kubelet_ca(self, ca: Option<KubeletServingCa>) -> KubeCluster {
-        KubeCluster { kubelet_ca: ca, ..self }
+    /// The same view, dialling kubelets only where the rules allow and verifying the certificates
+    /// they serve against the bundle (renewals are evidenced only with one).
+    pub fn with_kubelet_dial(self, dial: Option<(KubeletServingCa, KubeletDialRules)>) -> KubeCluster {
+        KubeCluster { kubelet_dial: dial, ..self }
     }
 
     /// Resolves once the apiserver's addresses have been listed (or their watch failed), at
@@ -99,12 +99,13 @@ impl ClusterView for KubeCluster {
     }
 
     async fn kubelet_certificate(&self, name: &str) -> Result<KubeletCertificate, ClusterError> {
-        let Some(ca) = &self.kubelet_ca else {
+        let Some((ca, rules)) = &self.kubelet_dial else {
             return Ok(KubeletCertificate::Unusable("--kubelet-serving-ca-file is not set".into()));
         };
         let node = self.nodes.get_opt(name).await.map_err(|e| ClusterError::Request(e.to_string()))?;
+        let apiserver = self.apiserver_addresses().await?;
         Ok(match node {
-            Some(node) => served_by(&node, &node_info(&node).addresses, ca).await,
+            Some(node) => served_by(&node, &node_info(&node).addresses, ca, rules, &apiserver).await,
             None => KubeletCertificate::Unusable(format!("Node {name:?} does not exist")),
         })
     }

@@ -1,11 +1,12 @@
 //! The decision table of the serving policy, one case per check and reason code, split by what the
 //! cases exercise: identity and the request here, the SANs in [`sans`], the identities no node may
-//! claim in [`identity`], the evidence in [`evidence`].
+//! claim in [`identity`] and their other spellings in [`spellings`], the evidence in [`evidence`].
 
 mod evidence;
 mod identity;
 pub mod rules;
 mod sans;
+mod spellings;
 
 use std::net::IpAddr;
 
@@ -71,7 +72,7 @@ fn bad_signature() -> String {
 
 /// Every case of the table.
 pub fn cases() -> Vec<Case> {
-    [identity_and_request(), sans::cases(), identity::cases(), evidence::cases(), rules::cases()]
+    [identity_and_request(), sans::cases(), identity::cases(), spellings::cases(), evidence::cases(), rules::cases()]
         .into_iter()
         .flatten()
         .collect()
