@@ -140,7 +140,8 @@ async fn a_real_kubelets_serving_renewal_is_approved_without_a_machine_and_nothi
     // network gives this machine the addresses of its host end (198.51.100.x, 2001:db8:...::1)
     // and the node end's address, where nothing listens; another an address outside the prefixes.
     let port = kubelet.address().port();
-    let (net, outside_net) = (NodeNetwork::create(AddressFamilies::DualStack).unwrap(), NodeNetwork::create(AddressFamilies::Ipv4).unwrap());
+    let (net, outside_net) =
+        (NodeNetwork::create(AddressFamilies::DualStack).unwrap(), NodeNetwork::create(AddressFamilies::Ipv4).unwrap());
     let (host_v4, host_v6, node_v4) = (net.host_addresses()[0], net.host_addresses()[1], net.addresses()[0]);
     let at = |ip: IpAddr| SocketAddr::new(ip, port);
     // A node whose Node object gives the address of the first kubelet, which serves another node's
@@ -181,7 +182,8 @@ async fn a_real_kubelets_serving_renewal_is_approved_without_a_machine_and_nothi
     let single = |ip: IpAddr| format!("{ip}/{}", if ip.is_ipv4() { 32 } else { 128 });
     let prefixes = [host, host_v4, host_v6, node_v4, "127.0.0.1".parse().unwrap(), cluster_ip].map(single).join(",");
     let prefixes = format!("{prefixes},10.0.0.0/16");
-    let flags = ["--machine-api=cluster.x-k8s.io/v1beta1", "--bypass-dns-resolution", &ca_flag, &port_flag];
+    let flags =
+        ["--machine-api=cluster.x-k8s.io/v1beta1", "--bypass-dns-resolution", ca_flag.as_str(), port_flag.as_str()];
     let mut approver = Approver::start_with(cp.kubeconfig_path(), REGEX, &prefixes, &flags, &[]);
     approver.wait_ready().await;
 

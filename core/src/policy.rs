@@ -26,11 +26,11 @@ use jiff::Timestamp;
 use crate::csr::CsrFacts;
 
 pub use evidence::{Evidence, EvidenceNeeded, Lookup, gather};
-pub use kubelet_dial::KubeletDialRules;
 pub use identity::{
     CLIENT_SIGNER as KUBELET_CLIENT_SIGNER, NODE_USER_PREFIX, NODES_GROUP, SERVING_SIGNER as KUBELET_SERVING_SIGNER,
     is_dns_subdomain,
 };
+pub use kubelet_dial::KubeletDialRules;
 pub use machine_checks::{
     PENDING_PER_NODE, brake_limit, capped_pending, counts_as_pending, pending_count, pending_node, same_dns_name,
     same_ip,
@@ -41,8 +41,8 @@ pub use ports::{
     Resolution, Resolver,
 };
 pub use reason::Reason;
-pub use reserved::reserved_address;
 pub use report::{CheckId, CheckResult, Consequence, Failure, Outcome};
+pub use reserved::reserved_address;
 pub use rules::{Bootstrapper, HostnameMatch, MachinePolicy, PolicyConfig};
 pub use submission::Submission;
 pub use user_rules::{RuleError, UserRule, UserRules, object_for_rules};

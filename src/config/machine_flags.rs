@@ -156,7 +156,15 @@ impl MachineArgs {
         let kubeconfig = given_path(&self.machine_kubeconfig);
         let kubelet_ca = self.kubelet_serving_ca_file.clone();
         let kubelet_port = self.kubelet_port;
-        let source = MachineSource { apis, namespace, kubeconfig, rules: rules.clone(), kubelet_ca, kubelet_port, keep_objects: false };
+        let source = MachineSource {
+            apis,
+            namespace,
+            kubeconfig,
+            rules: rules.clone(),
+            kubelet_ca,
+            kubelet_port,
+            keep_objects: false,
+        };
         Ok(Some((rules, source)))
     }
 }

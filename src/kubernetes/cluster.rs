@@ -15,8 +15,8 @@ use crate::kubernetes::kubelet_endpoint::{served_by, served_offline};
 use crate::kubernetes::machines::MachineCache;
 use crate::metrics::Metrics;
 use crate::policy::{
-    BrakeInputs, ClusterError, ClusterView, KubeletCertificate, KubeletDialRules, MachineInfo, NodeAddress, NodeInfo, brake_limit,
-    object_for_rules,
+    BrakeInputs, ClusterError, ClusterView, KubeletCertificate, KubeletDialRules, MachineInfo, NodeAddress, NodeInfo,
+    brake_limit, object_for_rules,
 };
 
 /// The live cluster: one GET per Node asked for; Machines and Nodes from the watched caches of

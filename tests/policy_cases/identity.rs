@@ -63,15 +63,8 @@ const NEAR_NAMES: [&str; 6] = [
     "mylocalhost",
     "localhost-1.example.com",
 ];
-const NEAR_ADDRESSES: [&str; 7] = [
-    "126.255.255.255",
-    "128.0.0.1",
-    "169.253.255.255",
-    "169.255.0.1",
-    "223.255.255.255",
-    "255.255.255.254",
-    "fe7f::1",
-];
+const NEAR_ADDRESSES: [&str; 7] =
+    ["126.255.255.255", "128.0.0.1", "169.253.255.255", "169.255.0.1", "223.255.255.255", "255.255.255.254", "fe7f::1"];
 
 pub(super) fn leak(text: String) -> &'static str {
     Box::leak(text.into_boxed_str())

@@ -27,7 +27,10 @@ impl KubeletDialRules {
     pub fn target(&self, ip: IpAddr, port: u16, apiserver: &[IpAddr]) -> Result<SocketAddr, String> {
         let ip = ip.to_canonical();
         if port != self.port {
-            return Err(format!("the Node's kubelet port {port} is not the kubelet port {} (--kubelet-port)", self.port));
+            return Err(format!(
+                "the Node's kubelet port {port} is not the kubelet port {} (--kubelet-port)",
+                self.port
+            ));
         }
         if let Some(kind) = reserved_address(ip) {
             return Err(format!("the Node's InternalIP {ip} is {kind}"));

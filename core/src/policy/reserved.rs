@@ -106,9 +106,9 @@ pub fn reserved_address(ip: IpAddr) -> Option<String> {
 
 fn v4_kind(ip: Ipv4Addr) -> Option<&'static str> {
     let bits = u32::from(ip);
-    V4.iter().find(|(net, len, _)| bits >> (32 - u32::from(*len)) == u32::from(*net) >> (32 - u32::from(*len))).map(
-        |(_, _, kind)| *kind,
-    )
+    V4.iter()
+        .find(|(net, len, _)| bits >> (32 - u32::from(*len)) == u32::from(*net) >> (32 - u32::from(*len)))
+        .map(|(_, _, kind)| *kind)
 }
 
 fn v6_kind(ip: Ipv6Addr) -> Option<&'static str> {
@@ -142,7 +142,8 @@ pub(crate) fn reserved_name(name: &str, cluster_domain: &str) -> Option<String> 
     let services = format!("svc.{cluster_domain}");
     let pods = format!("{POD_LABEL}.{cluster_domain}");
     let labels: Vec<&str> = name.split('.').collect();
-    let inner_pod_label = labels.len() > 2 && labels[1..labels.len() - 1].contains(&POD_LABEL);
+    let inner = labels.get(1..labels.len().saturating_sub(1)).unwrap_or_default();
+    let inner_pod_label = inner.contains(&POD_LABEL);
     if APISERVER_NAMES.contains(&name) || name.starts_with(APISERVER_UNDER_ANY_DOMAIN) {
         Some(format!("DNS SAN {name:?} is the apiserver's Service name"))
     } else if within(name, &services) {
