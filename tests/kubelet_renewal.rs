@@ -229,6 +229,9 @@ async fn a_real_kubelets_serving_renewal_is_approved_without_a_machine_and_nothi
         }
         waiting.push(csr);
     }
+    // The log keeps what the Events do not tell.
+    let logs = approver.logs();
+    assert!(logs.contains("kubelet unreachable") && logs.contains("refused"), "{logs}");
     // Nodes that point where no kubelet can be: not dialled, and waiting for a Machine.
     let not_dialled = [
         (&loopback, Some(&loopback_port), "is loopback (127.0.0.0/8)".to_owned()),
