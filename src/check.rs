@@ -170,8 +170,8 @@ pub async fn command(args: &CheckArgs, settings: &Settings, out: &mut impl Write
         }
         _ => None,
     };
-    let kubelet_ca = settings.machines.as_ref().and_then(|source| source.kubelet_ca.clone());
-    let cluster = KubeCluster::new(connection.client, machines).with_kubelet_ca(kubelet_ca);
+    let kubelet_dial = settings.machines.as_ref().and_then(|source| source.kubelet_dial(policy));
+    let cluster = KubeCluster::new(connection.client, machines).with_kubelet_dial(kubelet_dial);
     // Until listed, a CSR with an IP SAN is reported as a retry (ClusterUnavailable).
     cluster.apiserver_first_answer(APISERVER_SYNC).await;
     Ok(run(&csrs, policy, &resolver, &cluster, now, args.output, out).await?)

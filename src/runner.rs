@@ -53,7 +53,7 @@ pub async fn run(settings: Settings) -> Result<(), RunError> {
     let Connection { client, machines } = connect(cfg.kubeconfig.as_deref(), machine_source.as_ref()).await?;
     // The CSR cache: the controller's watch fills it, machine mode's ledger reads it.
     let (csr_cache, csrs) = csr_cache::cache();
-    let kubelet_ca = machine_source.as_ref().and_then(|source| source.kubelet_ca.clone());
+    let kubelet_dial = machine_source.as_ref().and_then(|source| source.kubelet_dial(&policy));
     let ledger = machine_source.map(|source| CsrLedger::new(csr_cache, source.rules));
     let metrics = Metrics::new();
     let readiness = Readiness::new();
@@ -74,7 +74,7 @@ pub async fn run(settings: Settings) -> Result<(), RunError> {
         api: Api::all(client.clone()),
         policy,
         resolver,
-        cluster: KubeCluster::new(client.clone(), machines.clone().zip(ledger)).with_kubelet_ca(kubelet_ca),
+        cluster: KubeCluster::new(client.clone(), machines.clone().zip(ledger)).with_kubelet_dial(kubelet_dial),
         leadership,
         events,
         metrics,

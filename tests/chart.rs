@@ -229,6 +229,7 @@ fn every_feature_reaches_its_environment_variable() {
         ("BOOTSTRAPPER_GROUPS", "system:bootstrappers,system:authenticated"),
         ("MAX_PENDING_DELTA", "50"),
         ("KUBELET_SERVING_CA_FILE", "/etc/node-csr-approver/kubelet-serving-ca/ca-bundle.crt"),
+        ("KUBELET_PORT", "10251"),
         ("HEALTH_PROBE_BIND_ADDRESS", ":9091"),
         ("METRICS_BIND_ADDRESS", ":9090"),
         ("LOG_FORMAT", "text"),

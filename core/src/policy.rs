@@ -5,6 +5,7 @@
 mod cluster_identity;
 mod evidence;
 mod identity;
+mod kubelet_dial;
 mod kubelet_serving;
 mod machine_checks;
 mod node_client;
@@ -12,6 +13,7 @@ mod one_client_certificate;
 mod ports;
 mod reason;
 mod report;
+mod reserved;
 mod rule_checks;
 mod rules;
 mod submission;
@@ -28,6 +30,7 @@ pub use identity::{
     CLIENT_SIGNER as KUBELET_CLIENT_SIGNER, NODE_USER_PREFIX, NODES_GROUP, SERVING_SIGNER as KUBELET_SERVING_SIGNER,
     is_dns_subdomain,
 };
+pub use kubelet_dial::{KubeletDialRules, not_owned as kubelet_dial_not_owned};
 pub use machine_checks::{
     PENDING_PER_NODE, brake_limit, capped_pending, counts_as_pending, pending_count, pending_node, same_dns_name,
     same_ip,
@@ -39,6 +42,7 @@ pub use ports::{
 };
 pub use reason::Reason;
 pub use report::{CheckId, CheckResult, Consequence, Failure, Outcome};
+pub use reserved::reserved_address;
 pub use rules::{Bootstrapper, HostnameMatch, MachinePolicy, PolicyConfig};
 pub use submission::Submission;
 pub use user_rules::{RuleError, UserRule, UserRules, object_for_rules};

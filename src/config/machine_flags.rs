@@ -9,7 +9,7 @@ use clap::{ArgAction, Args};
 use super::ConfigError;
 use super::flags::{Checked, boolean, given_path, list, namespace_or_empty, number, path};
 use crate::kubelet_tls::KubeletServingCa;
-use crate::policy::{Bootstrapper, MachinePolicy, NODE_USER_PREFIX};
+use crate::policy::{Bootstrapper, KubeletDialRules, MachinePolicy, NODE_USER_PREFIX, PolicyConfig};
 
 /// OpenShift's node-bootstrapper ServiceAccount.
 const DEFAULT_BOOTSTRAPPER: &str = "system:serviceaccount:openshift-machine-config-operator:node-bootstrapper";
@@ -47,6 +47,9 @@ pub struct MachineArgs {
     /// PEM bundle of the kubelet-serving CA: a serving CSR of a node no Machine claims is approved when it renews the certificate its kubelet serves [default: no renewals]
     #[arg(long, global = true, env = "KUBELET_SERVING_CA_FILE", value_name = "FILE", value_parser = kubelet_serving_ca())]
     pub kubelet_serving_ca_file: Option<KubeletServingCa>,
+    /// The one port a renewal dials a kubelet at; a Node advertising another kubelet port is not dialled, 1..=65535
+    #[arg(long, global = true, env = "KUBELET_PORT", default_value = "10250", value_parser = number::<u16>(1..=65_535))]
+    pub kubelet_port: u16,
 }
 
 /// The groups of `--bootstrapper-groups`.
@@ -96,8 +99,19 @@ pub struct MachineSource {
     pub rules: MachinePolicy,
     /// The bundle kubelets' serving certificates are verified against, for renewals.
     pub kubelet_ca: Option<KubeletServingCa>,
+    /// The one port a kubelet is dialled at (`--kubelet-port`).
+    pub kubelet_port: u16,
     /// Keep each Machine's whole object: a rule of `--rules` reads `machine`.
     pub keep_objects: bool,
+}
+
+impl MachineSource {
+    /// The bundle renewals verify against and where they may dial, when renewals are on: the
+    /// node addresses of `policy` (`--provider-ip-prefixes`) at `--kubelet-port`.
+    pub fn kubelet_dial(&self, policy: &PolicyConfig) -> Option<(KubeletServingCa, KubeletDialRules)> {
+        let rules = KubeletDialRules { prefixes: policy.ip_prefixes.clone(), port: self.kubelet_port };
+        self.kubelet_ca.clone().map(|ca| (ca, rules))
+    }
 }
 
 /// The part of OpenShift's machine-approver-config this approver reads.
@@ -141,7 +155,17 @@ impl MachineArgs {
         let namespace = self.machine_namespace.clone().filter(|namespace| !namespace.is_empty());
         let kubeconfig = given_path(&self.machine_kubeconfig);
         let kubelet_ca = self.kubelet_serving_ca_file.clone();
-        Ok(Some((rules.clone(), MachineSource { apis, namespace, kubeconfig, rules, kubelet_ca, keep_objects: false })))
+        let kubelet_port = self.kubelet_port;
+        let source = MachineSource {
+            apis,
+            namespace,
+            kubeconfig,
+            rules: rules.clone(),
+            kubelet_ca,
+            kubelet_port,
+            keep_objects: false,
+        };
+        Ok(Some((rules, source)))
     }
 }
 

@@ -21,7 +21,9 @@ pub enum Served {
     Verified(Vec<u8>),
     /// A TLS server answered, but with nothing the bundle verifies; the text says why.
     Untrusted(String),
-    /// No connection or no completed handshake within the limit; the text says why.
+    /// No connection, or no TLS server that completed a handshake, within the limit. The text
+    /// names the address only: what failed (refused, timed out, another protocol) is logged, not
+    /// told, so that Events cannot serve as a port scanner.
     Unreachable(String),
 }
 
@@ -39,11 +41,18 @@ pub async fn served_certificate(address: SocketAddr, ca: &KubeletServingCa, limi
         let tcp = TcpStream::connect(address).await?;
         TlsConnector::from(config).connect(ServerName::IpAddress(address.ip().into()), tcp).await
     };
+    let unreachable = |why: &dyn std::fmt::Display| {
+        tracing::info!(%address, error = %why, "kubelet unreachable");
+        Served::Unreachable(format!("{address} unreachable"))
+    };
     match tokio::time::timeout(limit, handshake).await {
-        Err(_) => Served::Unreachable(format!("no TLS handshake with {address} within {limit:?}")),
+        Err(_) => unreachable(&format!("no TLS handshake within {limit:?}")),
         Ok(Err(error)) => match error.get_ref().and_then(|inner| inner.downcast_ref::<rustls::Error>()) {
-            Some(tls) => Served::Untrusted(format!("{address}: {tls}")),
-            None => Served::Unreachable(format!("{address}: {error}")),
+            Some(tls @ (rustls::Error::InvalidCertificate(_) | rustls::Error::NoCertificatesPresented)) => {
+                Served::Untrusted(format!("{address}: {tls}"))
+            }
+            Some(tls) => unreachable(tls),
+            None => unreachable(&error),
         },
         Ok(Ok(stream)) => match stream.get_ref().1.peer_certificates().and_then(|chain| chain.first()) {
             Some(leaf) => Served::Verified(leaf.to_vec()),

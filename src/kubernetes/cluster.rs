@@ -16,20 +16,20 @@ use crate::kubernetes::kubelet_endpoint::{served_by, served_offline};
 use crate::kubernetes::machines::MachineCache;
 use crate::metrics::Metrics;
 use crate::policy::{
-    AddressClaim, ApiserverAddresses, BrakeInputs, ClusterError, ClusterView, KubeletCertificate, MachineInfo,
-    NodeAddress, NodeInfo, brake_limit, same_ip,
+    AddressClaim, ApiserverAddresses, BrakeInputs, ClusterError, ClusterView, KubeletCertificate, KubeletDialRules,
+    MachineInfo, NodeAddress, NodeInfo, brake_limit, kubelet_dial_not_owned, same_ip,
 };
 
 /// The live cluster: one GET per Node asked for; Machines and Nodes from the watched caches of
 /// machine mode, the pending CSRs and approved client CSRs from the CSR cache ([`CsrLedger`]);
 /// the apiserver's addresses from their own watch ([`ApiserverWatch`]); a kubelet's certificate
-/// from a GET of its Node and a dial of the address that Node gives.
+/// from a GET of its Node and a dial of the address that Node gives, where the rules allow it.
 #[derive(Clone)]
 pub struct KubeCluster {
     nodes: kube::Api<Node>,
     machines: Option<(MachineCache, CsrLedger)>,
     apiserver: ApiserverWatch,
-    kubelet_ca: Option<KubeletServingCa>,
+    kubelet_dial: Option<(KubeletServingCa, KubeletDialRules)>,
 }
 
 impl KubeCluster {
@@ -38,13 +38,13 @@ impl KubeCluster {
     /// be called on a Tokio runtime).
     pub fn new(client: kube::Client, machines: Option<(MachineCache, CsrLedger)>) -> KubeCluster {
         let apiserver = ApiserverWatch::start(client.clone());
-        KubeCluster { nodes: kube::Api::all(client), machines, apiserver, kubelet_ca: None }
+        KubeCluster { nodes: kube::Api::all(client), machines, apiserver, kubelet_dial: None }
     }
 
-    /// The same view, verifying the certificates kubelets serve against `ca` (renewals are
-    /// evidenced only with one).
-    pub fn with_kubelet_ca(self, ca: Option<KubeletServingCa>) -> KubeCluster {
-        KubeCluster { kubelet_ca: ca, ..self }
+    /// The same view, dialling kubelets only where the rules allow and verifying the certificates
+    /// they serve against the bundle (renewals are evidenced only with one).
+    pub fn with_kubelet_dial(self, dial: Option<(KubeletServingCa, KubeletDialRules)>) -> KubeCluster {
+        KubeCluster { kubelet_dial: dial, ..self }
     }
 
     /// Resolves once the apiserver's addresses have been listed (or their watch failed), at
@@ -117,14 +117,36 @@ impl ClusterView for KubeCluster {
     }
 
     async fn kubelet_certificate(&self, name: &str) -> Result<KubeletCertificate, ClusterError> {
-        let Some(ca) = &self.kubelet_ca else {
+        let Some((ca, rules)) = &self.kubelet_dial else {
             return Ok(KubeletCertificate::Unusable("--kubelet-serving-ca-file is not set".into()));
         };
         let node = self.nodes.get_opt(name).await.map_err(|e| ClusterError::Request(e.to_string()))?;
-        Ok(match node {
-            Some(node) => served_by(&node, &node_info(&node).addresses, ca).await,
-            None => KubeletCertificate::Unusable(format!("Node {name:?} does not exist")),
-        })
+        let Some(node) = node else {
+            return Ok(KubeletCertificate::Unusable(format!("Node {name:?} does not exist")));
+        };
+        let addresses = node_info(&node).addresses;
+        let undialled = self.apiserver_addresses_not_owned(name, &addresses).await?;
+        Ok(served_by(&node, &addresses, ca, rules, &undialled).await)
+    }
+}
+
+impl KubeCluster {
+    /// The apiserver's addresses the kubelet of Node `name` (listing `addresses`) may not be
+    /// dialled at ([`kubelet_dial_not_owned`]): who claims an advertise address is asked only
+    /// when the Node lists one.
+    async fn apiserver_addresses_not_owned(
+        &self,
+        name: &str,
+        addresses: &[NodeAddress],
+    ) -> Result<Vec<IpAddr>, ClusterError> {
+        let apiserver = self.apiserver_addresses().await?;
+        let listed: Vec<IpAddr> = addresses.iter().filter_map(|a| a.address.parse().ok()).collect();
+        let advertised = apiserver.advertised(&listed);
+        let claims = match advertised.is_empty() {
+            true => Vec::new(),
+            false => self.nodes_claiming(&advertised).await?,
+        };
+        Ok(kubelet_dial_not_owned(&apiserver, &claims, name))
     }
 }
 

@@ -1,8 +1,9 @@
 //! The certificate a node's kubelet serves, as renewal evidence: dialled at the Node's first
 //! InternalIP and `status.daemonEndpoints.kubeletEndpoint.Port` (nothing else in the Node or the
-//! CSR chooses the address), or for `check` read from a file and verified as the dial verifies it.
+//! CSR chooses the address), and only where [`KubeletDialRules`] allow (a node address, the kubelet
+//! port); or for `check` read from a file and verified as the dial verifies it.
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::IpAddr;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Node;
@@ -10,7 +11,7 @@ use rustls::pki_types::{CertificateDer, UnixTime};
 
 use crate::kubelet_tls::KubeletServingCa;
 use crate::kubelet_tls::dial::{Served, served_certificate};
-use crate::policy::{KubeletCertificate, NodeAddress};
+use crate::policy::{KubeletCertificate, KubeletDialRules, NodeAddress};
 
 /// How long the connection and the TLS handshake with a kubelet may take together.
 pub const DIAL_LIMIT: Duration = Duration::from_secs(3);
@@ -25,8 +26,15 @@ pub fn internal_ip(addresses: &[NodeAddress]) -> Result<IpAddr, String> {
         .map_err(|_| format!("the Node's InternalIP {:?} is not an IP address", address.address))
 }
 
-/// Dials the kubelet of `node` and verifies what it presents against `ca`.
-pub async fn served_by(node: &Node, addresses: &[NodeAddress], ca: &KubeletServingCa) -> KubeletCertificate {
+/// Dials the kubelet of `node`, when `rules` allow its address and port (`apiserver` holds the
+/// apiserver's addresses the node does not own), and verifies what it presents against `ca`.
+pub async fn served_by(
+    node: &Node,
+    addresses: &[NodeAddress],
+    ca: &KubeletServingCa,
+    rules: &KubeletDialRules,
+    apiserver: &[IpAddr],
+) -> KubeletCertificate {
     let port = node.status.as_ref().and_then(|s| s.daemon_endpoints.as_ref()).and_then(|d| d.kubelet_endpoint.as_ref());
     let port = match port.map(|endpoint| u16::try_from(endpoint.port)) {
         Some(Ok(port)) if port > 0 => port,
@@ -36,7 +44,11 @@ pub async fn served_by(node: &Node, addresses: &[NodeAddress], ca: &KubeletServi
         Ok(ip) => ip,
         Err(why) => return KubeletCertificate::Unusable(why),
     };
-    match served_certificate(SocketAddr::new(ip, port), ca, DIAL_LIMIT).await {
+    let target = match rules.target(ip, port, apiserver) {
+        Ok(target) => target,
+        Err(why) => return KubeletCertificate::Unusable(format!("the kubelet is not dialled: {why}")),
+    };
+    match served_certificate(target, ca, DIAL_LIMIT).await {
         Served::Verified(leaf) => KubeletCertificate::Verified(leaf),
         Served::Untrusted(why) => KubeletCertificate::Unusable(why),
         Served::Unreachable(why) => KubeletCertificate::Unreachable(why),

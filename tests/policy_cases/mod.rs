@@ -1,13 +1,14 @@
 //! The decision table of the serving policy, one case per check and reason code, split by what the
 //! cases exercise: identity and the request here, the SANs in [`sans`], the identities no node may
-//! claim in [`identity`], an apiserver's advertise address in [`advertise`], the evidence in
-//! [`evidence`].
+//! claim in [`identity`] and their other spellings in [`spellings`], an apiserver's advertise
+//! address in [`advertise`], the evidence in [`evidence`].
 
 mod advertise;
 mod evidence;
 mod identity;
 pub mod rules;
 mod sans;
+mod spellings;
 
 use std::net::IpAddr;
 
@@ -75,10 +76,18 @@ fn bad_signature() -> String {
 
 /// Every case of the table.
 pub fn cases() -> Vec<Case> {
-    [identity_and_request(), sans::cases(), identity::cases(), advertise::cases(), evidence::cases(), rules::cases()]
-        .into_iter()
-        .flatten()
-        .collect()
+    [
+        identity_and_request(),
+        sans::cases(),
+        identity::cases(),
+        spellings::cases(),
+        advertise::cases(),
+        evidence::cases(),
+        rules::cases(),
+    ]
+    .into_iter()
+    .flatten()
+    .collect()
 }
 
 /// Approvals, triage, identity, the request, the subject and the usages.

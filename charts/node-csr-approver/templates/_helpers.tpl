@@ -151,6 +151,10 @@ node in a string literal counts too): the controller then reads Nodes. */}}
 - name: KUBELET_SERVING_CA_FILE
   value: {{ printf "/etc/node-csr-approver/kubelet-serving-ca/%s" $.Values.machineMode.kubeletServingCA.key | quote }}
 {{- end }}
+{{- if ne (toString $.Values.machineMode.kubeletServingCA.kubeletPort) "" }}
+- name: KUBELET_PORT
+  value: {{ int64 $.Values.machineMode.kubeletServingCA.kubeletPort | toString | quote }}
+{{- end }}
 {{- end }}
 - name: HEALTH_PROBE_BIND_ADDRESS
   value: {{ printf ":%d" (int .Values.healthProbe.port) | quote }}

@@ -12,6 +12,7 @@ use super::cluster_identity;
 use super::evidence::{Evidence, EvidenceNeeded};
 use super::identity::{self, NODE_USER_PREFIX, NODES_GROUP};
 use super::report::{CheckId, Failure, Report};
+use super::reserved;
 use super::rules::{HostnameMatch, PolicyConfig};
 use super::{Reason, Submission};
 
@@ -305,6 +306,12 @@ fn ip_address_syntax(ips: &[IpAddr]) -> Result<String, Failure> {
 }
 
 fn dns_name_syntax(names: &[String]) -> Result<String, Failure> {
+    if let Some(numeric) = names.iter().find(|name| reserved::reads_as_ipv4(name)) {
+        return Err(Failure::deny(
+            Reason::InvalidDNSName,
+            format!("DNS SAN {numeric:?} ends in a number: C resolvers (inet_aton) dial it as an IPv4 address"),
+        ));
+    }
     match names.iter().find(|name| !is_hostname(name)) {
         Some(bad) => Err(Failure::deny(
             Reason::InvalidDNSName,

@@ -127,8 +127,8 @@ pub enum KubeletCertificate {
     /// The leaf (DER) of a chain that verified, for server auth and now, against the
     /// kubelet-serving CA bundle, presented by a kubelet that proved it holds the key.
     Verified(Vec<u8>),
-    /// Nothing that can stand as evidence (the Node is missing or has no InternalIP, or the chain
-    /// did not verify); the text says why.
+    /// Nothing that can stand as evidence (the Node is missing or has no InternalIP, places its
+    /// kubelet where it is not dialled, or the chain did not verify); the text says why.
     Unusable(String),
     /// The kubelet could not be reached, or did not finish the handshake, in time; the text says why.
     Unreachable(String),
@@ -187,7 +187,8 @@ pub trait ClusterView: Send + Sync {
     fn client_certificates(&self, node: &str) -> impl Future<Output = Result<Vec<String>, ClusterError>> + Send;
 
     /// The serving certificate the kubelet of Node `node` presents, dialled at that Node's
-    /// InternalIP and `status.daemonEndpoints.kubeletEndpoint.Port` only.
+    /// InternalIP and `status.daemonEndpoints.kubeletEndpoint.Port` only, and only where
+    /// [`super::KubeletDialRules`] allow.
     fn kubelet_certificate(&self, node: &str) -> impl Future<Output = Result<KubeletCertificate, ClusterError>> + Send;
 }
 

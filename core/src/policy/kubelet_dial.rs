@@ -1,0 +1,98 @@
+//! Where serving renewal may dial a node's kubelet. The address and the port come from the Node's
+//! own status, which the kubelet writes: without these rules a node could point the approver at
+//! any address and port (loopback, a metadata service, the apiserver's host) and read from the
+//! outcome what answers there. Only an address inside `--provider-ip-prefixes`, outside the
+//! reserved addresses (`reserved.rs`) and the apiserver's addresses the node does not own (every
+//! ClusterIP, and each advertise address unless the node is its one claimant), at the kubelet port
+//! (`--kubelet-port`), is dialled.
+
+use std::net::{IpAddr, SocketAddr};
+
+use ipnet::IpNet;
+
+use super::ports::{AddressClaim, ApiserverAddresses};
+use super::reserved::reserved_address;
+
+/// The addresses and the port a kubelet may be dialled at.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KubeletDialRules {
+    /// `--provider-ip-prefixes`: the node addresses of the cluster.
+    pub prefixes: Vec<IpNet>,
+    /// `--kubelet-port`: the one port dialled.
+    pub port: u16,
+}
+
+impl KubeletDialRules {
+    /// The address to dial for a kubelet its Node places at `ip` and `port`, or why it is not
+    /// dialled. `apiserver` holds the apiserver's addresses the node does not own; an IPv4-mapped
+    /// address is read as the IPv4 address it maps.
+    pub fn target(&self, ip: IpAddr, port: u16, apiserver: &[IpAddr]) -> Result<SocketAddr, String> {
+        let ip = ip.to_canonical();
+        if port != self.port {
+            return Err(format!(
+                "the Node's kubelet port {port} is not the kubelet port {} (--kubelet-port)",
+                self.port
+            ));
+        }
+        if let Some(kind) = reserved_address(ip) {
+            return Err(format!("the Node's InternalIP {ip} is {kind}"));
+        }
+        if apiserver.iter().any(|address| address.to_canonical() == ip) {
+            return Err(format!("the Node's InternalIP {ip} is an address of the apiserver (default/kubernetes)"));
+        }
+        if !self.prefixes.iter().any(|net| net.contains(&ip)) {
+            return Err(format!("the Node's InternalIP {ip} is outside --provider-ip-prefixes"));
+        }
+        Ok(SocketAddr::new(ip, port))
+    }
+}
+
+/// The apiserver's addresses a kubelet of Node `node` may not be dialled at: every ClusterIP of
+/// `default/kubernetes`, and every EndpointSlice address but those `claims` (who claims each
+/// advertise address the Node lists) give to `node` alone: a control-plane node's own InternalIP.
+pub fn not_owned(apiserver: &ApiserverAddresses, claims: &[AddressClaim], node: &str) -> Vec<IpAddr> {
+    let owned =
+        |ip: &IpAddr| claims.iter().any(|claim| claim.ip.to_canonical() == ip.to_canonical() && claim.nodes == [node]);
+    let endpoints = apiserver.endpoints.iter().filter(|ip| !owned(ip));
+    apiserver.service.iter().chain(endpoints).copied().collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_advertise_address_is_dialled_only_for_its_one_claimant_and_a_cluster_ip_never() {
+        let ip = |s: &str| -> IpAddr { s.parse().unwrap() };
+        let apiserver =
+            ApiserverAddresses { service: vec![ip("10.96.0.1")], endpoints: vec![ip("10.0.0.5"), ip("10.0.0.6")] };
+        let claim = |at: &str, nodes: &[&str]| AddressClaim {
+            ip: ip(at),
+            nodes: nodes.iter().map(|n| n.to_string()).collect(),
+        };
+        let sole = [claim("10.0.0.5", &["cp1"])];
+        assert_eq!(not_owned(&apiserver, &sole, "cp1"), vec![ip("10.96.0.1"), ip("10.0.0.6")]);
+        assert_eq!(not_owned(&apiserver, &sole, "worker"), vec![ip("10.96.0.1"), ip("10.0.0.5"), ip("10.0.0.6")]);
+        let shared = [claim("10.0.0.5", &["cp1", "worker"])];
+        assert_eq!(not_owned(&apiserver, &shared, "cp1"), vec![ip("10.96.0.1"), ip("10.0.0.5"), ip("10.0.0.6")]);
+        let mapped = [claim("::ffff:10.0.0.5", &["cp1"])];
+        assert_eq!(not_owned(&apiserver, &mapped, "cp1"), vec![ip("10.96.0.1"), ip("10.0.0.6")]);
+        let on_cluster_ip = ApiserverAddresses { service: vec![ip("10.0.0.5")], endpoints: vec![ip("10.0.0.5")] };
+        assert_eq!(not_owned(&on_cluster_ip, &sole, "cp1"), vec![ip("10.0.0.5")]);
+    }
+
+    #[test]
+    fn only_a_node_address_at_the_kubelet_port_is_dialled() {
+        let rules = KubeletDialRules { prefixes: vec!["10.0.0.0/16".parse().unwrap()], port: 10250 };
+        let target = |ip: &str, port| rules.target(ip.parse().unwrap(), port, &["10.0.0.1".parse().unwrap()]);
+        assert_eq!(target("10.0.0.7", 10250), Ok("10.0.0.7:10250".parse().unwrap()));
+        assert_eq!(target("::ffff:10.0.0.7", 10250), Ok("10.0.0.7:10250".parse().unwrap()));
+        assert!(target("10.0.0.7", 10255).unwrap_err().contains("port 10255 is not the kubelet port 10250"));
+        assert!(target("10.0.0.1", 10250).unwrap_err().contains("address of the apiserver"));
+        assert!(target("::ffff:10.0.0.1", 10250).unwrap_err().contains("address of the apiserver"));
+        assert!(target("10.1.0.7", 10250).unwrap_err().contains("outside --provider-ip-prefixes"));
+        let open = KubeletDialRules { prefixes: vec!["0.0.0.0/0".parse().unwrap()], port: 10250 };
+        let refused = open.target("169.254.169.254".parse().unwrap(), 10250, &[]).unwrap_err();
+        assert!(refused.contains("link-local"), "{refused}");
+    }
+}
