@@ -114,8 +114,7 @@ fn a_bootstrap_csr_counts_only_for_a_node_an_unclaimed_machine_awaits_in_its_win
     assert_eq!(under("n1", -11), None, "11 s before the Machine");
     assert_eq!(under("n1", 7200).as_deref(), Some("n1"), "2 h after the Machine");
     assert_eq!(under("n1", 7201), None, "2 h and 1 s after the Machine");
-    let undated = counted_under(&PendingKey::Bootstrap("n1".into()), None, &awaited());
-    assert_eq!(undated, None, "no creation time");
+    assert_eq!(counted_under(&PendingKey::Bootstrap("n1".into()), None, &awaited()), None, "no creation time");
     let requester = PendingKey::Requester("system:node:x".into());
     assert_eq!(counted_under(&requester, None, &AwaitedNodes::default()), Some("system:node:x"));
     assert_eq!(counted_under(&PendingKey::Never, Some(created()), &awaited()), None);
