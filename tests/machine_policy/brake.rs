@@ -122,7 +122,7 @@ fn a_bootstrap_csr_counts_only_for_a_node_an_unclaimed_machine_awaits_in_its_win
 
 #[test]
 fn a_machine_is_found_by_its_internal_dns_name_in_any_case_and_only_with_a_creation_time() {
-    let spelled = vec![machine(&[("InternalDNS", "N1."), ("Hostname", "other")], None)];
+    let spelled = [machine(&[("InternalDNS", "N1."), ("Hostname", "other")], None)];
     let spelled = AwaitedNodes::new(spelled.iter().map(Arc::as_ref));
     assert!(spelled.awaits("n1", Some(created())), "case and trailing dot are ignored");
     assert!(!spelled.awaits("other", Some(created())), "only InternalDNS names a node");
