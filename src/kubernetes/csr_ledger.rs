@@ -169,3 +169,79 @@ impl CsrLedger {
         issued
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use k8s_openapi::api::certificates::v1::{CertificateSigningRequestCondition, CertificateSigningRequestStatus};
+    use testkit::request::Request;
+
+    use super::*;
+    use crate::policy::{Bootstrapper, KUBELET_SERVING_SIGNER};
+
+    fn ledger() -> (CsrLedger, csr_cache::CacheWriter<CsrObject>) {
+        let (cache, mut writer) = csr_cache::cache();
+        writer.apply(watcher::Event::<CsrObject>::Init);
+        writer.apply(watcher::Event::<CsrObject>::InitDone);
+        let rules = MachinePolicy {
+            client_approval: true,
+            bootstrapper: Bootstrapper::Exact("bootstrapper".into()),
+            bootstrapper_groups: Default::default(),
+            max_pending_delta: 100,
+            serving_renewal: false,
+        };
+        (CsrLedger::new(cache, rules), writer)
+    }
+
+    /// A client CSR `name` (uid `uid-<name>`) for node `node`, approved when `approved`.
+    fn client(name: &str, node: &str, approved: bool) -> CertificateSigningRequest {
+        let usages = ["digital signature", "client auth"];
+        let mut csr = testkit::csr::object(name, KUBELET_CLIENT_SIGNER, &usages, &Request::node(node).pem());
+        csr.metadata.uid = Some(format!("uid-{name}"));
+        let approval = CertificateSigningRequestCondition {
+            type_: "Approved".into(),
+            status: "True".into(),
+            ..Default::default()
+        };
+        csr.status = approved
+            .then(|| CertificateSigningRequestStatus { conditions: Some(vec![approval]), ..Default::default() });
+        csr
+    }
+
+    #[tokio::test]
+    async fn client_csrs_of_one_node_name_take_turns_and_others_do_not_wait() {
+        let (ledger, _writer) = ledger();
+        let object = |csr: CertificateSigningRequest| CsrObject::from(csr);
+        let first = ledger.client_turn(&object(client("a", "n1", false))).await;
+        assert!(first.is_some());
+        let second = object(client("b", "n1", false));
+        let waited = tokio::time::timeout(Duration::from_millis(50), ledger.client_turn(&second)).await;
+        assert!(waited.is_err(), "the same node name waits");
+        let other = ledger.client_turn(&object(client("c", "n2", false))).await;
+        assert!(other.is_some(), "another node name does not wait");
+        let serving = testkit::csr::object("d", KUBELET_SERVING_SIGNER, &[], &Request::node("n1").pem());
+        assert!(ledger.client_turn(&object(serving)).await.is_none(), "not a client CSR: no turn");
+        drop(first);
+        let second = tokio::time::timeout(Duration::from_secs(5), ledger.client_turn(&second)).await;
+        assert!(second.is_ok_and(|turn| turn.is_some()), "the next one's turn");
+        drop(other);
+        assert!(ledger.turns.lock().unwrap_or_else(PoisonError::into_inner).is_empty(), "no lock is kept");
+    }
+
+    #[test]
+    fn an_approval_counts_from_its_write_until_the_cache_shows_it_decided_or_gone() {
+        let (ledger, mut writer) = ledger();
+        writer.apply(watcher::Event::Apply(client("a", "n1", false)));
+        assert!(ledger.client_certificates("n1").is_empty());
+        ledger.record_approval(&CsrObject::from(client("a", "n1", false)));
+        ledger.record_approval(&CsrObject::from(client("gone", "n1", false)));
+        assert_eq!(ledger.client_certificates("n1"), ["a"], "written, not yet watched; a CSR not cached is gone");
+        assert!(ledger.client_certificates("n2").is_empty(), "another node name");
+        writer.apply(watcher::Event::Apply(client("a", "n1", true)));
+        assert_eq!(ledger.client_certificates("n1"), ["a"], "watched: the cache counts it, once");
+        assert!(ledger.written.lock().unwrap_or_else(PoisonError::into_inner).is_empty());
+        writer.apply(watcher::Event::Delete(client("a", "n1", true)));
+        assert!(ledger.client_certificates("n1").is_empty());
+    }
+}
