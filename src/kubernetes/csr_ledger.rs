@@ -218,10 +218,12 @@ mod tests {
         let second = object(client("b", "n1", false));
         let waited = tokio::time::timeout(Duration::from_millis(50), ledger.client_turn(&second)).await;
         assert!(waited.is_err(), "the same node name waits");
-        let other = ledger.client_turn(&object(client("c", "n2", false))).await;
-        assert!(other.is_some(), "another node name does not wait");
-        let serving = testkit::csr::object("d", KUBELET_SERVING_SIGNER, &[], &Request::node("n1").pem());
-        assert!(ledger.client_turn(&object(serving)).await.is_none(), "not a client CSR: no turn");
+        let at_once = Duration::from_secs(5);
+        let other = tokio::time::timeout(at_once, ledger.client_turn(&object(client("c", "n2", false)))).await;
+        assert!(other.as_ref().is_ok_and(Option::is_some), "another node name does not wait");
+        let serving = object(testkit::csr::object("d", KUBELET_SERVING_SIGNER, &[], &Request::node("n1").pem()));
+        let no_turn = tokio::time::timeout(at_once, ledger.client_turn(&serving)).await;
+        assert!(no_turn.is_ok_and(|turn| turn.is_none()), "not a client CSR: no turn");
         drop(first);
         let second = tokio::time::timeout(Duration::from_secs(5), ledger.client_turn(&second)).await;
         assert!(second.is_ok_and(|turn| turn.is_some()), "the next one's turn");
