@@ -82,7 +82,7 @@ pub fn read_inputs(args: &CheckArgs, source: Option<&MachineSource>) -> Result<I
         }
     }
     let now = args.now.unwrap_or_else(Timestamp::now);
-    let pending = pending_in(&csrs, source, now);
+    let pending = pending_in(&csrs, &machines, source, now);
     let issued = csrs.iter().filter_map(|csr| Some((issued_client_node(csr)?, csr.name.clone()))).collect::<Vec<_>>();
     let mut cluster =
         StaticCluster::new(nodes, machines, pending).with_apiserver(apiserver).with_client_certificates(issued);

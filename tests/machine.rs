@@ -15,7 +15,9 @@ use kube::api::{ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patc
 use kube::{Api, Client};
 use serde_json::json;
 use support::Request;
-use support::cluster::{Approver, SERIAL, conditions, create_csr, create_serving_csr, wait_decided, wait_event};
+use support::cluster::{
+    Approver, SERIAL, conditions, create_csr, create_serving_csr, events_for, wait_decided, wait_event,
+};
 use testenv::ControlPlane;
 
 const BOOTSTRAPPER: &str = "system:serviceaccount:openshift-machine-config-operator:node-bootstrapper";
@@ -198,15 +200,15 @@ async fn machine_mode_end_to_end() {
     assert!(conditions(&admin, "client-renewal").await.is_empty());
     drop(approver);
 
-    // The brake: Machines 3 (m1, m2, m3), Nodes 1, delta 0: limit 3. Pending: boot-n1-again and
-    // client-renewal (both for n1), four for x1 of which one node name counts at most three, and
-    // boot-n3 make 6.
+    // The brake: Machines 3 (m1, m2, m3), Nodes 1, delta 0: limit 3. Pending: client-renewal (n1's
+    // own), four serving CSRs of node x1 of which one node name counts at most three, and boot-n3
+    // make 5; boot-n1-again does not count (its Machine has its node: it can never be approved).
     let mut approver = Approver::start(cp.kubeconfig_path(), &machine_mode(&["--max-pending-delta=0"]), &[]);
     approver.wait_ready().await;
     machine(&admin, "cluster.x-k8s.io", "m3", &[("InternalDNS", "n3")], None).await;
-    let junk = ["boot-x1-a", "boot-x1-b", "boot-x1-c", "boot-x1-d"];
+    let junk = ["serve-x1-a", "serve-x1-b", "serve-x1-c", "serve-x1-d"];
     for name in junk {
-        bootstrap_csr(&cp, name, "x1").await;
+        create_serving_csr(&cp, name, "x1", &Request::node("x1").dns("x1.nodes.example.com")).await;
     }
     bootstrap_csr(&cp, "boot-n3", "n3").await;
     assert!(wait_event(&admin, "boot-n3", "TooManyPending", DECIDE).await.is_some(), "{}", approver.logs());
@@ -214,12 +216,12 @@ async fn machine_mode_end_to_end() {
     let mut metrics = String::new();
     for _ in 0..50 {
         metrics = approver.metrics().await;
-        if metrics.contains("node_csr_approver_pending_node_csrs 6") {
+        if metrics.contains("node_csr_approver_pending_node_csrs 5") {
             break;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    assert!(metrics.contains("node_csr_approver_pending_node_csrs 6"), "{metrics}");
+    assert!(metrics.contains("node_csr_approver_pending_node_csrs 5"), "{metrics}");
     assert!(metrics.contains("node_csr_approver_pending_node_csrs_limit 3"), "{metrics}");
     for name in junk.into_iter().chain(["boot-n1-again"]) {
         csrs.delete(name, &DeleteParams::default()).await.unwrap();
@@ -277,5 +279,91 @@ async fn a_machine_or_node_that_appears_re_triggers_a_csr_in_a_long_backoff() {
         let limit = (appeared + Duration::from_secs(8)).saturating_duration_since(Instant::now());
         let decided = wait_decided(&admin, name, limit).await;
         assert_eq!(decided.first().map(|c| c.type_.as_str()), Some("Approved"), "{name}:\n{}", approver.logs());
+    }
+}
+
+/// One client certificate per Machine under concurrency: bootstrap CSRs for one pending Machine's
+/// node name, created at once and decided by up to 32 reconciles at once, get exactly one
+/// approval; every other is held with the event naming it. Several rounds, each with a Machine of
+/// its own.
+#[tokio::test]
+async fn simultaneous_bootstrap_csrs_for_one_machine_get_one_approval() {
+    const ROUNDS: usize = 6;
+    const AT_ONCE: usize = 8;
+    let _serial = SERIAL.lock().await;
+    let cp = ControlPlane::start().await.unwrap();
+    let admin = install(&cp).await;
+    let mut approver = Approver::start(cp.kubeconfig_path(), &machine_mode(&["--concurrency=32"]), &[]);
+    approver.wait_ready().await;
+    let bootstrapper =
+        Api::<CertificateSigningRequest>::all(cp.impersonated_client(BOOTSTRAPPER, &GROUPS).await.unwrap());
+    for round in 0..ROUNDS {
+        let node = format!("race{round}");
+        machine(&admin, "machine.openshift.io", &format!("m-{node}"), &[("InternalDNS", &node)], None).await;
+        // The approver's Machine cache sees it before the CSRs arrive.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let names: Vec<String> = (0..AT_ONCE).map(|i| format!("boot-{node}-{i}")).collect();
+        let pem = Request::node(&node).pem();
+        let create = names.iter().map(|name| {
+            let csr = testkit::csr::object(name, CLIENT_SIGNER, &["digital signature", "client auth"], &pem);
+            let api = bootstrapper.clone();
+            async move { api.create(&PostParams::default(), &csr).await.map(drop) }
+        });
+        futures::future::join_all(create).await.into_iter().collect::<Result<(), _>>().unwrap();
+        let deadline = Instant::now() + DECIDE;
+        let mut approved = Vec::new();
+        for name in &names {
+            let held = async { wait_event(&admin, name, "ClientCertificateIssued", DECIDE).await.is_some() };
+            let decided = async { !wait_decided(&admin, name, DECIDE).await.is_empty() };
+            tokio::select! {
+                true = held => {}
+                true = decided => approved.push(name.clone()),
+                () = tokio::time::sleep_until(deadline.into()) => panic!("{name} neither approved nor held:\n{}", approver.logs()),
+            }
+        }
+        // Any later approval would be a second certificate too.
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let mut approved_now = Vec::new();
+        for name in &names {
+            let conditions = conditions(&admin, name).await;
+            if conditions.iter().any(|c| c.type_ == "Approved") {
+                approved_now.push(name.clone());
+            } else {
+                assert!(conditions.is_empty(), "{name}: {conditions:?}");
+                let event = wait_event(&admin, name, "ClientCertificateIssued", DECIDE).await;
+                assert!(event.is_some(), "{name} held without the event:\n{}", approver.logs());
+            }
+        }
+        assert_eq!(approved_now.len(), 1, "round {round}: approved {approved_now:?} (first seen {approved:?})");
+    }
+}
+
+/// The pending brake counts a bootstrap CSR only when a Machine awaits the node it names: CSRs with
+/// made-up names, however many, do not hold a new Machine's real CSR.
+#[tokio::test]
+async fn bootstrap_csrs_with_made_up_names_do_not_pull_the_brake() {
+    let _serial = SERIAL.lock().await;
+    let cp = ControlPlane::start().await.unwrap();
+    let admin = install(&cp).await;
+    let mut approver = Approver::start(cp.kubeconfig_path(), &machine_mode(&["--max-pending-delta=0"]), &[]);
+    approver.wait_ready().await;
+    // One Machine, no Node, delta 0: the brake's limit is 1.
+    machine(&admin, "machine.openshift.io", "m-real", &[("InternalDNS", "real")], None).await;
+    for i in 0..10 {
+        bootstrap_csr(&cp, &format!("boot-made-up-{i}"), &format!("made-up-{i}")).await;
+    }
+    for i in 0..10 {
+        assert!(wait_event(&admin, &format!("boot-made-up-{i}"), "MachineNotFound", DECIDE).await.is_some());
+    }
+    bootstrap_csr(&cp, "boot-real", "real").await;
+    let decided = wait_decided(&admin, "boot-real", DECIDE).await;
+    assert_eq!(decided.first().map(|c| c.type_.as_str()), Some("Approved"), "{decided:?}\n{}", approver.logs());
+    assert!(events_for(&admin, "boot-real").await.iter().all(|e| e.reason.as_deref() != Some("TooManyPending")));
+    // The gauge follows within a second: nothing left counts.
+    let series = "node_csr_approver_pending_node_csrs";
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while approver.metric(series).await != Some(0.0) {
+        assert!(Instant::now() < deadline, "{}", approver.metrics().await);
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }

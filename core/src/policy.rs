@@ -32,10 +32,10 @@ pub use identity::{
 };
 pub use kubelet_dial::{KubeletDialRules, not_owned as kubelet_dial_not_owned};
 pub use machine_checks::{
-    PENDING_PER_NODE, brake_limit, capped_pending, counts_as_pending, pending_count, pending_node, same_dns_name,
-    same_ip,
+    AwaitedNodes, PENDING_PER_NODE, PendingKey, brake_limit, capped_pending, counted_under, counts_as_pending,
+    pending_count, pending_key, same_dns_name, same_ip,
 };
-pub use one_client_certificate::issued_client_node;
+pub use one_client_certificate::{client_node, issued_client_node};
 pub use ports::{
     AddressClaim, ApiserverAddresses, BrakeInputs, ClusterError, ClusterView, DnsFailure, KubeletCertificate,
     MachineInfo, NodeAddress, NodeInfo, Resolution, Resolver,

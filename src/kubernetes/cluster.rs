@@ -84,7 +84,7 @@ impl ClusterView for KubeCluster {
 
     async fn load(&self) -> Result<BrakeInputs, ClusterError> {
         Ok(self.machines.as_ref().map_or(BrakeInputs::default(), |(cache, ledger)| BrakeInputs {
-            pending: ledger.pending(jiff::Timestamp::now()),
+            pending: ledger.pending(jiff::Timestamp::now(), &cache.machines()),
             machines: cache.machine_count(),
             nodes: cache.node_count(),
         }))

@@ -32,13 +32,14 @@ use tokio::sync::Notify;
 
 use crate::display::short_name;
 use crate::kubernetes::csr_cache::{Cache, CacheWriter};
+use crate::kubernetes::csr_ledger::CsrLedger;
 use crate::kubernetes::csr_object::CsrObject;
 use crate::kubernetes::kube_watch;
 use crate::kubernetes::leader::Leadership;
 use crate::kubernetes::machines::MachineCache;
 use crate::metrics::{Metrics, WriteResult};
 use crate::policy::{
-    ClusterView, Decision, KUBELET_SERVING_SIGNER, NODE_USER_PREFIX, PolicyConfig, Resolver, evaluate,
+    ClusterView, Decision, DecisionKind, KUBELET_SERVING_SIGNER, NODE_USER_PREFIX, PolicyConfig, Resolver, evaluate,
 };
 use dispatch::{Trigger, Work, dispatch};
 use reconcile_state::CsrKey;
@@ -93,6 +94,9 @@ pub(crate) struct Context<R, C> {
     pub dry_run: bool,
     /// What each CSR's reconciles have done: retry attempts, the decisions already announced.
     pub reconciles: ReconcileState,
+    /// Machine mode's CSR ledger: client CSRs of one node name are decided one at a time, and an
+    /// approval counts there as soon as it is written.
+    pub ledger: Option<CsrLedger>,
 }
 
 /// How the controller is run: concurrency, the pass triggers it does not make itself, and when to
@@ -239,6 +243,12 @@ async fn reconcile<R: Resolver, C: ClusterView>(
         tracing::debug!(csr = %logged, "decision written on this version: waiting for the watch");
         return Ok(Next::AwaitChange);
     }
+    // Held until the decision is written: no other client CSR for the same node name is decided
+    // meanwhile, and the ledger counts this approval before the turn passes on.
+    let _turn = match &ctx.ledger {
+        Some(ledger) => ledger.client_turn(&csr).await,
+        None => None,
+    };
     let sub = csr.submission();
     let started = Instant::now();
     let evaluation = evaluate(&sub, &ctx.policy, &ctx.resolver, &ctx.cluster, Timestamp::now()).await;
@@ -327,6 +337,7 @@ impl<R, C> Context<R, C> {
         };
         match write_condition(&self.api, csr, decision, timeout).await {
             Ok(()) => {
+                self.count_approval(csr, decision);
                 self.metrics.record_write(WriteResult::Success);
                 self.metrics.record_decision(decision.kind, decision.reason);
                 log_decision(key.name, node, decision, "written");
@@ -357,9 +368,21 @@ impl<R, C> Context<R, C> {
                 Ok(Next::RetryAfter(delay))
             }
             Err(source) => {
+                // No answer does not mean not written: count it, so no second one follows.
+                self.count_approval(csr, decision);
                 self.metrics.record_write(WriteResult::Error);
                 Err(ControllerError::Write { name: logged.to_string(), source })
             }
+        }
+    }
+
+    /// Counts an approval written (or perhaps written) on `csr` in the ledger at once
+    /// ([`CsrLedger::record_approval`]).
+    fn count_approval(&self, csr: &CsrObject, decision: &Decision) {
+        if decision.kind == DecisionKind::Approve
+            && let Some(ledger) = &self.ledger
+        {
+            ledger.record_approval(csr);
         }
     }
 

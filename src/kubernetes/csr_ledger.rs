@@ -1,8 +1,13 @@
 //! What machine mode reads of the CSRs themselves: the pending brake's count and the approved
 //! client CSRs of a node name. It reads the controller's CSR cache, which the runner creates and
 //! hands to both (or, for `check`, one list of the cluster's CSRs).
+//!
+//! One client certificate per Machine holds under concurrency too: the controller decides the
+//! client CSRs of one node name one at a time ([`CsrLedger::client_turn`]), and counts an approval
+//! from the moment its write returns ([`CsrLedger::record_approval`]), before the watch brings it
+//! into the cache.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use jiff::Timestamp;
@@ -13,7 +18,8 @@ use kube::{Api, Client};
 use crate::kubernetes::csr_cache::{self, Cache};
 use crate::kubernetes::csr_object::CsrObject;
 use crate::policy::{
-    KUBELET_CLIENT_SIGNER, MachinePolicy, capped_pending, counts_as_pending, issued_client_node, pending_node,
+    AwaitedNodes, KUBELET_CLIENT_SIGNER, MachineInfo, MachinePolicy, PendingKey, capped_pending, client_node,
+    counted_under, counts_as_pending, issued_client_node, pending_key,
 };
 
 /// Machine mode's view of the CSR cache. Cheap to clone.
@@ -22,18 +28,49 @@ pub struct CsrLedger {
     csrs: Cache<CsrObject>,
     /// The rules the brake's count reads.
     rules: Arc<MachinePolicy>,
-    /// The node name each pending CSR counts under, by uid (a request never changes), so a
-    /// bootstrap request is read once, not on every count.
-    pending_nodes: Arc<Mutex<HashMap<String, String>>>,
+    /// The key each pending CSR counts under, by uid (a request never changes), so a bootstrap
+    /// request is read once, not on every count.
+    pending_keys: Arc<Mutex<HashMap<String, PendingKey>>>,
     /// The node name each approved client CSR's certificate is for, by uid (`None`: none can be
     /// read), so an approved request is read once (a request never changes, nor does an approval).
     issued_nodes: Arc<Mutex<HashMap<String, Option<String>>>>,
+    /// Client CSRs whose approval this process wrote, by uid: (node name, CSR name), counted until
+    /// the cache shows them decided (then the cache counts them) or gone.
+    written: Arc<Mutex<HashMap<String, (String, String)>>>,
+    /// One lock per node name whose client CSR is being decided.
+    turns: Arc<Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>>,
+}
+
+/// The turn of one client CSR's decision: while it is held, no other client CSR for the same node
+/// name is decided.
+pub struct ClientTurn {
+    ledger: CsrLedger,
+    node: String,
+    guard: Option<tokio::sync::OwnedMutexGuard<()>>,
+}
+
+impl Drop for ClientTurn {
+    fn drop(&mut self) {
+        drop(self.guard.take());
+        let mut turns = self.ledger.turns.lock().unwrap_or_else(PoisonError::into_inner);
+        // Only the map holds the lock now: no one waits for it.
+        if turns.get(&self.node).is_some_and(|lock| Arc::strong_count(lock) == 1) {
+            turns.remove(&self.node);
+        }
+    }
 }
 
 impl CsrLedger {
     /// Reads `csrs` (the controller's cache) under `rules`.
     pub fn new(csrs: Cache<CsrObject>, rules: MachinePolicy) -> CsrLedger {
-        CsrLedger { csrs, rules: Arc::new(rules), pending_nodes: Arc::default(), issued_nodes: Arc::default() }
+        CsrLedger {
+            csrs,
+            rules: Arc::new(rules),
+            pending_keys: Arc::default(),
+            issued_nodes: Arc::default(),
+            written: Arc::default(),
+            turns: Arc::default(),
+        }
     }
 
     /// Lists every CSR once (for `check`, which runs no watch), so the brake and one client
@@ -49,10 +86,12 @@ impl CsrLedger {
         Ok(CsrLedger::new(store, rules))
     }
 
-    /// The brake's count at `now`: the pending node CSRs ([`counts_as_pending`]), at most
-    /// [`crate::policy::PENDING_PER_NODE`] per node name.
-    pub fn pending(&self, now: Timestamp) -> usize {
-        let mut known = self.pending_nodes.lock().unwrap_or_else(PoisonError::into_inner);
+    /// The brake's count at `now` with `machines`: the pending node CSRs ([`counts_as_pending`])
+    /// under the name each counts under ([`counted_under`]), at most
+    /// [`crate::policy::PENDING_PER_NODE`] per name.
+    pub fn pending(&self, now: Timestamp, machines: &[Arc<MachineInfo>]) -> usize {
+        let awaited = AwaitedNodes::new(machines.iter().map(Arc::as_ref));
+        let mut known = self.pending_keys.lock().unwrap_or_else(PoisonError::into_inner);
         let mut seen = HashMap::new();
         let mut pending = Vec::new();
         for csr in self.csrs.state() {
@@ -61,23 +100,52 @@ impl CsrLedger {
                 continue;
             }
             let uid = Some(&*csr.uid).filter(|uid| !uid.is_empty());
-            let node = uid.and_then(|uid| known.remove(uid)).unwrap_or_else(|| pending_node(&sub, &self.rules));
-            if let Some(uid) = uid {
-                seen.insert(uid.to_owned(), node.clone());
+            let key = uid.and_then(|uid| known.remove(uid)).unwrap_or_else(|| pending_key(&sub, &self.rules));
+            if let Some(name) = counted_under(&key, sub.created, &awaited) {
+                pending.push(name.to_owned());
             }
-            pending.push(node);
+            if let Some(uid) = uid {
+                seen.insert(uid.to_owned(), key);
+            }
         }
         *known = seen;
         capped_pending(pending)
     }
 
+    /// Waits for the turn to decide `csr` when it is a client CSR for a node name
+    /// ([`client_node`]): one such CSR per node name at a time, so the one client certificate
+    /// per Machine cannot be given twice by reconciles running at once. `None` (no wait) for any
+    /// other CSR.
+    pub async fn client_turn(&self, csr: &CsrObject) -> Option<ClientTurn> {
+        let node = client_node(&csr.submission())?;
+        let lock = self.turns.lock().unwrap_or_else(PoisonError::into_inner).entry(node.clone()).or_default().clone();
+        let guard = lock.lock_owned().await;
+        Some(ClientTurn { ledger: self.clone(), node, guard: Some(guard) })
+    }
+
+    /// Counts `csr`'s approval as written (or perhaps written: its write failed without an
+    /// answer) before the watch brings it: [`CsrLedger::client_certificates`] lists it from now
+    /// on, while the cache holds it undecided. Any CSR but a client CSR for a node name is left out.
+    pub fn record_approval(&self, csr: &CsrObject) {
+        if let Some(node) = client_node(&csr.submission()) {
+            let entry = (node, String::from(&*csr.name));
+            self.written.lock().unwrap_or_else(PoisonError::into_inner).insert(String::from(&*csr.uid), entry);
+        }
+    }
+
     /// The names of the approved client CSRs whose certificate is for node `node`
-    /// ([`issued_client_node`]), sorted.
+    /// ([`issued_client_node`]), and of those whose approval this process wrote
+    /// ([`CsrLedger::record_approval`]) while the cache still holds them undecided; sorted.
     pub fn client_certificates(&self, node: &str) -> Vec<String> {
         let mut known = self.issued_nodes.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut written = self.written.lock().unwrap_or_else(PoisonError::into_inner);
         let mut seen = HashMap::new();
         let mut issued = Vec::new();
+        let mut undecided = HashSet::new();
         for csr in self.csrs.state() {
+            if !csr.is_decided() {
+                undecided.insert(String::from(&*csr.uid));
+            }
             if &*csr.signer_name != KUBELET_CLIENT_SIGNER || !csr.is_approved() {
                 continue;
             }
@@ -94,7 +162,88 @@ impl CsrLedger {
             }
         }
         *known = seen;
+        written.retain(|uid, _| undecided.contains(uid));
+        issued.extend(written.values().filter(|(for_node, _)| for_node == node).map(|(_, name)| name.clone()));
         issued.sort();
+        issued.dedup();
         issued
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use k8s_openapi::api::certificates::v1::{CertificateSigningRequestCondition, CertificateSigningRequestStatus};
+    use testkit::request::Request;
+
+    use super::*;
+    use crate::policy::{Bootstrapper, KUBELET_SERVING_SIGNER};
+
+    fn ledger() -> (CsrLedger, csr_cache::CacheWriter<CsrObject>) {
+        let (cache, mut writer) = csr_cache::cache();
+        writer.apply(watcher::Event::<CsrObject>::Init);
+        writer.apply(watcher::Event::<CsrObject>::InitDone);
+        let rules = MachinePolicy {
+            client_approval: true,
+            bootstrapper: Bootstrapper::Exact("bootstrapper".into()),
+            bootstrapper_groups: Default::default(),
+            max_pending_delta: 100,
+            serving_renewal: false,
+        };
+        (CsrLedger::new(cache, rules), writer)
+    }
+
+    /// A client CSR `name` (uid `uid-<name>`) for node `node`, approved when `approved`.
+    fn client(name: &str, node: &str, approved: bool) -> CertificateSigningRequest {
+        let usages = ["digital signature", "client auth"];
+        let mut csr = testkit::csr::object(name, KUBELET_CLIENT_SIGNER, &usages, &Request::node(node).pem());
+        csr.metadata.uid = Some(format!("uid-{name}"));
+        let approval = CertificateSigningRequestCondition {
+            type_: "Approved".into(),
+            status: "True".into(),
+            ..Default::default()
+        };
+        csr.status = approved
+            .then(|| CertificateSigningRequestStatus { conditions: Some(vec![approval]), ..Default::default() });
+        csr
+    }
+
+    #[tokio::test]
+    async fn client_csrs_of_one_node_name_take_turns_and_others_do_not_wait() {
+        let (ledger, _writer) = ledger();
+        let object = |csr: CertificateSigningRequest| CsrObject::from(csr);
+        let first = ledger.client_turn(&object(client("a", "n1", false))).await;
+        assert!(first.is_some());
+        let second = object(client("b", "n1", false));
+        let waited = tokio::time::timeout(Duration::from_millis(50), ledger.client_turn(&second)).await;
+        assert!(waited.is_err(), "the same node name waits");
+        let at_once = Duration::from_secs(5);
+        let other = tokio::time::timeout(at_once, ledger.client_turn(&object(client("c", "n2", false)))).await;
+        assert!(other.as_ref().is_ok_and(Option::is_some), "another node name does not wait");
+        let serving = object(testkit::csr::object("d", KUBELET_SERVING_SIGNER, &[], &Request::node("n1").pem()));
+        let no_turn = tokio::time::timeout(at_once, ledger.client_turn(&serving)).await;
+        assert!(no_turn.is_ok_and(|turn| turn.is_none()), "not a client CSR: no turn");
+        drop(first);
+        let second = tokio::time::timeout(Duration::from_secs(5), ledger.client_turn(&second)).await;
+        assert!(second.is_ok_and(|turn| turn.is_some()), "the next one's turn");
+        drop(other);
+        assert!(ledger.turns.lock().unwrap_or_else(PoisonError::into_inner).is_empty(), "no lock is kept");
+    }
+
+    #[test]
+    fn an_approval_counts_from_its_write_until_the_cache_shows_it_decided_or_gone() {
+        let (ledger, mut writer) = ledger();
+        writer.apply(watcher::Event::Apply(client("a", "n1", false)));
+        assert!(ledger.client_certificates("n1").is_empty());
+        ledger.record_approval(&CsrObject::from(client("a", "n1", false)));
+        ledger.record_approval(&CsrObject::from(client("gone", "n1", false)));
+        assert_eq!(ledger.client_certificates("n1"), ["a"], "written, not yet watched; a CSR not cached is gone");
+        assert!(ledger.client_certificates("n2").is_empty(), "another node name");
+        writer.apply(watcher::Event::Apply(client("a", "n1", true)));
+        assert_eq!(ledger.client_certificates("n1"), ["a"], "watched: the cache counts it, once");
+        assert!(ledger.written.lock().unwrap_or_else(PoisonError::into_inner).is_empty());
+        writer.apply(watcher::Event::Delete(client("a", "n1", true)));
+        assert!(ledger.client_certificates("n1").is_empty());
     }
 }

@@ -16,7 +16,7 @@ use tokio::sync::watch;
 
 use crate::config::{MachineApi, MachineSource};
 use crate::kubernetes::kube_watch;
-use crate::policy::{MachineInfo, NodeAddress, Submission, object_for_rules, pending_count};
+use crate::policy::{AwaitedNodes, MachineInfo, NodeAddress, Submission, object_for_rules, pending_count};
 
 /// How often readiness of the caches is re-checked.
 const SYNC_POLL: Duration = Duration::from_millis(100);
@@ -177,8 +177,13 @@ pub fn machine_from_json(value: &serde_json::Value, source: Option<&MachineSourc
     Some(Some(MachineInfo { object, ..machine_info(format!("{namespace}/{name}"), created, value.get("status")) }))
 }
 
-/// The pending brake's count over CSRs read from a file (`check --file`) at `now`, as the
-/// controller counts its cache; 0 outside machine mode.
-pub fn pending_in(csrs: &[Submission], source: Option<&MachineSource>, now: Timestamp) -> usize {
-    source.map_or(0, |source| pending_count(csrs, &source.rules, now))
+/// The pending brake's count over CSRs read from a file (`check --file`) at `now` with `machines`,
+/// as the controller counts its cache; 0 outside machine mode.
+pub fn pending_in(
+    csrs: &[Submission],
+    machines: &[MachineInfo],
+    source: Option<&MachineSource>,
+    now: Timestamp,
+) -> usize {
+    source.map_or(0, |source| pending_count(csrs, &source.rules, &AwaitedNodes::new(machines), now))
 }

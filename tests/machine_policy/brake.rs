@@ -1,12 +1,16 @@
 //! The pending brake's count: which CSRs count (time window with clock skew, handled signers,
-//! node requesters) and the per-node cap, so one node or a skewed clock cannot pull the brake.
+//! node requesters, bootstrap CSRs only for a node a Machine awaits) and the per-node cap, so one
+//! node, the bootstrap credential or a skewed clock cannot pull the brake.
+
+use std::sync::Arc;
 
 use jiff::{SignedDuration, Timestamp};
 use node_csr_approver::policy::{
-    MachinePolicy, PENDING_PER_NODE, Submission, capped_pending, counts_as_pending, pending_count, pending_node,
+    AwaitedNodes, MachineInfo, MachinePolicy, PENDING_PER_NODE, PendingKey, Submission, capped_pending, counted_under,
+    counts_as_pending, pending_count, pending_key,
 };
 
-use super::{BOOTSTRAPPER, client, rules};
+use super::{BOOTSTRAPPER, client, machine, n1_machine, rules};
 use crate::support::{Request, serving};
 
 const CLIENT_SIGNER: &str = "kubernetes.io/kube-apiserver-client-kubelet";
@@ -67,13 +71,71 @@ fn only_csrs_from_nodes_or_the_bootstrapper_count() {
 }
 
 #[test]
-fn a_node_csr_counts_under_its_username_and_a_bootstrap_csr_under_its_common_name() {
-    assert_eq!(pending_node(&serving_of("n1"), &rules()), "system:node:n1");
+fn a_node_csr_is_keyed_by_its_username_and_a_bootstrap_csr_by_the_node_it_asks_for() {
+    let requester = |name: &str| PendingKey::Requester(name.to_owned());
+    assert_eq!(pending_key(&serving_of("n1"), &rules()), requester("system:node:n1"));
     let claims_n2 = serving("n1", &Request::node("n2").pem());
-    assert_eq!(pending_node(&claims_n2, &rules()), "system:node:n1", "a node's own CN is not trusted");
-    assert_eq!(pending_node(&client("n7", 0), &rules()), "system:node:n7");
-    let unreadable = Submission { request: b"garbage".to_vec(), ..client("n7", 0) };
-    assert_eq!(pending_node(&unreadable, &rules()), BOOTSTRAPPER);
+    assert_eq!(pending_key(&claims_n2, &rules()), requester("system:node:n1"), "a node's own CN is not trusted");
+    let renewal = Submission { username: "system:node:n1".into(), ..client("n7", 0) };
+    assert_eq!(pending_key(&renewal, &rules()), requester("system:node:n1"), "a node's client renewal");
+    assert_eq!(pending_key(&client("n7", 0), &rules()), PendingKey::Bootstrap("n7".into()));
+}
+
+#[test]
+fn a_bootstrap_csr_that_can_never_be_approved_has_no_key() {
+    let never = |sub: Submission| assert_eq!(pending_key(&sub, &rules()), PendingKey::Never, "{}", sub.name);
+    never(Submission { name: "unreadable".into(), request: b"garbage".to_vec(), ..client("n7", 0) });
+    never(Submission { name: "upper case".into(), ..client("N7", 0) });
+    never(Submission { name: "trailing dot".into(), ..client("n7.", 0) });
+    never(Submission { name: "empty name".into(), ..client("", 0) });
+    let not_a_node = Request::node("n7").subject(&[(rcgen::DnType::CommonName, "n7")]).pem().into_bytes();
+    never(Submission { name: "cn without system:node:".into(), request: not_a_node, ..client("n7", 0) });
+    let serving_by_bootstrapper = Submission { username: BOOTSTRAPPER.into(), ..serving_of("n7") };
+    never(Submission { name: "serving".into(), ..serving_by_bootstrapper });
+}
+
+/// The Machines: `n1`'s unclaimed (created at [`created`]), `n2`'s claimed by its node.
+fn awaited() -> AwaitedNodes {
+    let claimed = machine(&[("InternalDNS", "n2")], Some("n2"));
+    let machines: Vec<Arc<MachineInfo>> = vec![n1_machine(None), claimed];
+    AwaitedNodes::new(machines.iter().map(Arc::as_ref))
+}
+
+#[test]
+fn a_bootstrap_csr_counts_only_for_a_node_an_unclaimed_machine_awaits_in_its_window() {
+    let under = |node: &str, seconds: i64| {
+        let key = PendingKey::Bootstrap(node.to_owned());
+        counted_under(&key, Some(created() + SignedDuration::from_secs(seconds)), &awaited()).map(str::to_owned)
+    };
+    assert_eq!(under("n1", 60).as_deref(), Some("n1"), "an unclaimed Machine awaits n1");
+    assert_eq!(under("made-up", 60), None, "a name no Machine carries");
+    assert_eq!(under("n2", 60), None, "the Machine has its node already");
+    assert_eq!(under("n1", -10).as_deref(), Some("n1"), "10 s before the Machine");
+    assert_eq!(under("n1", -11), None, "11 s before the Machine");
+    assert_eq!(under("n1", 7200).as_deref(), Some("n1"), "2 h after the Machine");
+    assert_eq!(under("n1", 7201), None, "2 h and 1 s after the Machine");
+    assert_eq!(counted_under(&PendingKey::Bootstrap("n1".into()), None, &awaited()), None, "no creation time");
+    let requester = PendingKey::Requester("system:node:x".into());
+    assert_eq!(counted_under(&requester, None, &AwaitedNodes::default()), Some("system:node:x"));
+    assert_eq!(counted_under(&PendingKey::Never, Some(created()), &awaited()), None);
+}
+
+#[test]
+fn a_machine_is_found_by_its_internal_dns_name_in_any_case_and_only_with_a_creation_time() {
+    let spelled = [machine(&[("InternalDNS", "N1."), ("Hostname", "other")], None)];
+    let spelled = AwaitedNodes::new(spelled.iter().map(Arc::as_ref));
+    assert!(spelled.awaits("n1", Some(created())), "case and trailing dot are ignored");
+    assert!(!spelled.awaits("other", Some(created())), "only InternalDNS names a node");
+    let undated = Arc::new(MachineInfo { created: None, ..(*n1_machine(None)).clone() });
+    assert!(!AwaitedNodes::new([undated.as_ref()]).awaits("n1", Some(created())), "no creation time");
+}
+
+#[test]
+fn bootstrap_csrs_with_made_up_names_do_not_pull_the_brake() {
+    let made_up: Vec<Submission> = (0..50).map(|n| client(&format!("made-up-{n}"), 60)).collect();
+    assert_eq!(pending_count(&made_up, &rules(), &awaited(), created() + SignedDuration::from_mins(5)), 0);
+    let for_n1: Vec<Submission> = (0..5).map(|_| client("n1", 60)).collect();
+    assert_eq!(pending_count(&for_n1, &rules(), &awaited(), created() + SignedDuration::from_mins(5)), 3);
 }
 
 #[test]
@@ -88,8 +150,10 @@ fn one_node_name_counts_at_most_a_few_times() {
 #[test]
 fn the_count_caps_each_node_and_skips_what_does_not_count() {
     let mut csrs: Vec<Submission> = (0..20).map(|_| serving_of("noisy")).collect();
-    csrs.extend((1..=4).map(|n| client(&format!("new{n}"), 0)));
+    csrs.extend((1..=4).map(|n| serving_of(&format!("new{n}"))));
+    csrs.extend((0..4).map(|_| client("n1", 0)));
+    csrs.push(client("made-up", 0));
     csrs.push(Submission { username: "alice".into(), groups: Vec::new(), ..serving_of("x") });
     csrs.push(Submission { created: None, ..serving_of("undated") });
-    assert_eq!(pending_count(&csrs, &rules(), created()), 3 + 4);
+    assert_eq!(pending_count(&csrs, &rules(), &awaited(), created()), 3 + 4 + 3);
 }

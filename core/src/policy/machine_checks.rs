@@ -6,9 +6,8 @@ use std::sync::Arc;
 
 use jiff::{SignedDuration, Timestamp};
 
-use crate::csr::CsrFacts;
-
-use super::identity::{CLIENT_SIGNER, NODES_GROUP, SERVING_SIGNER};
+use super::identity::{self, CLIENT_SIGNER, NODES_GROUP, SERVING_SIGNER};
+use super::one_client_certificate::client_node;
 use super::ports::{BrakeInputs, ClusterError, MachineInfo};
 use super::report::Failure;
 use super::rules::MachinePolicy;
@@ -107,17 +106,84 @@ pub fn counts_as_pending(sub: &Submission, rules: &MachinePolicy, now: Timestamp
         })
 }
 
-/// The node name a pending CSR counts under: the requester's username (`system:node:<name>`), or
-/// for the bootstrapper the request's one common name (the username when it has not exactly one or
-/// cannot be read).
-pub fn pending_node(sub: &Submission, rules: &MachinePolicy) -> String {
-    if rules.bootstrapper.matches(&sub.username)
-        && let Ok(facts) = CsrFacts::from_pem(&sub.request)
-        && let [common_name] = facts.common_names.as_slice()
-    {
-        return common_name.clone();
+/// What a pending CSR counts under, as read from the CSR alone (its request never changes, so this
+/// is read once per CSR); [`counted_under`] adds what the Machines say.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PendingKey {
+    /// A node's CSR (or one of `system:nodes`): its username, which the apiserver vouches for.
+    Requester(String),
+    /// A bootstrap client CSR for node `name` (its one common name `system:node:<name>`, a valid
+    /// node name): counted only while a Machine awaits that node.
+    Bootstrap(String),
+    /// Never approved, so never counted: a bootstrap CSR that is not a client CSR, whose request
+    /// cannot be read, or whose common name is not `system:node:` and a valid node name.
+    Never,
+}
+
+/// The key of a pending CSR. The bootstrapper writes the common name of its request itself, so a
+/// bootstrap CSR is keyed by the node it asks for, and counts only when that could be approved.
+pub fn pending_key(sub: &Submission, rules: &MachinePolicy) -> PendingKey {
+    if !rules.bootstrapper.matches(&sub.username) {
+        return PendingKey::Requester(sub.username.clone());
     }
-    sub.username.clone()
+    match client_node(sub) {
+        Some(node) if identity::problem(&node).is_none() => PendingKey::Bootstrap(node),
+        _ => PendingKey::Never,
+    }
+}
+
+/// The Machines that await their node (no `status.nodeRef` yet), by InternalDNS name: a bootstrap
+/// CSR counts towards the brake only when one of them could approve it.
+#[derive(Debug, Clone, Default)]
+pub struct AwaitedNodes {
+    /// Lowercased InternalDNS name (trailing dots cut) → the creation time of each such Machine.
+    machines: HashMap<String, Vec<Timestamp>>,
+}
+
+impl AwaitedNodes {
+    /// The unclaimed Machines among `machines`.
+    pub fn new<'a>(machines: impl IntoIterator<Item = &'a MachineInfo>) -> AwaitedNodes {
+        let mut awaited: HashMap<String, Vec<Timestamp>> = HashMap::new();
+        for machine in machines.into_iter().filter(|m| m.node_ref.is_none()) {
+            let Some(created) = machine.created else { continue };
+            for address in machine.addresses.iter().filter(|a| a.kind == "InternalDNS") {
+                let name = address.address.trim_end_matches('.').to_ascii_lowercase();
+                awaited.entry(name).or_default().push(created);
+            }
+        }
+        AwaitedNodes { machines: awaited }
+    }
+
+    /// Whether an unclaimed Machine carries the InternalDNS name `node` (a valid, so lowercase,
+    /// node name) and was created in the window of a bootstrap CSR created at `created`.
+    pub fn awaits(&self, node: &str, created: Option<Timestamp>) -> bool {
+        let Some(created) = created else { return false };
+        self.machines.get(node).is_some_and(|machines| machines.iter().any(|m| in_machine_window(created, *m)))
+    }
+}
+
+/// The name a pending CSR counts under, or `None` when it does not count: a node's CSR under its
+/// username, a bootstrap CSR under the node it asks for while an unclaimed Machine awaits that node
+/// (created in its window), any other never.
+pub fn counted_under<'a>(key: &'a PendingKey, created: Option<Timestamp>, awaited: &AwaitedNodes) -> Option<&'a str> {
+    match key {
+        PendingKey::Requester(username) => Some(username.as_str()),
+        PendingKey::Bootstrap(node) => awaited.awaits(node, created).then_some(node.as_str()),
+        PendingKey::Never => None,
+    }
+}
+
+/// A bootstrap CSR may be created this long before its Machine (clock skew)...
+const BEFORE_MACHINE: SignedDuration = SignedDuration::from_secs(10);
+/// ... and at most this long after it.
+const AFTER_MACHINE: SignedDuration = SignedDuration::from_secs(2 * 3600);
+
+/// Whether a bootstrap CSR created at `created` falls in the window of a Machine created at
+/// `machine_created`: from 10 s before it to 2 h after it.
+pub(crate) fn in_machine_window(created: Timestamp, machine_created: Timestamp) -> bool {
+    let earliest = machine_created.checked_sub(BEFORE_MACHINE).unwrap_or(machine_created);
+    let latest = machine_created.checked_add(AFTER_MACHINE).unwrap_or(machine_created);
+    created >= earliest && created <= latest
 }
 
 /// The brake's count from the node names of the pending CSRs: each name counts at most
@@ -130,15 +196,20 @@ pub fn capped_pending<S: AsRef<str>>(nodes: impl IntoIterator<Item = S>) -> usiz
     per_node.values().map(|&n| n.min(PENDING_PER_NODE)).sum()
 }
 
-/// The brake's count over `csrs` at `now` ([`counts_as_pending`], [`pending_node`], [`capped_pending`]).
+/// The brake's count over `csrs` at `now` with the Machines `awaited` ([`counts_as_pending`],
+/// [`pending_key`], [`counted_under`], [`capped_pending`]).
 pub fn pending_count<'a>(
     csrs: impl IntoIterator<Item = &'a Submission>,
     rules: &MachinePolicy,
+    awaited: &AwaitedNodes,
     now: Timestamp,
 ) -> usize {
-    capped_pending(
-        csrs.into_iter().filter(|sub| counts_as_pending(sub, rules, now)).map(|sub| pending_node(sub, rules)),
-    )
+    let keys: Vec<(PendingKey, Option<Timestamp>)> = csrs
+        .into_iter()
+        .filter(|sub| counts_as_pending(sub, rules, now))
+        .map(|sub| (pending_key(sub, rules), sub.created))
+        .collect();
+    capped_pending(keys.iter().filter_map(|(key, created)| counted_under(key, *created, awaited)))
 }
 
 /// The most pending node CSRs the brake lets through: max(Machines, Nodes) + `delta`.

@@ -2,7 +2,6 @@
 //! `kubernetes.io/kube-apiserver-client-kubelet` CSRs. A failing rule holds the CSR for a human;
 //! client CSRs are never denied.
 
-use jiff::SignedDuration;
 use std::collections::BTreeSet;
 
 use crate::csr::CsrFacts;
@@ -16,10 +15,6 @@ use super::report::{CheckId, Failure, Report};
 use super::rules::MachinePolicy;
 use super::{Reason, Submission};
 
-/// A CSR may be created this long before its Machine (clock skew)...
-const BEFORE_MACHINE: SignedDuration = SignedDuration::from_secs(10);
-/// ... and at most this long after it.
-const AFTER_MACHINE: SignedDuration = SignedDuration::from_secs(2 * 3600);
 const USAGES_RSA: [&str; 3] = ["client auth", "digital signature", "key encipherment"];
 const USAGES_ECDSA: [&str; 2] = ["client auth", "digital signature"];
 
@@ -224,9 +219,7 @@ fn creation_window(sub: &Submission, machine: &MachineInfo) -> Result<String, Fa
     let (Some(created), Some(machine_created)) = (sub.created, machine.created) else {
         return Err(outside(format!("the CSR or Machine {} has no creationTimestamp", machine.id)));
     };
-    let earliest = machine_created.checked_sub(BEFORE_MACHINE).unwrap_or(machine_created);
-    let latest = machine_created.checked_add(AFTER_MACHINE).unwrap_or(machine_created);
-    if created >= earliest && created <= latest {
+    if machine_checks::in_machine_window(created, machine_created) {
         Ok(format!("created {created}, Machine {} created {machine_created}", machine.id))
     } else {
         Err(outside(format!(

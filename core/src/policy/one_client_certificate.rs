@@ -13,7 +13,17 @@ use super::{Reason, Submission};
 /// The node name a CSR's client certificate was issued for: `Some` for an approved
 /// `kube-apiserver-client-kubelet` CSR whose one common name is `system:node:<name>`.
 pub fn issued_client_node(sub: &Submission) -> Option<String> {
-    if sub.signer_name != CLIENT_SIGNER || !sub.approved {
+    if !sub.approved {
+        return None;
+    }
+    client_node(sub)
+}
+
+/// The node name a `kube-apiserver-client-kubelet` CSR asks a certificate for, approved or not:
+/// `Some` when its request reads and its one common name is `system:node:<name>`. The controller
+/// decides the client CSRs of one such name one at a time.
+pub fn client_node(sub: &Submission) -> Option<String> {
+    if sub.signer_name != CLIENT_SIGNER {
         return None;
     }
     let facts = CsrFacts::from_pem(&sub.request).ok()?;
@@ -23,15 +33,16 @@ pub fn issued_client_node(sub: &Submission) -> Option<String> {
     }
 }
 
-/// Passes when no approved client CSR for `node` exists; otherwise holds the CSR `this` with a
-/// message naming the earlier one and how a human approves this one.
+/// Passes when no approved client CSR for `node` exists but `this` itself (whose approval may have
+/// been written without an answer); otherwise holds `this` with a message naming the earlier one
+/// and how a human approves this one.
 pub(crate) fn check(
     issued: &Option<Result<Vec<String>, ClusterError>>,
     node: &str,
     this: &str,
 ) -> Result<String, Failure> {
     match issued {
-        Some(Ok(earlier)) => match earlier.first() {
+        Some(Ok(issued)) => match issued.iter().find(|name| *name != this) {
             None => Ok(format!("no approved client CSR for node {node:?} exists")),
             Some(first) => Err(Failure::deny(
                 Reason::ClientCertificateIssued,
