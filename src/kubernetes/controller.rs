@@ -29,6 +29,7 @@ use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use kube::Api;
 use kube::runtime::watcher;
 use tokio::sync::Notify;
+use tokio_util::task::AbortOnDropHandle;
 
 use crate::display::short_name;
 use crate::kubernetes::csr_cache::{Cache, CacheWriter};
@@ -59,16 +60,6 @@ pub(crate) enum ControllerError {
         /// Why.
         source: WriteError,
     },
-}
-
-/// A task that runs beside the controller and is aborted when the controller's run ends (or is
-/// dropped).
-struct Beside(tokio::task::JoinHandle<()>);
-
-impl Drop for Beside {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
 }
 
 /// What a reconcile asks for next.
@@ -153,7 +144,7 @@ pub(crate) async fn run<R, C, W, S>(
         on_synced();
     });
     // It holds the context, and with it a handle on the event queue: it ends with the controller.
-    let _report = Beside(tokio::spawn(oldest::report(ctx.clone(), store.clone(), client_csrs)));
+    let _report = AbortOnDropHandle::new(tokio::spawn(oldest::report(ctx.clone(), store.clone(), client_csrs)));
     let passes = triggers::passes(relisted, schedule.writable, schedule.resync_period);
     let undecided = triggers::undecided_in_each_pass(passes, store.clone(), ctx.metrics.clone());
     let waiting = match &machines {
