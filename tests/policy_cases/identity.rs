@@ -83,7 +83,7 @@ pub(super) fn permissive(case: Case) -> Case {
     })
 }
 
-pub(super) fn machine_mode(case: Case) -> Case {
+fn machine_mode(case: Case) -> Case {
     case.cfg(|c| {
         c.machine = Some(MachinePolicy {
             client_approval: true,
@@ -97,17 +97,23 @@ pub(super) fn machine_mode(case: Case) -> Case {
     })
 }
 
-/// `sub` under the default flags, every bypass, prefix binding, machine mode (each denied) and
-/// skip-deny (held).
+/// `sub` under the default flags, every bypass, prefix binding, machine mode (each denied
+/// `ClusterIdentity`) and skip-deny (held).
 fn denied_under_every_flag(what: &str, sub: &Submission) -> Vec<Case> {
-    let deny = (Deny, Reason::ClusterIdentity);
+    refused_under_every_flag(what, sub, Reason::ClusterIdentity)
+}
+
+/// `sub` under the default flags, every bypass, prefix binding, machine mode (each denied with
+/// `reason`) and skip-deny (held with it).
+pub(super) fn refused_under_every_flag(what: &str, sub: &Submission, reason: Reason) -> Vec<Case> {
+    let deny = (Deny, reason);
     vec![
         case(leak(format!("{what}: default flags")), sub.clone(), deny),
         permissive(case(leak(format!("{what}: every bypass")), sub.clone(), deny)),
         permissive(case(leak(format!("{what}: prefix binding")), sub.clone(), deny))
             .cfg(|c| (c.bypass_hostname_check, c.hostname_match) = (false, HostnameMatch::Prefix)),
         machine_mode(permissive(case(leak(format!("{what}: machine mode")), sub.clone(), deny))),
-        permissive(case(leak(format!("{what}: skip-deny")), sub.clone(), (Hold, Reason::ClusterIdentity)))
+        permissive(case(leak(format!("{what}: skip-deny")), sub.clone(), (Hold, reason)))
             .cfg(|c| c.skip_deny_step = true),
     ]
 }

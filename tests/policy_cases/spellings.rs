@@ -3,14 +3,14 @@
 //! name under any domain, pod and Service names, and the loopback aliases of `/etc/hosts`. Each is
 //! refused under every flag that opens the name and address checks.
 
-use node_csr_approver::policy::{DecisionKind, HostnameMatch, Reason, Submission};
+use node_csr_approver::policy::{DecisionKind, Reason};
 
 use super::case;
-use super::identity::{leak, machine_mode, permissive};
+use super::identity::{leak, permissive, refused_under_every_flag};
 use crate::support::table::Case;
 use crate::support::{Request, serving};
 
-use DecisionKind::{Approve, Deny, Hold};
+use DecisionKind::Approve;
 
 /// IP SANs that embed a reserved IPv4 address or stand for one, site-local addresses and cloud
 /// metadata addresses, each inside the permissive prefixes.
@@ -94,21 +94,6 @@ const NEAR: [(&str, &str); 8] = [
     ("dns", "pods.example.com"),
     ("dns", "n1.nodes.example.c0m"),
 ];
-
-/// `sub` denied (`reason`) under the default flags, every bypass, prefix binding and machine mode,
-/// and held under skip-deny.
-fn refused_under_every_flag(what: &str, sub: &Submission, reason: Reason) -> Vec<Case> {
-    let deny = (Deny, reason);
-    vec![
-        case(leak(format!("{what}: default flags")), sub.clone(), deny),
-        permissive(case(leak(format!("{what}: every bypass")), sub.clone(), deny)),
-        permissive(case(leak(format!("{what}: prefix binding")), sub.clone(), deny))
-            .cfg(|c| (c.bypass_hostname_check, c.hostname_match) = (false, HostnameMatch::Prefix)),
-        machine_mode(permissive(case(leak(format!("{what}: machine mode")), sub.clone(), deny))),
-        permissive(case(leak(format!("{what}: skip-deny")), sub.clone(), (Hold, reason)))
-            .cfg(|c| c.skip_deny_step = true),
-    ]
-}
 
 /// Every case of the other spellings.
 pub fn cases() -> Vec<Case> {
