@@ -223,7 +223,7 @@ async fn reconcile<R: Resolver, C: ClusterView>(
         // not counted as the oldest undecided CSR.
         if ctx.reconciles.mark_unaddressable(key) {
             ctx.metrics.record_unaddressable_csr();
-            tracing::warn!(csr = %logged, "cannot decide this CSR: its name is longer than 253 bytes, so no request can name it; left alone");
+            tracing::warn!(csr = %logged, "cannot decide this CSR: its name is longer than 253 bytes, so only a bounded stand-in of it is kept, which no request can name; left alone");
         }
         ctx.reconciles.excuse(key);
         return Ok(Next::AwaitChange);
