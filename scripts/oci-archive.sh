@@ -43,7 +43,7 @@ json_string() {
     c=${s:i:1}
     case ${c} in
       '"') out+='\"' ;;
-      '\') out+='\\' ;;
+      \\) out+=\\\\ ;;
       $'\n') out+='\n' ;;
       $'\t') out+='\t' ;;
       $'\r') out+='\r' ;;
