@@ -3,7 +3,8 @@
 # Dockerfile's final stage lays it out: the static musl binary at /node-csr-approver, user
 # 65532:65532, entrypoint ["/node-csr-approver"], no shell. tests/image.rs checks the two agree and
 # that containerd imports the archive. Import it with `ctr -n k8s.io images import ARCHIVE`, or push
-# it with `skopeo copy oci-archive:ARCHIVE docker://REF` or `crane push ARCHIVE REF`.
+# it with `skopeo copy oci-archive:ARCHIVE docker://REF` (or unpack it into a directory DIR and
+# `crane push DIR REF`: crane reads an OCI layout from a directory only).
 #
 # Usage:
 #   scripts/build-image.sh [--binary PATH] [--name REF] [--output FILE]

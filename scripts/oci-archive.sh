@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Builds a single-layer OCI image-layout tar archive from local files, with nothing but bash, GNU
 # tar, gzip and sha256sum: an archive `ctr -n k8s.io images import ARCHIVE` imports under --name,
-# and `skopeo copy oci-archive:ARCHIVE docker://REF` or `crane push ARCHIVE REF` can push. The same
-# inputs give the same bytes: entries sorted by name, owned by 0:0 (numeric), mtime 0, no pax
-# headers, gzip without name or time, no creation date in the config.
+# `skopeo copy oci-archive:ARCHIVE docker://REF` pushes, and, unpacked into a directory DIR,
+# `crane push DIR REF` pushes too. The same inputs give the same bytes: entries sorted by name,
+# owned by 0:0 (numeric), mtime 0, no pax headers, gzip without name or time, no creation date in
+# the config.
 #
 # Usage:
 #   scripts/oci-archive.sh --name REF --output FILE [options]
@@ -27,7 +28,7 @@
 #   --arch ARCH              amd64 or arm64 (default: this machine's, from `uname -m`)
 #   --compression gzip|none  the layer's compression (default gzip)
 #
-# Every entry belongs to 0:0. Parent directories of DESTs are added with mode 0755. DEST and
+# Every entry belongs to 0:0. Parent directories of DESTs are added with mode 0755. SRC, DEST and
 # TARGET cannot contain ':'. Prints the archive's path as the last line of stdout.
 set -euo pipefail
 

@@ -90,13 +90,14 @@ fn disagreements(stage: &FinalStage, image: &Image, binary: &[u8]) -> Vec<String
     // The layer holds the copied file and the directories leading to it, owned by root as COPY
     // without --chown leaves them: no shell or anything else.
     let destination = stage.copy_destination.trim_start_matches('/');
-    let mut expected: Vec<Entry> = Vec::new();
-    let mut parent = String::new();
-    for component in destination.split('/').rev().skip(1).collect::<Vec<_>>().into_iter().rev() {
-        parent.push_str(component);
-        parent.push('/');
-        expected.push(Entry { mode: "drwxr-xr-x".to_owned(), owner: "0/0".to_owned(), path: parent.clone() });
-    }
+    let components: Vec<&str> = destination.split('/').collect();
+    let mut expected: Vec<Entry> = (1..components.len())
+        .map(|depth| Entry {
+            mode: "drwxr-xr-x".to_owned(),
+            owner: "0/0".to_owned(),
+            path: format!("{}/", components[..depth].join("/")),
+        })
+        .collect();
     expected.push(Entry { mode: "-rwxr-xr-x".to_owned(), owner: "0/0".to_owned(), path: destination.to_owned() });
     if image.entries != expected {
         problems.push(format!("the layer holds {:?}, the Dockerfile copies {:?}", image.entries, expected));
@@ -119,7 +120,12 @@ fn the_image_is_laid_out_as_the_dockerfiles_final_stage() {
     assert!(problems.is_empty(), "scripts/build-image.sh and the Dockerfile disagree:\n{}", problems.join("\n"));
     assert!(!image.rootfs.join("bin/sh").exists());
     assert_eq!(image.config["os"], "linux");
-    assert_eq!(image.config["architecture"], "amd64");
+    let architecture = match std::env::consts::ARCH {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        other => other,
+    };
+    assert_eq!(image.config["architecture"], architecture);
     let annotations = &image.descriptor["annotations"];
     let name = chart_image();
     assert_eq!(annotations["io.containerd.image.name"], name.as_str(), "{annotations}");
