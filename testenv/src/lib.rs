@@ -74,7 +74,7 @@ pub use error::Error;
 pub use fault_proxy::{Block, FaultProxy, Write, WriteFault};
 pub use kube_controller_manager::Signer;
 pub use kube_scheduler::Scheduler;
-pub use kubelet::{Kubelet, KubeletCredentials, KubeletOptions, SANDBOX_UID, host_address};
+pub use kubelet::{Kubelet, KubeletCredentials, KubeletOptions, SANDBOX_UID, host_address, running_as_root};
 pub use node_network::{AddressFamilies, IPV4_RANGE, IPV6_RANGE, NodeNetwork};
 pub use oracle::{GoView, Oracle};
 pub use ports::free_port;
