@@ -59,9 +59,11 @@ impl ContainerCluster {
     /// see [`ContainerCluster::wait_node_ready`]). Needs root, the tools of
     /// `scripts/build-tools.sh` and the programs of `scripts/install-node-runtime.sh`.
     pub async fn start(options: ContainerClusterOptions) -> Result<ContainerCluster, Error> {
-        let network = Arc::new(tokio::task::spawn_blocking(|| NodeNetwork::create(AddressFamilies::Ipv4)).await.map_err(
-            |error| Error::Unexpected(format!("creating the node network: {error}")),
-        )??);
+        let network = Arc::new(
+            tokio::task::spawn_blocking(|| NodeNetwork::create(AddressFamilies::Ipv4))
+                .await
+                .map_err(|error| Error::Unexpected(format!("creating the node network: {error}")))??,
+        );
         let (Some(&node_ip), Some(&host_ip)) = (network.addresses().first(), network.host_addresses().first()) else {
             return Err(Error::Network("the node network has no addresses".to_owned()));
         };

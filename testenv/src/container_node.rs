@@ -135,8 +135,11 @@ pub(crate) async fn start(
     if !missing.is_empty() {
         return Err(Error::MissingPrograms(missing.join(", ")));
     }
-    let kubelet_options =
-        KubeletOptions::in_network(&options.node_name, Arc::clone(&options.network), KubeletCredentials::NodeCertificate);
+    let kubelet_options = KubeletOptions::in_network(
+        &options.node_name,
+        Arc::clone(&options.network),
+        KubeletCredentials::NodeCertificate,
+    );
     let placement = Placement::new(&kubelet_options, server)?;
     let node_ip = placement.listen;
     let dir = tempfile::Builder::new()
@@ -150,7 +153,16 @@ pub(crate) async fn start(
     let ca = path.join("ca.crt");
     std::fs::copy(&pki.ca_cert, &ca).map_err(Error::io("copying the CA certificate for the node"))?;
     let tls_server_name = placement.tls_server_name.as_deref();
-    write_credentials(pki, path, &ca, &placement.server, tls_server_name, "kubelet", &format!("system:node:{}", options.node_name), "system:nodes")?;
+    write_credentials(
+        pki,
+        path,
+        &ca,
+        &placement.server,
+        tls_server_name,
+        "kubelet",
+        &format!("system:node:{}", options.node_name),
+        "system:nodes",
+    )?;
     write_credentials(pki, path, &ca, &placement.server, tls_server_name, "kube-proxy", "system:kube-proxy", "")?;
 
     let cgroup = NodeCgroup::create(&format!("{}-{}", std::process::id(), options.network.link_name()))?;
@@ -185,7 +197,9 @@ pub(crate) async fn start(
     ];
     let mut command: Vec<String> = vec!["env".to_owned()];
     command.extend(environment.iter().map(|(key, value)| format!("{key}={value}")));
-    command.extend(["unshare", "--mount", "--propagation", "private", "sh", "-c", NODE_SCRIPT, "testenv-node"].map(str::to_owned));
+    command.extend(
+        ["unshare", "--mount", "--propagation", "private", "sh", "-c", NODE_SCRIPT, "testenv-node"].map(str::to_owned),
+    );
     command.extend([
         format!("--config={}", path.join("kubelet.json").display()),
         format!("--kubeconfig={}", path.join("kubelet.kubeconfig").display()),
@@ -198,8 +212,14 @@ pub(crate) async fn start(
     let program = PathBuf::from(command.remove(0));
     let (program, args) = placement.entered((program, command));
     let cleanup = Cleanup { script: cgroups::CLEANUP, argument: cgroup.name() };
-    let mut process =
-        Supervised::spawn_with_cleanup("container node", &program, &args, &path.join("kubelet.log"), Some(path), Some(cleanup))?;
+    let mut process = Supervised::spawn_with_cleanup(
+        "container node",
+        &program,
+        &args,
+        &path.join("kubelet.log"),
+        Some(path),
+        Some(cleanup),
+    )?;
     process.wait_healthy(START_TIMEOUT, || placement.healthz(config::KUBELET_HEALTHZ_PORT)).await?;
     Ok(ContainerNode { process, cgroup, _forward: forward, placement, node_name: options.node_name.clone(), dir })
 }
@@ -218,7 +238,8 @@ fn write_credentials(
     group: &str,
 ) -> Result<(), Error> {
     let (cert, key) = pki::client_certificate(pki, user, group)?;
-    let (cert_path, key_path) = (dir.join(format!("pki/{name}-client.crt")), dir.join(format!("pki/{name}-client.key")));
+    let (cert_path, key_path) =
+        (dir.join(format!("pki/{name}-client.crt")), dir.join(format!("pki/{name}-client.key")));
     write(&cert_path, &cert)?;
     write(&key_path, &key)?;
     let auth = AuthInfo {
@@ -240,4 +261,3 @@ fn on_path(program: &str) -> bool {
         .status()
         .is_ok_and(|status| status.success())
 }
-

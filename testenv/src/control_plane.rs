@@ -15,9 +15,9 @@ use kube::{Api, Client, ResourceExt};
 use tempfile::TempDir;
 use tokio::sync::Mutex;
 
+use crate::container_node::{self, ContainerNode, ContainerNodeOptions, NodeTools};
 use crate::etcd::{self, Etcd};
 use crate::kube_apiserver::Launch;
-use crate::container_node::{self, ContainerNode, ContainerNodeOptions, NodeTools};
 use crate::kube_controller_manager::{self, Controllers, Signer};
 use crate::kube_scheduler::{self, Scheduler};
 use crate::kubelet::{self, Kubelet, KubeletOptions, KubeletTools};
@@ -107,7 +107,8 @@ impl ControlPlane {
         let kubeconfig = kubeconfig::admin(&server_url, &pki);
         let kubeconfig_path = dir.path().join("kubeconfig");
         kubeconfig::write(&kubeconfig, &kubeconfig_path)?;
-        let launch = Launch::new(&tools.kube_apiserver, dir.path(), port, &etcd.client_url, &pki, (advertise, pods_run));
+        let launch =
+            Launch::new(&tools.kube_apiserver, dir.path(), port, &etcd.client_url, &pki, (advertise, pods_run));
         let apiserver = launch.start(&kubeconfig).await?;
         Ok(ControlPlane {
             kubeconfig,
@@ -208,7 +209,8 @@ impl ControlPlane {
         let owned = self.owned.as_ref().ok_or(Error::NotOwned("start_scheduler"))?;
         let binary = existing(&owned.tools_dir, "kube-scheduler")?;
         let started =
-            kube_scheduler::start(&binary, owned.dir.path(), (&self.kubeconfig, &self.kubeconfig_path), &owned.pki).await;
+            kube_scheduler::start(&binary, owned.dir.path(), (&self.kubeconfig, &self.kubeconfig_path), &owned.pki)
+                .await;
         if let Err(error) = &started {
             eprintln!("testenv: {error}");
         }

@@ -55,7 +55,12 @@ async fn a_pod_runs_and_reaches_a_service_by_name_and_the_node_leaves_nothing_be
     };
     let done = tokio::time::timeout(Duration::from_secs(90), await_condition(pods.clone(), "client", succeeded)).await;
     let pod = pods.get("client").await?;
-    assert!(done.is_ok(), "the client pod did not succeed: {:?}\nkubelet: {}", pod.status, tail(&cluster.node().kubelet_log()));
+    assert!(
+        done.is_ok(),
+        "the client pod did not succeed: {:?}\nkubelet: {}",
+        pod.status,
+        tail(&cluster.node().kubelet_log())
+    );
     // What the pod read, as its termination message (logs would need the kubelet's serving
     // certificate, which waits for an approver).
     let message = pod

@@ -7,8 +7,8 @@ use kube::Api;
 use kube::api::LogParams;
 
 use crate::support::installed::{
-    self, NAMESPACE, RELEASE, can_run, decision, diagnose, helm_in, install, lease_holder, names, pods, running_and_ready,
-    wait_issued_serving_csr,
+    self, NAMESPACE, RELEASE, can_run, decision, diagnose, helm_in, install, lease_holder, names, pods,
+    running_and_ready, wait_issued_serving_csr,
 };
 
 /// `helm install --wait` gives two Running and Ready replicas, one holding the Lease; the node's
@@ -16,11 +16,12 @@ use crate::support::installed::{
 /// dialling the kubelet, verifying that certificate) works; `helm test` passes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn helm_install_runs_two_replicas_that_approve_their_own_nodes_serving_certificate() {
-    let Some(_turn) = can_run() else { return };
+    let Some(_turn) = can_run().await else { return };
     let (cluster, _images) = installed::cluster(false).await;
     let admin = cluster.control_plane().admin_client().await.unwrap();
     let started = Instant::now();
-    install(&cluster, "install", &[]).unwrap_or_else(|error| panic!("helm install failed: {error}\n{}", diagnose(&cluster)));
+    install(&cluster, "install", &[])
+        .unwrap_or_else(|error| panic!("helm install failed: {error}\n{}", diagnose(&cluster)));
     eprintln!("helm install --wait took {:.1} s", started.elapsed().as_secs_f64());
 
     let replicas = pods(&admin).await;
@@ -34,7 +35,11 @@ async fn helm_install_runs_two_replicas_that_approve_their_own_nodes_serving_cer
         assert!(Instant::now() < deadline, "no replica holds the Lease");
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
-    assert!(names(&replicas).iter().any(|name| holder.starts_with(name.as_str())), "{holder} is none of {:?}", names(&replicas));
+    assert!(
+        names(&replicas).iter().any(|name| holder.starts_with(name.as_str())),
+        "{holder} is none of {:?}",
+        names(&replicas)
+    );
 
     let csr = wait_issued_serving_csr(&admin, Duration::from_secs(60)).await;
     let csr = csr.unwrap_or_else(|| panic!("the node's serving CSR was not issued\n{}", diagnose(&cluster)));

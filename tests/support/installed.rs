@@ -4,7 +4,6 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
@@ -13,6 +12,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::ListParams;
 use kube::{Api, Client, ResourceExt};
 use testenv::{ContainerCluster, ContainerClusterOptions};
+use tokio::sync::{Mutex, MutexGuard};
 
 use super::chart::{chart, helm};
 
@@ -35,13 +35,13 @@ pub const HELM_TIMEOUT: &str = "180s";
 
 /// This test's turn to run a cluster (one at a time: each is a whole cluster on two cores), or
 /// `None`, printing why, when this machine cannot run a container node (not root).
-pub fn can_run() -> Option<MutexGuard<'static, ()>> {
-    static TURN: Mutex<()> = Mutex::new(());
+pub async fn can_run() -> Option<MutexGuard<'static, ()>> {
+    static TURN: Mutex<()> = Mutex::const_new(());
     if !testenv::running_as_root().unwrap_or(false) {
         eprintln!("skipped: a container node needs root");
         return None;
     }
-    Some(TURN.lock().unwrap_or_else(PoisonError::into_inner))
+    Some(TURN.lock().await)
 }
 
 /// A container cluster with the approver's image (built from `$NODE_CSR_APPROVER_BIN` when set,

@@ -16,7 +16,10 @@ const BUSYBOX_APPLETS: [&str; 8] = ["sh", "wget", "grep", "sleep", "cat", "nc", 
 /// `out`.
 pub(crate) fn pause(program: &Path, out: &Path) -> Result<PathBuf, Error> {
     let file = format!("{}:/pause:0755", program.display());
-    archive(&["--name", super::config::PAUSE_IMAGE, "--file", &file, "--entrypoint", "/pause", "--user", "65535:65535"], out)
+    archive(
+        &["--name", super::config::PAUSE_IMAGE, "--file", &file, "--entrypoint", "/pause", "--user", "65535:65535"],
+        out,
+    )
 }
 
 /// Builds an image named `name` holding Debian's static busybox with a few applets linked in
