@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Builds etcd, kube-apiserver, kube-controller-manager, kubelet, helm and promtool from their
-# published Go modules (tools/*/go.mod), and the test tools csr-oracle (tools/csr-oracle), fake-cri
-# (tools/fake-cri) and go-flags (tools/go-flags), into a cache keyed by version, and reuses what is
-# already there.
+# Builds etcd, kube-apiserver, kube-controller-manager, kubelet, kube-scheduler, kube-proxy, helm and
+# promtool from their published Go modules (tools/*/go.mod), and the test tools csr-oracle
+# (tools/csr-oracle), fake-cri (tools/fake-cri), go-flags (tools/go-flags) and pause (tools/pause,
+# the pod sandbox program of testenv's container nodes), into a cache keyed by version, and reuses
+# what is already there.
 #
 # Usage: scripts/build-tools.sh [--kubernetes VERSION] [--only TOOL,...] [--print-dir | --list]
 #   (no argument)         build what is missing, then print the tools directory on stdout
@@ -15,11 +16,13 @@
 #                         newest
 #   --list                print the supported Kubernetes releases, newest first
 #
-# The tools directory holds `etcd`, `kube-apiserver`, `kube-controller-manager`, `kubelet`, `helm`,
-# `promtool`, `csr-oracle`, `fake-cri` and `go-flags` (symlinks to versioned binaries under
-# ${XDG_CACHE_HOME:-~/.cache}/node-csr-approver/bin; the names of csr-oracle, fake-cri and go-flags
-# also carry a hash of their sources and the Go version, so editing them rebuilds them). Progress
-# goes to stderr.
+# The tools directory holds `etcd`, `kube-apiserver`, `kube-controller-manager`, `kubelet`,
+# `kube-scheduler`, `kube-proxy`, `helm`, `promtool`, `csr-oracle`, `fake-cri`, `go-flags` and `pause`
+# (symlinks to versioned binaries under ${XDG_CACHE_HOME:-~/.cache}/node-csr-approver/bin; the names
+# of csr-oracle, fake-cri, go-flags and pause also carry a hash of their sources and the Go version,
+# so editing them rebuilds them). kube-scheduler and kube-proxy are always the newest release's:
+# only the container-node tests use them, and they run against the newest release. Progress goes to
+# stderr.
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -38,7 +41,7 @@ die() { log "error: $*"; exit 1; }
 usage="usage: $0 [--kubernetes VERSION] [--only TOOL,...] [--print-dir | --list]"
 # The chosen Kubernetes release, its etcd, and its wrapper modules tools/kubernetes/vX.Y{,/etcd}.
 kube_version="${NODE_CSR_APPROVER_KUBERNETES_VERSION:-${KUBERNETES_VERSION}}" print_dir=false
-all_tools=etcd,kube-apiserver,kube-controller-manager,kubelet,helm,promtool,csr-oracle,fake-cri,go-flags
+all_tools=etcd,kube-apiserver,kube-controller-manager,kubelet,kube-scheduler,kube-proxy,helm,promtool,csr-oracle,fake-cri,go-flags,pause
 only="${all_tools}"
 while (($# > 0)); do
   case "$1" in
@@ -115,6 +118,9 @@ if wanted kube-apiserver || wanted kube-controller-manager || wanted kubelet; th
   require_version "${kube_module}" k8s.io/kubernetes "${kube_version}"
   require_staging_versions "${kube_module}" "${kube_version}"
 fi
+if wanted kube-scheduler || wanted kube-proxy; then
+  require_version "kubernetes/${KUBERNETES_VERSION%.*}" k8s.io/kubernetes "${KUBERNETES_VERSION}"
+fi
 if wanted csr-oracle; then
   require_version csr-oracle k8s.io/kubernetes "${KUBERNETES_VERSION}"
   require_staging_versions csr-oracle "${KUBERNETES_VERSION}"
@@ -136,24 +142,28 @@ flock 9
 
 # The version variables the Kubernetes release build sets (hack/lib/version.sh), so /version
 # reports the release.
-minor="${kube_version#v1.}"
-kube_ldflags=()
-for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-  kube_ldflags+=(
-    "-X ${pkg}.gitVersion=${kube_version}"
-    "-X ${pkg}.gitMajor=1"
-    "-X ${pkg}.gitMinor=${minor%%.*}"
-    "-X ${pkg}.gitTreeState=clean"
-  )
-done
+# Prints them for release $1.
+version_ldflags() {
+  local minor="${1#v1.}" pkg
+  for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    printf -- '-X %s.gitVersion=%s -X %s.gitMajor=1 -X %s.gitMinor=%s -X %s.gitTreeState=clean ' \
+      "${pkg}" "$1" "${pkg}" "${pkg}" "${minor%%.*}" "${pkg}"
+  done
+}
+kube_ldflags="$(version_ldflags "${kube_version}")"
+newest_ldflags="$(version_ldflags "${KUBERNETES_VERSION}")"
 
 build kube-apiserver "kube-apiserver-${kube_version}" "${kube_module}" k8s.io/kubernetes/cmd/kube-apiserver \
   "3 to 7 minutes, most of it downloading and compiling the Kubernetes modules" \
-  -tags selinux,notest -ldflags "-s -w ${kube_ldflags[*]}"
+  -tags selinux,notest -ldflags "-s -w ${kube_ldflags}"
 build kube-controller-manager "kube-controller-manager-${kube_version}" "${kube_module}" \
-  k8s.io/kubernetes/cmd/kube-controller-manager "1 to 2 minutes" -tags selinux,notest -ldflags "-s -w ${kube_ldflags[*]}"
+  k8s.io/kubernetes/cmd/kube-controller-manager "1 to 2 minutes" -tags selinux,notest -ldflags "-s -w ${kube_ldflags}"
 build kubelet "kubelet-${kube_version}" "${kube_module}" k8s.io/kubernetes/cmd/kubelet "under a minute" \
-  -tags selinux,notest -ldflags "-s -w ${kube_ldflags[*]}"
+  -tags selinux,notest -ldflags "-s -w ${kube_ldflags}"
+build kube-scheduler "kube-scheduler-${KUBERNETES_VERSION}" "kubernetes/${KUBERNETES_VERSION%.*}" \
+  k8s.io/kubernetes/cmd/kube-scheduler "2 to 3 minutes" -tags selinux,notest -ldflags "-s -w ${newest_ldflags}"
+build kube-proxy "kube-proxy-${KUBERNETES_VERSION}" "kubernetes/${KUBERNETES_VERSION%.*}" \
+  k8s.io/kubernetes/cmd/kube-proxy "under a minute" -tags selinux,notest -ldflags "-s -w ${newest_ldflags}"
 build etcd "etcd-${etcd_version}" "${kube_module}/etcd" go.etcd.io/etcd/server/v3 "under a minute" -ldflags "-s -w"
 build helm "helm-${HELM_VERSION}" helm helm.sh/helm/v4/cmd/helm "2 to 3 minutes" \
   -ldflags "-s -w -X helm.sh/helm/v4/internal/version.version=${HELM_VERSION}"
@@ -162,7 +172,7 @@ build helm "helm-${HELM_VERSION}" helm helm.sh/helm/v4/cmd/helm "2 to 3 minutes"
 build promtool "promtool-${PROMETHEUS_VERSION}" promtool github.com/prometheus/prometheus/cmd/promtool "about a minute" \
   -tags remove_all_sd -ldflags "-s -w -X github.com/prometheus/common/version.Version=${PROMETHEUS_VERSION#v}"
 
-# The behaviour of csr-oracle, fake-cri and go-flags is their source and Go's standard library, so
+# The behaviour of csr-oracle, fake-cri, go-flags and pause is their source and Go's standard library, so
 # they are in their names.
 source_hash() {
   local hash
@@ -175,17 +185,22 @@ fake_cri="fake-cri-${KUBERNETES_VERSION}-$(source_hash fake-cri)"
 build fake-cri "${fake_cri}" fake-cri . "seconds" -ldflags "-s -w"
 go_flags="go-flags-$(source_hash go-flags)"
 build go-flags "${go_flags}" go-flags . "seconds" -ldflags "-s -w"
+pause="pause-$(source_hash pause)"
+build pause "${pause}" pause . "seconds" -ldflags "-s -w"
 
 # Links tool $1 of the directory to binary $2, if it is wanted.
 link() { if wanted "$1"; then ln -sfn "../bin/$2" "${set_dir}/$1"; fi; }
 link kube-apiserver "kube-apiserver-${kube_version}"
 link kube-controller-manager "kube-controller-manager-${kube_version}"
 link kubelet "kubelet-${kube_version}"
+link kube-scheduler "kube-scheduler-${KUBERNETES_VERSION}"
+link kube-proxy "kube-proxy-${KUBERNETES_VERSION}"
 link etcd "etcd-${etcd_version}"
 link helm "helm-${HELM_VERSION}"
 link promtool "promtool-${PROMETHEUS_VERSION}"
 link csr-oracle "${oracle}"
 link fake-cri "${fake_cri}"
 link go-flags "${go_flags}"
+link pause "${pause}"
 
 printf '%s\n' "${set_dir}"

@@ -10,8 +10,15 @@ unset NODE_CSR_APPROVER_KUBERNETES_VERSION
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
 
-echo "== test tools (etcd, kube-apiserver, kube-controller-manager, kubelet, helm, promtool, csr-oracle, fake-cri)"
+echo "== test tools (etcd, kube-apiserver, kube-controller-manager, kubelet, kube-scheduler, kube-proxy, helm, promtool, csr-oracle, fake-cri, pause)"
 scripts/build-tools.sh
+
+# The container nodes of tests/installed: containerd, runc, the CNI plugins... (as root; without
+# root those tests say they skip).
+if [[ $(id -u) -eq 0 ]]; then
+  echo "== container runtime for the installed-chart tests"
+  scripts/install-node-runtime.sh
+fi
 
 echo "== static release binary, built as the Dockerfile builds it"
 NODE_CSR_APPROVER_BIN="$(scripts/check-static-binary.sh | tail -n 1)"

@@ -1,7 +1,7 @@
 //! [`ControlPlane`]: etcd + kube-apiserver, kube-controller-manager's CSR signer on request, and
 //! clients for the identities tests need.
 
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -15,9 +15,11 @@ use kube::{Api, Client, ResourceExt};
 use tempfile::TempDir;
 use tokio::sync::Mutex;
 
+use crate::container_node::{self, ContainerNode, ContainerNodeOptions, NodeTools};
 use crate::etcd::{self, Etcd};
 use crate::kube_apiserver::Launch;
-use crate::kube_controller_manager::{self, Signer};
+use crate::kube_controller_manager::{self, Controllers, Signer};
+use crate::kube_scheduler::{self, Scheduler};
 use crate::kubelet::{self, Kubelet, KubeletOptions, KubeletTools};
 use crate::objects::create_if_missing;
 use crate::pki::PkiFiles;
@@ -52,6 +54,8 @@ struct Owned {
     etcd: Etcd,
     pki: PkiFiles,
     kube_controller_manager: PathBuf,
+    /// The apiserver's advertise address and port, when it has one.
+    advertised: Option<SocketAddr>,
     tools_dir: PathBuf,
     dir: TempDir,
 }
@@ -70,14 +74,26 @@ impl ControlPlane {
     /// endpoint reconciler then lists `address` in the `default/kubernetes` EndpointSlice (it
     /// still listens on 127.0.0.1 only). Without it, that slice is not written.
     pub async fn start_advertising(address: Option<IpAddr>) -> Result<ControlPlane, Error> {
-        let started = Self::start_owned(address).await;
+        let started = Self::start_owned(address, false).await;
         if let Err(error) = &started {
             eprintln!("testenv: {error}");
         }
         started
     }
 
-    async fn start_owned(advertise: Option<IpAddr>) -> Result<ControlPlane, Error> {
+    /// A control plane for nodes that run containers ([`ControlPlane::start_container_node`]):
+    /// advertised on `address`, where the `kubernetes` Service sends pods, and with the
+    /// `ServiceAccount` admission plugin that gives pods their token (it needs the controller
+    /// manager of [`ControlPlane::start_controller_manager`], which creates the ServiceAccounts).
+    pub async fn start_for_containers(address: IpAddr) -> Result<ControlPlane, Error> {
+        let started = Self::start_owned(Some(address), true).await;
+        if let Err(error) = &started {
+            eprintln!("testenv: {error}");
+        }
+        started
+    }
+
+    async fn start_owned(advertise: Option<IpAddr>, pods_run: bool) -> Result<ControlPlane, Error> {
         let tools =
             tokio::task::spawn_blocking(Tools::locate).await.map_err(|error| Error::Tools(error.to_string()))??;
         let dir = tempfile::Builder::new()
@@ -91,7 +107,8 @@ impl ControlPlane {
         let kubeconfig = kubeconfig::admin(&server_url, &pki);
         let kubeconfig_path = dir.path().join("kubeconfig");
         kubeconfig::write(&kubeconfig, &kubeconfig_path)?;
-        let launch = Launch::new(&tools.kube_apiserver, dir.path(), port, &etcd.client_url, &pki, advertise);
+        let launch =
+            Launch::new(&tools.kube_apiserver, dir.path(), port, &etcd.client_url, &pki, (advertise, pods_run));
         let apiserver = launch.start(&kubeconfig).await?;
         Ok(ControlPlane {
             kubeconfig,
@@ -103,6 +120,7 @@ impl ControlPlane {
                 etcd,
                 pki,
                 kube_controller_manager: tools.kube_controller_manager,
+                advertised: advertise.map(|address| SocketAddr::new(address, port)),
                 tools_dir: tools.dir,
                 dir,
             }),
@@ -155,11 +173,65 @@ impl ControlPlane {
         let started = kube_controller_manager::start(
             &owned.kube_controller_manager,
             owned.dir.path(),
-            &self.kubeconfig,
-            &self.kubeconfig_path,
+            (&self.kubeconfig, &self.kubeconfig_path),
             &owned.pki,
+            Controllers::Signing,
         )
         .await;
+        if let Err(error) = &started {
+            eprintln!("testenv: {error}");
+        }
+        started
+    }
+
+    /// Starts kube-controller-manager with its default controllers, as on a real cluster: the
+    /// signer, Deployments and ReplicaSets, EndpointSlices, ServiceAccounts and the root CA
+    /// ConfigMap pods mount, the garbage collector, the namespace and disruption controllers, and
+    /// kubelet client CSR approval (`csrapproving`). Ended when the returned handle is dropped.
+    pub async fn start_controller_manager(&self) -> Result<Signer, Error> {
+        let owned = self.owned.as_ref().ok_or(Error::NotOwned("start_controller_manager"))?;
+        let started = kube_controller_manager::start(
+            &owned.kube_controller_manager,
+            owned.dir.path(),
+            (&self.kubeconfig, &self.kubeconfig_path),
+            &owned.pki,
+            Controllers::Default,
+        )
+        .await;
+        if let Err(error) = &started {
+            eprintln!("testenv: {error}");
+        }
+        started
+    }
+
+    /// Starts kube-scheduler (the newest release's) and waits until its `/healthz` answers.
+    pub async fn start_scheduler(&self) -> Result<Scheduler, Error> {
+        let owned = self.owned.as_ref().ok_or(Error::NotOwned("start_scheduler"))?;
+        let binary = existing(&owned.tools_dir, "kube-scheduler")?;
+        let started =
+            kube_scheduler::start(&binary, owned.dir.path(), (&self.kubeconfig, &self.kubeconfig_path), &owned.pki)
+                .await;
+        if let Err(error) = &started {
+            eprintln!("testenv: {error}");
+        }
+        started
+    }
+
+    /// Starts a node that runs containers as `options` says (see [`ContainerNode`]) and waits
+    /// until its kubelet's `/healthz` answers. The control plane must have been started by
+    /// [`ControlPlane::start_for_containers`]. On failure the error, including the tail of the
+    /// node's log, is also printed to stderr.
+    pub async fn start_container_node(&self, options: &ContainerNodeOptions) -> Result<ContainerNode, Error> {
+        let owned = self.owned.as_ref().ok_or(Error::NotOwned("start_container_node"))?;
+        let advertised = owned.advertised.ok_or_else(|| {
+            Error::Unexpected("a container node needs a control plane from start_for_containers".to_owned())
+        })?;
+        let tools = NodeTools {
+            kubelet: existing(&owned.tools_dir, "kubelet")?,
+            kube_proxy: existing(&owned.tools_dir, "kube-proxy")?,
+            pause: existing(&owned.tools_dir, "pause")?,
+        };
+        let started = container_node::start(&tools, &self.server_url, &owned.pki, options, advertised).await;
         if let Err(error) = &started {
             eprintln!("testenv: {error}");
         }

@@ -55,6 +55,10 @@ pub enum Error {
     /// The operation needs processes this [`crate::ControlPlane`] does not own (it is attached).
     #[error("{0} needs a control plane started by this process, not an attached one")]
     NotOwned(&'static str),
+    /// Programs a container node needs are not installed (`scripts/install-node-runtime.sh`
+    /// installs them).
+    #[error("a container node needs {0}: run scripts/install-node-runtime.sh as root")]
+    MissingPrograms(String),
 }
 
 impl Error {

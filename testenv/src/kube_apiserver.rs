@@ -31,20 +31,22 @@ impl Launch {
     /// The launch of an apiserver on `127.0.0.1:port` storing in etcd at `etcd_url`, with its
     /// certificate directory and log under `dir`; advertised on `advertise` (its endpoint
     /// reconciler writing it into the `default/kubernetes` EndpointSlice), or on 127.0.0.1 with no
-    /// reconciler.
+    /// reconciler. The `ServiceAccount` admission plugin (which mounts a token into pods and
+    /// rejects pods whose ServiceAccount does not exist yet) runs only for `pods_run`: a cluster
+    /// whose nodes run containers and whose controller manager creates ServiceAccounts.
     pub(crate) fn new(
         binary: &Path,
         dir: &Path,
         port: u16,
         etcd_url: &str,
         pki: &PkiFiles,
-        advertise: Option<IpAddr>,
+        (advertise, pods_run): (Option<IpAddr>, bool),
     ) -> Launch {
         let (advertised, reconciler) = match advertise {
             Some(address) => (address.to_string(), "lease"),
             None => ("127.0.0.1".to_owned(), "none"),
         };
-        let args = vec![
+        let mut args = vec![
             format!("--etcd-servers={etcd_url}"),
             "--bind-address=127.0.0.1".to_owned(),
             format!("--advertise-address={advertised}"),
@@ -65,10 +67,12 @@ impl Launch {
             format!("--kubelet-client-certificate={}", pki.admin_cert.display()),
             format!("--kubelet-client-key={}", pki.admin_key.display()),
             "--kubelet-preferred-address-types=InternalIP".to_owned(),
-            "--disable-admission-plugins=ServiceAccount".to_owned(),
             format!("--endpoint-reconciler-type={reconciler}"),
             "--profiling=false".to_owned(),
         ];
+        if !pods_run {
+            args.push("--disable-admission-plugins=ServiceAccount".to_owned());
+        }
         Launch { binary: binary.to_owned(), args, log: dir.join("kube-apiserver.log") }
     }
 

@@ -1,4 +1,4 @@
-//! kube-controller-manager running only the CSR signing controller: the cluster's real signer.
+//! kube-controller-manager: the cluster's real signer, alone or with the default controllers.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -48,22 +48,31 @@ impl Signer {
     }
 }
 
-/// Starts kube-controller-manager with only the CSR signing controller, as the admin of
-/// `admin_path` (whose contents are `admin`), signing with the CA of `pki`, its log under `dir`;
-/// waits until its `/healthz` answers `ok`. It serves with the apiserver's serving certificate
+/// Which controllers kube-controller-manager runs.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Controllers {
+    /// Only the CSR signer.
+    Signing,
+    /// Its default set (`*`), the signer among them, with the root CA file published to every
+    /// namespace for pods.
+    Default,
+}
+
+/// Starts kube-controller-manager with `controllers`, as the admin of `admin_path` (whose contents
+/// are `admin`), signing with the CA of `pki`, its log under `dir`; waits until its `/healthz`
+/// answers `ok`. It serves with the apiserver's serving certificate
 /// (valid for 127.0.0.1). No delegated authentication is configured: `/healthz` is always allowed,
 /// and nothing else of its port is used.
 pub(crate) async fn start(
     binary: &Path,
     dir: &Path,
-    admin: &Kubeconfig,
-    admin_path: &Path,
+    (admin, admin_path): (&Kubeconfig, &Path),
     pki: &PkiFiles,
+    controllers: Controllers,
 ) -> Result<Signer, Error> {
     let port = free_port()?;
-    let args = vec![
+    let mut args = vec![
         format!("--kubeconfig={}", admin_path.display()),
-        format!("--controllers={SIGNING_CONTROLLER}"),
         "--leader-elect=false".to_owned(),
         "--bind-address=127.0.0.1".to_owned(),
         format!("--secure-port={port}"),
@@ -74,20 +83,30 @@ pub(crate) async fn start(
         format!("--cluster-signing-duration={SIGNING_DURATION}"),
         "--profiling=false".to_owned(),
     ];
+    match controllers {
+        Controllers::Signing => args.push(format!("--controllers={SIGNING_CONTROLLER}")),
+        Controllers::Default => args.push(format!("--root-ca-file={}", pki.ca_cert.display())),
+    }
     let log = dir.join("kube-controller-manager.log");
     let mut process = Supervised::spawn("kube-controller-manager", binary, &args, &log, None)?;
     let url = format!("https://127.0.0.1:{port}");
-    wait_healthy(&mut process, admin, &url).await?;
+    wait_healthy(&mut process, admin, &url, START_TIMEOUT).await?;
     Ok(Signer { process, url, log })
 }
 
-/// Waits until `url/healthz` answers, over TLS verified with the cluster CA.
-async fn wait_healthy(process: &mut Supervised, admin: &Kubeconfig, url: &str) -> Result<(), Error> {
+/// Waits up to `timeout` until `url/healthz` of a control-plane component answers, over TLS
+/// verified with the cluster CA.
+pub(crate) async fn wait_healthy(
+    process: &mut Supervised,
+    admin: &Kubeconfig,
+    url: &str,
+    timeout: Duration,
+) -> Result<(), Error> {
     let cluster_url: http::Uri =
-        url.parse().map_err(|error| Error::Unexpected(format!("kube-controller-manager URL {url}: {error}")))?;
+        url.parse().map_err(|error| Error::Unexpected(format!("component URL {url}: {error}")))?;
     let client = kubeconfig::client(admin, |config| config.cluster_url = cluster_url).await?;
     process
-        .wait_healthy(START_TIMEOUT, || async {
+        .wait_healthy(timeout, || async {
             let request = http::Request::get("/healthz").body(Vec::new()).map_err(kube::Error::HttpError)?;
             client.request_text(request).await
         })

@@ -324,7 +324,7 @@ fn sandboxed(privileged: bool, namespaces: bool, binary: &Path, args: &[String],
 }
 
 /// Whether this process runs as root (its effective user id, from `/proc/self/status`).
-fn running_as_root() -> Result<bool, Error> {
+pub fn running_as_root() -> Result<bool, Error> {
     let status = std::fs::read_to_string("/proc/self/status").map_err(Error::io("reading /proc/self/status"))?;
     let effective = status
         .lines()

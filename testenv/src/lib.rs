@@ -41,12 +41,16 @@
 #![forbid(unsafe_code)]
 
 mod bootstrap;
+mod cluster_dns;
+mod container_cluster;
+mod container_node;
 mod control_plane;
 mod error;
 mod etcd;
 mod fault_proxy;
 mod kube_apiserver;
 mod kube_controller_manager;
+mod kube_scheduler;
 mod kubeconfig;
 mod kubelet;
 mod node_network;
@@ -61,11 +65,16 @@ mod relay;
 mod shared;
 mod tools;
 
+pub use cluster_dns::ClusterDns;
+pub use container_cluster::{ContainerCluster, ContainerClusterOptions};
+pub use container_node::images::busybox as busybox_image;
+pub use container_node::{ContainerNode, ContainerNodeOptions};
 pub use control_plane::ControlPlane;
 pub use error::Error;
 pub use fault_proxy::{Block, FaultProxy, Write, WriteFault};
 pub use kube_controller_manager::Signer;
-pub use kubelet::{Kubelet, KubeletCredentials, KubeletOptions, SANDBOX_UID, host_address};
+pub use kube_scheduler::Scheduler;
+pub use kubelet::{Kubelet, KubeletCredentials, KubeletOptions, SANDBOX_UID, host_address, running_as_root};
 pub use node_network::{AddressFamilies, IPV4_RANGE, IPV6_RANGE, NodeNetwork};
 pub use oracle::{GoView, Oracle};
 pub use ports::free_port;

@@ -8,6 +8,19 @@ use rcgen::{
 
 use crate::Error;
 
+/// The names the apiserver's serving certificate holds: the loopback address it listens on, and
+/// what pods reach it at, the first address of the Service range and the `kubernetes` Service's
+/// names.
+const SERVING_NAMES: [&str; 7] = [
+    "127.0.0.1",
+    "localhost",
+    "10.0.0.1",
+    "kubernetes",
+    "kubernetes.default",
+    "kubernetes.default.svc",
+    "kubernetes.default.svc.cluster.local",
+];
+
 /// Paths of the PEM files written by [`write`].
 #[derive(Debug, Clone)]
 pub(crate) struct PkiFiles {
@@ -15,7 +28,7 @@ pub(crate) struct PkiFiles {
     /// kube-controller-manager signs approved CSRs.
     pub(crate) ca_cert: PathBuf,
     pub(crate) ca_key: PathBuf,
-    /// kube-apiserver serving certificate for 127.0.0.1 and localhost.
+    /// kube-apiserver serving certificate for [`SERVING_NAMES`].
     pub(crate) serving_cert: PathBuf,
     pub(crate) serving_key: PathBuf,
     /// Client certificate of the admin, in group `system:masters`.
@@ -39,7 +52,7 @@ pub(crate) fn write(dir: &Path) -> Result<PkiFiles, Error> {
     let ca = Issuer::new(ca_params, ca_key);
 
     let serving_key = KeyPair::generate()?;
-    let mut serving = CertificateParams::new(vec!["127.0.0.1".to_owned(), "localhost".to_owned()])?;
+    let mut serving = CertificateParams::new(SERVING_NAMES.map(str::to_owned).to_vec())?;
     serving.distinguished_name.push(DnType::CommonName, "kube-apiserver");
     serving.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
     let serving_cert = serving.signed_by(&serving_key, &ca)?;

@@ -112,7 +112,7 @@ impl Placement {
 }
 
 /// The address of the apiserver at `server`, `https://<ip>:<port>`.
-fn upstream(server: &str) -> Result<SocketAddr, Error> {
+pub(crate) fn upstream(server: &str) -> Result<SocketAddr, Error> {
     let authority = server.strip_prefix("https://").map(|rest| rest.trim_end_matches('/'));
     authority
         .and_then(|authority| authority.parse().ok())

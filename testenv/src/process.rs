@@ -20,14 +20,24 @@ use tokio::time::{Instant, sleep};
 
 use crate::Error;
 
-/// `$1`: process group to kill; `$2`: directory to remove once the group is gone, or empty.
+/// `$1`: process group to kill; `$2`: directory to remove once the group is gone, or empty; `$3`
+/// and `$4`: a cleanup script run with the argument `$4` before that removal, or empty.
 const WATCHDOG: &str = r#"
 cat >/dev/null
 kill -KILL -"$1" 2>/dev/null
 i=0
 while kill -0 -"$1" 2>/dev/null && [ "$i" -lt 50 ]; do sleep 0.1; i=$((i + 1)); done
+if [ -n "$3" ]; then sh -c "$3" testenv-cleanup "$4"; fi
 if [ -n "$2" ]; then rm -rf "$2"; fi
 "#;
+
+/// A shell script the watchdog runs, with one argument, once the child's process group is gone:
+/// for what a child leaves outside its group.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Cleanup<'a> {
+    pub(crate) script: &'static str,
+    pub(crate) argument: &'a str,
+}
 
 /// A running child process, its output going to a log file, ended when dropped.
 #[derive(Debug)]
@@ -47,6 +57,19 @@ impl Supervised {
         args: &[String],
         log: &Path,
         remove_on_death: Option<&Path>,
+    ) -> Result<Supervised, Error> {
+        Self::spawn_with_cleanup(name, program, args, log, remove_on_death, None)
+    }
+
+    /// [`Supervised::spawn`], with `cleanup` run by the watchdog whenever the child is ended (when
+    /// dropped, and when this process dies), after its process group and before the removal.
+    pub(crate) fn spawn_with_cleanup(
+        name: &'static str,
+        program: &Path,
+        args: &[String],
+        log: &Path,
+        remove_on_death: Option<&Path>,
+        cleanup: Option<Cleanup<'_>>,
     ) -> Result<Supervised, Error> {
         let out = File::options()
             .create(true)
@@ -68,6 +91,8 @@ impl Supervised {
             .arg(format!("testenv-watchdog-{name}"))
             .arg(child.id().to_string())
             .arg(remove_on_death.map(Path::as_os_str).unwrap_or_default())
+            .arg(cleanup.map(|cleanup| cleanup.script).unwrap_or_default())
+            .arg(cleanup.map(|cleanup| cleanup.argument).unwrap_or_default())
             .stdin(Stdio::piped())
             .stdout(Stdio::null())
             .stderr(Stdio::null())

@@ -5,6 +5,7 @@
 
 pub mod chart;
 pub mod cluster;
+pub mod installed;
 pub mod json;
 pub mod kubelet_flow;
 pub mod lease;

@@ -1,0 +1,263 @@
+//! [`ContainerNode`]: a node that runs real containers (containerd and runc, the CNI bridge,
+//! kube-proxy and the kubelet) in a [`NodeNetwork`] of its own.
+
+mod cgroups;
+pub(crate) mod config;
+pub(crate) mod images;
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+use std::time::Duration;
+
+use kube::config::AuthInfo;
+use tempfile::TempDir;
+
+use crate::kubelet::{KubeletCredentials, KubeletOptions};
+use crate::node_network::NodeNetwork;
+use crate::pki::{self, PkiFiles};
+use crate::placement::{Placement, upstream};
+use crate::process::{Cleanup, Supervised};
+use crate::relay::Relay;
+use crate::{Error, kubeconfig};
+
+use cgroups::NodeCgroup;
+use config::KubeletSettings;
+
+/// The node's script: see its header.
+const NODE_SCRIPT: &str = include_str!("container_node/node.sh");
+
+/// How long the node may take from start to a healthy kubelet (containerd and image imports
+/// included).
+const START_TIMEOUT: Duration = Duration::from_secs(90);
+
+/// Programs a container node runs, from the machine (Debian's packages) or the tools directory.
+const HOST_PROGRAMS: [&str; 6] = ["containerd", "containerd-shim-runc-v2", "runc", "ctr", "iptables", "socat"];
+
+/// What [`crate::ControlPlane::start_container_node`] starts.
+#[derive(Debug, Clone)]
+pub struct ContainerNodeOptions {
+    /// The Node name it registers (`--hostname-override`).
+    pub node_name: String,
+    /// Its network namespace; its first address is its node address.
+    pub network: Arc<NodeNetwork>,
+    /// OCI image archives imported into containerd before the kubelet starts (the pause image is
+    /// always imported).
+    pub images: Vec<PathBuf>,
+    /// The cluster DNS server's address, where pods with `dnsPolicy: ClusterFirst` send queries.
+    pub cluster_dns: IpAddr,
+    /// Registers with the control-plane role's taint (`node-role.kubernetes.io/control-plane:
+    /// NoSchedule`), as a kubeadm control-plane node.
+    pub control_plane_role: bool,
+}
+
+/// Paths of the binaries a container node needs from the tools directory.
+#[derive(Debug, Clone)]
+pub(crate) struct NodeTools {
+    pub(crate) kubelet: PathBuf,
+    pub(crate) kube_proxy: PathBuf,
+    pub(crate) pause: PathBuf,
+}
+
+/// A node running containers: containerd with runc, the CNI bridge plugin (pods on a bridge in
+/// the node's namespace, [`config::POD_SUBNET`]), kube-proxy (iptables) and a kubelet with a
+/// node certificate and `serverTLSBootstrap`, all as root in the node's network namespace and a
+/// private mount namespace, in a cgroup of their own.
+///
+/// It leaves nothing on the machine: kernel tunables the kubelet sets are written to copies bind
+/// mounted over them inside its mount namespace; `/var/lib`, `/var/log` and `/run` are its own
+/// there; containerd's state is in its directory; its processes, including the shims and
+/// containers that leave its process group, are ended through its cgroup, which is then removed
+/// (also when this process dies); its mounts go with its mount namespace and its links, routes and
+/// iptables rules with its network namespace. Dropping it ends it and removes its directory.
+#[derive(Debug)]
+pub struct ContainerNode {
+    process: Supervised,
+    cgroup: NodeCgroup,
+    _forward: Option<Relay>,
+    placement: Placement,
+    node_name: String,
+    dir: TempDir,
+}
+
+impl ContainerNode {
+    /// The Node name it registers.
+    pub fn node_name(&self) -> &str {
+        &self.node_name
+    }
+
+    /// Its node address: where its kubelet serves ([`config::KUBELET_PORT`]) and its InternalIP.
+    pub fn node_ip(&self) -> IpAddr {
+        self.placement.listen
+    }
+
+    /// Where its kubelet serves HTTPS.
+    pub fn kubelet_address(&self) -> SocketAddr {
+        SocketAddr::new(self.node_ip(), config::KUBELET_PORT)
+    }
+
+    /// Its directory, holding its configuration and logs (`kubelet.log`, `containerd.log`,
+    /// `kube-proxy.log`).
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// The kubelet's log so far.
+    pub fn kubelet_log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("kubelet.log")).unwrap_or_default()
+    }
+
+    /// The name of its cgroup, the same in every hierarchy (`/sys/fs/cgroup/<hierarchy>/<name>`).
+    pub fn cgroup_name(&self) -> &str {
+        self.cgroup.name()
+    }
+
+    /// Process id of the node's main process (the kubelet), for leak checks.
+    pub fn process_id(&self) -> u32 {
+        self.process.id()
+    }
+}
+
+/// Starts the node `options` describes against the apiserver at `server` (`https://127.0.0.1:P`),
+/// and waits until its kubelet's `/healthz` answers `ok`. `advertised`: the apiserver's advertise
+/// address, the endpoint pods reach it at through the `kubernetes` Service; served by a relay
+/// on the host end of the node's link, or, when it is the node's own address (a kubeadm
+/// control-plane node), by a forwarder inside the node.
+pub(crate) async fn start(
+    tools: &NodeTools,
+    server: &str,
+    pki: &PkiFiles,
+    options: &ContainerNodeOptions,
+    advertised: SocketAddr,
+) -> Result<ContainerNode, Error> {
+    let missing: Vec<&str> = HOST_PROGRAMS.into_iter().filter(|program| !on_path(program)).collect();
+    if !missing.is_empty() {
+        return Err(Error::MissingPrograms(missing.join(", ")));
+    }
+    let kubelet_options = KubeletOptions::in_network(
+        &options.node_name,
+        Arc::clone(&options.network),
+        KubeletCredentials::NodeCertificate,
+    );
+    let placement = Placement::new(&kubelet_options, server)?;
+    let node_ip = placement.listen;
+    let dir = tempfile::Builder::new()
+        .prefix("testenv-node-")
+        .tempdir()
+        .map_err(Error::io("creating the container node's directory"))?;
+    let path = dir.path();
+    for sub in ["pki", "root", "cni", "cni-ipam", "pod-logs", "volume-plugins"] {
+        std::fs::create_dir(path.join(sub)).map_err(Error::io(format!("creating {sub} for the node")))?;
+    }
+    let ca = path.join("ca.crt");
+    std::fs::copy(&pki.ca_cert, &ca).map_err(Error::io("copying the CA certificate for the node"))?;
+    let tls_server_name = placement.tls_server_name.as_deref();
+    write_credentials(
+        pki,
+        path,
+        &ca,
+        &placement.server,
+        tls_server_name,
+        "kubelet",
+        &format!("system:node:{}", options.node_name),
+        "system:nodes",
+    )?;
+    write_credentials(pki, path, &ca, &placement.server, tls_server_name, "kube-proxy", "system:kube-proxy", "")?;
+
+    let cgroup = NodeCgroup::create(&format!("{}-{}", std::process::id(), options.network.link_name()))?;
+    write(&path.join("containerd.toml"), &config::containerd(path))?;
+    write(&path.join("cni/10-testenv.conflist"), &config::cni(path).to_string())?;
+    let settings = KubeletSettings {
+        dir: path,
+        ca: &ca,
+        node_ip,
+        cluster_dns: options.cluster_dns,
+        cgroup_root: &format!("/{}", cgroup.name()),
+        control_plane_role: options.control_plane_role,
+    };
+    write(&path.join("kubelet.json"), &config::kubelet(&settings).to_string())?;
+    write(&path.join("kube-proxy.json"), &config::kube_proxy(path, &options.node_name, node_ip).to_string())?;
+
+    let (forward, forward_spec) = if advertised.ip() == node_ip {
+        (None, format!("{advertised} {}", upstream(&placement.server)?))
+    } else {
+        (Some(Relay::start(advertised, upstream(server)?)?), String::new())
+    };
+    let pause = images::pause(&tools.pause, &path.join("pause.tar"))?;
+    let mut images = vec![pause.display().to_string()];
+    images.extend(options.images.iter().map(|image| image.display().to_string()));
+    let environment = [
+        ("DIR", path.display().to_string()),
+        ("CGROUP", cgroup.name().to_owned()),
+        ("KUBELET", tools.kubelet.display().to_string()),
+        ("KUBE_PROXY", tools.kube_proxy.display().to_string()),
+        ("IMAGES", images.join("\n")),
+        ("FORWARD", forward_spec),
+    ];
+    let mut command: Vec<String> = vec!["env".to_owned()];
+    command.extend(environment.iter().map(|(key, value)| format!("{key}={value}")));
+    command.extend(
+        ["unshare", "--mount", "--propagation", "private", "sh", "-c", NODE_SCRIPT, "testenv-node"].map(str::to_owned),
+    );
+    command.extend([
+        format!("--config={}", path.join("kubelet.json").display()),
+        format!("--kubeconfig={}", path.join("kubelet.kubeconfig").display()),
+        format!("--root-dir={}", path.join("root").display()),
+        format!("--cert-dir={}", path.join("pki").display()),
+        format!("--hostname-override={}", options.node_name),
+        placement.node_ip_flag(),
+        "--v=2".to_owned(),
+    ]);
+    let program = PathBuf::from(command.remove(0));
+    let (program, args) = placement.entered((program, command));
+    let cleanup = Cleanup { script: cgroups::CLEANUP, argument: cgroup.name() };
+    let mut process = Supervised::spawn_with_cleanup(
+        "container node",
+        &program,
+        &args,
+        &path.join("kubelet.log"),
+        Some(path),
+        Some(cleanup),
+    )?;
+    process.wait_healthy(START_TIMEOUT, || placement.healthz(config::KUBELET_HEALTHZ_PORT)).await?;
+    Ok(ContainerNode { process, cgroup, _forward: forward, placement, node_name: options.node_name.clone(), dir })
+}
+
+/// Writes `<name>.kubeconfig` in `dir` for a client certificate of `pki`'s CA for `user` in
+/// `group`, reaching the apiserver at `server`.
+#[allow(clippy::too_many_arguments)]
+fn write_credentials(
+    pki: &PkiFiles,
+    dir: &Path,
+    ca: &Path,
+    server: &str,
+    tls_server_name: Option<&str>,
+    name: &str,
+    user: &str,
+    group: &str,
+) -> Result<(), Error> {
+    let (cert, key) = pki::client_certificate(pki, user, group)?;
+    let (cert_path, key_path) =
+        (dir.join(format!("pki/{name}-client.crt")), dir.join(format!("pki/{name}-client.key")));
+    write(&cert_path, &cert)?;
+    write(&key_path, &key)?;
+    let auth = AuthInfo {
+        client_certificate: Some(cert_path.display().to_string()),
+        client_key: Some(key_path.display().to_string()),
+        ..AuthInfo::default()
+    };
+    kubeconfig::write(&kubeconfig::for_user(server, ca, auth, tls_server_name), &dir.join(format!("{name}.kubeconfig")))
+}
+
+fn write(path: &Path, contents: &str) -> Result<(), Error> {
+    std::fs::write(path, contents).map_err(Error::io(format!("writing {}", path.display())))
+}
+
+/// Whether `program` is found on `PATH` (or in `/usr/sbin`, where Debian puts runc).
+fn on_path(program: &str) -> bool {
+    Command::new("sh")
+        .args(["-c", "command -v \"$1\" >/dev/null || [ -x \"/usr/sbin/$1\" ]", "on-path", program])
+        .status()
+        .is_ok_and(|status| status.success())
+}

@@ -1,0 +1,177 @@
+//! The configuration files of a [`super::ContainerNode`]: containerd's, the CNI network's, the
+//! kubelet's and kube-proxy's.
+
+use std::net::IpAddr;
+use std::path::Path;
+
+use serde_json::json;
+
+/// The image containerd runs as every pod's sandbox (kubeadm's for this release), built locally
+/// from `tools/pause`: nothing can be pulled here.
+pub(crate) const PAUSE_IMAGE: &str = "registry.k8s.io/pause:3.10.1";
+
+/// The pods' IPv4 subnet on the node's bridge: a documentation range, inside the node's network
+/// namespace only (every node has its own).
+pub(crate) const POD_SUBNET: &str = "203.0.113.0/24";
+
+/// The cluster's DNS domain (the kubelet's `clusterDomain`).
+pub(crate) const CLUSTER_DOMAIN: &str = "cluster.local";
+
+/// The label and taint key of kubeadm's control-plane nodes.
+pub(crate) const CONTROL_PLANE_ROLE: &str = "node-role.kubernetes.io/control-plane";
+
+/// The port the kubelet serves on, as on every real node (the approver dials it for renewals).
+pub(crate) const KUBELET_PORT: u16 = 10250;
+
+/// The kubelet's healthz port, on the node's address.
+pub(crate) const KUBELET_HEALTHZ_PORT: u16 = 10248;
+
+/// kube-proxy's healthz port, on the node's address.
+pub(crate) const KUBE_PROXY_HEALTHZ_PORT: u16 = 10256;
+
+/// containerd's configuration (version 2, containerd 1.6) for a node in `dir`: its state under
+/// `dir`, the CRI plugin with runc through cgroupfs, and the CNI network of `dir/cni`.
+///
+/// `restrict_oom_score_adj`: runc may not lower a process's `oom_score_adj` below this process's
+/// (as in a container), and the kubelet asks for lower values for guaranteed pods.
+pub(crate) fn containerd(dir: &Path) -> String {
+    let dir = dir.display();
+    format!(
+        r#"version = 2
+root = "{dir}/containerd/root"
+state = "{dir}/containerd/state"
+disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.aufs", "io.containerd.tracing.processor.v1.otlp", "io.containerd.internal.v1.tracing"]
+
+[grpc]
+  address = "{dir}/containerd.sock"
+
+[ttrpc]
+  address = "{dir}/containerd.ttrpc.sock"
+
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "{PAUSE_IMAGE}"
+  restrict_oom_score_adj = true
+  enable_selinux = false
+  disable_apparmor = true
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "overlayfs"
+    default_runtime_name = "runc"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        SystemdCgroup = false
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "/usr/lib/cni"
+    conf_dir = "{dir}/cni"
+
+[plugins."io.containerd.internal.v1.opt"]
+  path = "{dir}/containerd/opt"
+"#
+    )
+}
+
+/// The CNI network: a bridge with the node as the pods' gateway, addresses from [`POD_SUBNET`]
+/// kept under `dir`, and traffic leaving the subnet masqueraded to the node's address.
+pub(crate) fn cni(dir: &Path) -> serde_json::Value {
+    json!({
+        "cniVersion": "1.0.0",
+        "name": "testenv",
+        "plugins": [
+            {
+                "type": "bridge",
+                "bridge": "cni0",
+                "isGateway": true,
+                "ipMasq": true,
+                "hairpinMode": true,
+                "ipam": {
+                    "type": "host-local",
+                    "ranges": [[{"subnet": POD_SUBNET}]],
+                    "routes": [{"dst": "0.0.0.0/0"}],
+                    "dataDir": dir.join("cni-ipam").display().to_string(),
+                },
+            },
+            {"type": "portmap", "capabilities": {"portMappings": true}},
+        ],
+    })
+}
+
+/// What the kubelet's configuration depends on.
+pub(crate) struct KubeletSettings<'a> {
+    pub(crate) dir: &'a Path,
+    pub(crate) ca: &'a Path,
+    pub(crate) node_ip: IpAddr,
+    pub(crate) cluster_dns: IpAddr,
+    pub(crate) cgroup_root: &'a str,
+    pub(crate) control_plane_role: bool,
+}
+
+/// The KubeletConfiguration of a node running real containers: cgroupfs under its own cgroup root
+/// (QoS cgroups and node-allocatable enforcement for pods, as on a real node), cgroup v1 allowed,
+/// serving certificates by CSR, the cluster DNS, no image garbage collection (the imported images
+/// could not be pulled back) and eviction only at the very end of memory and disk.
+pub(crate) fn kubelet(settings: &KubeletSettings<'_>) -> serde_json::Value {
+    let endpoint = format!("unix://{}", settings.dir.join("containerd.sock").display());
+    let taints = if settings.control_plane_role {
+        json!([{"key": CONTROL_PLANE_ROLE, "effect": "NoSchedule"}])
+    } else {
+        json!([])
+    };
+    json!({
+        "apiVersion": "kubelet.config.k8s.io/v1beta1",
+        "kind": "KubeletConfiguration",
+        "address": settings.node_ip.to_string(),
+        "port": KUBELET_PORT,
+        "readOnlyPort": 0,
+        "healthzBindAddress": settings.node_ip.to_string(),
+        "healthzPort": KUBELET_HEALTHZ_PORT,
+        "authentication": {
+            "anonymous": {"enabled": false},
+            "webhook": {"enabled": false},
+            "x509": {"clientCAFile": settings.ca.display().to_string()},
+        },
+        "authorization": {"mode": "AlwaysAllow"},
+        "serverTLSBootstrap": true,
+        "rotateCertificates": false,
+        "failCgroupV1": false,
+        "cgroupDriver": "cgroupfs",
+        "cgroupRoot": settings.cgroup_root,
+        "cgroupsPerQOS": true,
+        "enforceNodeAllocatable": ["pods"],
+        "failSwapOn": false,
+        "containerRuntimeEndpoint": endpoint,
+        "imageServiceEndpoint": endpoint,
+        "clusterDNS": [settings.cluster_dns.to_string()],
+        "clusterDomain": CLUSTER_DOMAIN,
+        "resolvConf": "",
+        "imageGCHighThresholdPercent": 100,
+        "imageGCLowThresholdPercent": 99,
+        "evictionHard": {"memory.available": "1Mi", "nodefs.available": "1%", "imagefs.available": "1%"},
+        "registerWithTaints": taints,
+        "podLogsDir": settings.dir.join("pod-logs").display().to_string(),
+        "volumePluginDir": settings.dir.join("volume-plugins").display().to_string(),
+    })
+}
+
+/// kube-proxy's configuration: iptables mode in the node's namespace, masquerading all Service
+/// traffic (pods on one bridge then reach each other's Services without `br_netfilter`), leaving
+/// the machine's conntrack settings alone.
+pub(crate) fn kube_proxy(dir: &Path, node_name: &str, node_ip: IpAddr) -> serde_json::Value {
+    json!({
+        "apiVersion": "kubeproxy.config.k8s.io/v1alpha1",
+        "kind": "KubeProxyConfiguration",
+        "clientConnection": {"kubeconfig": dir.join("kube-proxy.kubeconfig").display().to_string()},
+        "mode": "iptables",
+        "hostnameOverride": node_name,
+        "bindAddress": node_ip.to_string(),
+        "healthzBindAddress": format!("{node_ip}:{KUBE_PROXY_HEALTHZ_PORT}"),
+        "metricsBindAddress": "127.0.0.1:10249",
+        "clusterCIDR": POD_SUBNET,
+        "iptables": {"masqueradeAll": true},
+        "conntrack": {
+            "maxPerCore": 0,
+            "min": 0,
+            "tcpEstablishedTimeout": "0s",
+            "tcpCloseWaitTimeout": "0s",
+        },
+    })
+}

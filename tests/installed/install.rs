@@ -1,0 +1,57 @@
+//! `helm install` with the defaults: two replicas, the node's own serving certificate, `helm test`.
+
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::Api;
+use kube::api::LogParams;
+
+use crate::support::installed::{
+    self, NAMESPACE, RELEASE, can_run, decision, diagnose, helm_in, install, lease_holder, names, pods,
+    running_and_ready, wait_issued_serving_csr,
+};
+
+/// `helm install --wait` gives two Running and Ready replicas, one holding the Lease; the node's
+/// own kubelet-serving CSR is approved by the pod and issued, so `kubectl logs` (the apiserver
+/// dialling the kubelet, verifying that certificate) works; `helm test` passes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn helm_install_runs_two_replicas_that_approve_their_own_nodes_serving_certificate() {
+    let Some(_turn) = can_run().await else { return };
+    let (cluster, _images) = installed::cluster(false).await;
+    let admin = cluster.control_plane().admin_client().await.unwrap();
+    let started = Instant::now();
+    install(&cluster, "install", &[])
+        .unwrap_or_else(|error| panic!("helm install failed: {error}\n{}", diagnose(&cluster)));
+    eprintln!("helm install --wait took {:.1} s", started.elapsed().as_secs_f64());
+
+    let replicas = pods(&admin).await;
+    assert_eq!(replicas.len(), 2, "{:?}", names(&replicas));
+    assert!(replicas.iter().all(running_and_ready), "{:?}", replicas.iter().map(|p| &p.status).collect::<Vec<_>>());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let holder = loop {
+        if let Some(holder) = lease_holder(&admin).await {
+            break holder;
+        }
+        assert!(Instant::now() < deadline, "no replica holds the Lease");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert!(
+        names(&replicas).iter().any(|name| holder.starts_with(name.as_str())),
+        "{holder} is none of {:?}",
+        names(&replicas)
+    );
+
+    let csr = wait_issued_serving_csr(&admin, Duration::from_secs(60)).await;
+    let csr = csr.unwrap_or_else(|| panic!("the node's serving CSR was not issued\n{}", diagnose(&cluster)));
+    let (kind, reason) = decision(&csr).unwrap();
+    assert_eq!(kind, "Approved", "{csr:?}");
+    assert!(!reason.is_empty(), "{csr:?}");
+
+    // The apiserver reaches the kubelet with the issued certificate, verified with the cluster CA.
+    let logs_api: Api<Pod> = Api::namespaced(admin.clone(), NAMESPACE);
+    let logs = logs_api.logs(&names(&replicas)[0], &LogParams::default()).await.unwrap();
+    assert!(logs.contains('{'), "no JSON log lines: {logs}");
+
+    let test = helm_in(&cluster, &["test", RELEASE, "--namespace", NAMESPACE, "--timeout", "120s"]);
+    assert!(test.is_ok(), "helm test failed: {test:?}\n{}", diagnose(&cluster));
+}

@@ -1,0 +1,3 @@
+module node-csr-approver/tools/pause
+
+go 1.26.0
