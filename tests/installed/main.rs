@@ -12,4 +12,5 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod control_plane_node;
 mod install;
