@@ -48,12 +48,12 @@ async fn helm_upgrade_and_rollback_roll_both_replicas_deciding_every_csr_once_an
     let installed = names(&pods(&admin).await);
     eprintln!("installed in {:.1} s: {installed:?}", started.elapsed().as_secs_f64());
 
-    let upgraded = roll(&cluster, "helm upgrade --set loggingLevel=1", &installed, || {
+    let upgraded = roll(&cluster, "helm upgrade --set loggingLevel=1", "upgrade", &installed, || {
         install(&cluster, "upgrade", &["--set", "loggingLevel=1"])
     })
     .await;
     let rollback = ["rollback", RELEASE, "1", "--namespace", NAMESPACE, "--wait", "--timeout", HELM_TIMEOUT];
-    roll(&cluster, "helm rollback approver 1", &upgraded, || helm_in(&cluster, &rollback)).await;
+    roll(&cluster, "helm rollback approver 1", "rollback", &upgraded, || helm_in(&cluster, &rollback)).await;
     let history = helm_in(&cluster, &["history", RELEASE, "--namespace", NAMESPACE]).unwrap();
     assert_eq!(history.lines().count(), 4, "a header and three revisions:\n{history}");
 
@@ -61,18 +61,19 @@ async fn helm_upgrade_and_rollback_roll_both_replicas_deciding_every_csr_once_an
     eprintln!("test took {:.1} s", started.elapsed().as_secs_f64());
 }
 
-/// Runs `helm` (an upgrade or a rollback changing the pod template) while CSRs arrive; checks
-/// that both replicas `before` were replaced by two new Running and Ready pods, one of which
-/// holds the Lease, and that every CSR was decided exactly once as it must be. Returns the new
-/// pods' names.
+/// Runs `helm` (an upgrade or a rollback changing the pod template) while CSRs `<prefix>-<number>`
+/// arrive; checks that both replicas `before` were replaced by two new Running and Ready pods, one
+/// of which holds the Lease, and that every CSR was decided exactly once as it must be. Returns
+/// the new pods' names.
 async fn roll(
     cluster: &ContainerCluster,
     what: &str,
+    prefix: &str,
     before: &[String],
     helm: impl FnOnce() -> Result<String, String>,
 ) -> Vec<String> {
     let admin = cluster.control_plane().admin_client().await.unwrap();
-    let workload = Workload::start(cluster, &what.replace(' ', "-").replace(['=', '.'], "-"), RATE).await;
+    let workload = Workload::start(cluster, prefix, RATE).await;
     tokio::time::sleep(Duration::from_secs(3)).await;
     let started = Instant::now();
     // helm blocks this worker; the workload goes on on the other one.
