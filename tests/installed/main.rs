@@ -13,3 +13,5 @@
 mod support;
 
 mod install;
+mod leader;
+mod rolling;
