@@ -14,3 +14,5 @@ mod support;
 
 mod control_plane_node;
 mod install;
+mod leader;
+mod rolling;

@@ -172,3 +172,133 @@ pub fn diagnose(cluster: &ContainerCluster) -> String {
     let pods = helm_in(cluster, &["status", RELEASE, "--namespace", NAMESPACE]).unwrap_or_else(|error| error);
     format!("helm status:\n{pods}\nkubelet log tail:\n{}", lines[lines.len().saturating_sub(40)..].join("\n"))
 }
+
+/// A kubelet-serving CSR a [`Workload`] created, and the one condition it must end with.
+#[derive(Debug, Clone)]
+pub struct Sent {
+    /// Its name.
+    pub name: String,
+    /// `Approved` (the node's own request) or `Denied` (a forged one).
+    pub expect: &'static str,
+}
+
+/// Every this many CSRs of a [`Workload`], one is forged.
+const FORGED_EVERY: usize = 4;
+
+/// kubelet-serving CSRs created as the node (impersonating `system:node:<NODE_NAME>`) at a steady
+/// rate until stopped: the node's own request (its name and address, as its kubelet asks; approved)
+/// and, every [`FORGED_EVERY`]th, a forged one (a DNS SAN outside the provider regex; denied).
+pub struct Workload {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    task: tokio::task::JoinHandle<Vec<Sent>>,
+}
+
+impl Workload {
+    /// Starts creating CSRs `<prefix>-<number>`, `per_second` a second.
+    pub async fn start(cluster: &ContainerCluster, prefix: &str, per_second: u32) -> Workload {
+        let node = format!("system:node:{NODE_NAME}");
+        let client = cluster.control_plane().impersonated_client(&node, &["system:nodes"]).await.unwrap();
+        let api = Api::<CertificateSigningRequest>::all(client);
+        let address = cluster.node().node_ip().to_string();
+        let own = super::Request::node(NODE_NAME).dns(NODE_NAME).ip(&address).pem();
+        let forged = super::Request::node(NODE_NAME).dns("auth.evil.io").pem();
+        let (stop, prefix) = (std::sync::Arc::<std::sync::atomic::AtomicBool>::default(), prefix.to_owned());
+        let stopped = stop.clone();
+        let task = tokio::spawn(async move {
+            let mut sent = Vec::new();
+            let mut tick = tokio::time::interval(Duration::from_secs(1) / per_second);
+            while !stopped.load(std::sync::atomic::Ordering::Relaxed) {
+                tick.tick().await;
+                let i = sent.len();
+                let (expect, pem) =
+                    if i % FORGED_EVERY == FORGED_EVERY - 1 { ("Denied", &forged) } else { ("Approved", &own) };
+                let name = format!("{prefix}-{i:03}");
+                let csr = testkit::csr::object(&name, testkit::csr::SERVING_SIGNER, &super::SERVING_USAGES, pem);
+                api.create(&kube::api::PostParams::default(), &csr)
+                    .await
+                    .unwrap_or_else(|error| panic!("creating {name}: {error}"));
+                sent.push(Sent { name, expect });
+            }
+            sent
+        });
+        Workload { stop, task }
+    }
+
+    /// Stops creating; returns every CSR created.
+    pub async fn stop(self) -> Vec<Sent> {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.task.await.unwrap()
+    }
+}
+
+/// Once every CSR is decided, how long to wait for a second condition that must not come.
+const SETTLE: Duration = Duration::from_secs(3);
+
+/// Waits until every CSR of `sent` carries a condition, at most `limit`, then [`SETTLE`] more,
+/// and asserts each carries exactly one condition, the expected one; returns how long the wait
+/// took and prints the counts under `what`.
+pub async fn assert_decided_once(cluster: &ContainerCluster, what: &str, sent: &[Sent], limit: Duration) -> Duration {
+    let admin = cluster.control_plane().admin_client().await.unwrap();
+    let api = Api::<CertificateSigningRequest>::all(admin);
+    let conditions = || async {
+        let csrs = api.list(&ListParams::default()).await.unwrap().items;
+        let types = |csr: CertificateSigningRequest| {
+            let conditions = csr.status.and_then(|status| status.conditions).unwrap_or_default();
+            (csr.metadata.name.unwrap_or_default(), conditions.into_iter().map(|c| c.type_).collect::<Vec<_>>())
+        };
+        csrs.into_iter().map(types).collect::<std::collections::BTreeMap<_, _>>()
+    };
+    let started = Instant::now();
+    let deadline = started + limit;
+    let waited = loop {
+        let found = conditions().await;
+        let pending = sent.iter().filter(|csr| found.get(&csr.name).is_none_or(Vec::is_empty)).count();
+        if pending == 0 || Instant::now() >= deadline {
+            break started.elapsed();
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    };
+    tokio::time::sleep(SETTLE).await;
+    let found = conditions().await;
+    let mut wrong = Vec::new();
+    for csr in sent {
+        let got = found.get(&csr.name).cloned().unwrap_or_default();
+        if got != [csr.expect] {
+            wrong.push(format!("{}: expected [{}], got {got:?}", csr.name, csr.expect));
+        }
+    }
+    let denied = sent.iter().filter(|csr| csr.expect == "Denied").count();
+    eprintln!(
+        "{what}: {} CSRs created ({} the node's own, {denied} forged), {} decided wrongly, more than once or never; \
+         waited {:.1} s for the last decision",
+        sent.len(),
+        sent.len() - denied,
+        wrong.len(),
+        waited.as_secs_f64()
+    );
+    assert!(
+        wrong.is_empty(),
+        "{what}: {} of {} CSRs not decided exactly once as expected:\n{}\n{}",
+        wrong.len(),
+        sent.len(),
+        wrong.join("\n"),
+        diagnose(cluster)
+    );
+    waited
+}
+
+/// Waits up to `limit` until the Lease is held, by a holder other than `not` when given (matched as
+/// a pod name, the holder identity's prefix); returns the holder.
+pub async fn wait_holder(admin: &Client, not: Option<&str>, limit: Duration) -> Option<String> {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(holder) = lease_holder(admin).await.filter(|holder| not.is_none_or(|not| !holder.starts_with(not)))
+        {
+            return Some(holder);
+        }
+        if Instant::now() >= deadline {
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}

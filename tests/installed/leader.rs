@@ -1,0 +1,59 @@
+//! The leader pod deleted while CSRs arrive: the standby takes the Lease over and every CSR ends
+//! decided exactly once, as it must be.
+
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::Api;
+use kube::api::DeleteParams;
+
+use crate::support::installed::{
+    self, NAMESPACE, Workload, assert_decided_once, can_run, diagnose, install, lease_holder, names, pods, wait_holder,
+};
+
+/// The chart's default `leaseDuration`: a standby takes an abandoned Lease within it.
+const LEASE_DURATION: Duration = Duration::from_secs(15);
+/// CSRs created each second.
+const RATE: u32 = 5;
+/// Once the workload stops, every CSR is decided within this.
+const RECOVERY: Duration = Duration::from_secs(20);
+
+/// With the chart's defaults (two replicas, leader election), deleting the pod that holds the
+/// Lease while a node keeps creating CSRs hands the Lease to the other replica, the standby that
+/// was already running, within a lease duration; every CSR created before, during and after ends
+/// with exactly one condition: Approved for the node's own requests, Denied for forged ones.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_standby_takes_over_when_the_leader_pod_is_deleted_and_every_csr_is_decided_once() {
+    let Some(_turn) = can_run().await else { return };
+    let started = Instant::now();
+    let (cluster, _images) = installed::cluster(false).await;
+    let admin = cluster.control_plane().admin_client().await.unwrap();
+    install(&cluster, "install", &[])
+        .unwrap_or_else(|error| panic!("helm install failed: {error}\n{}", diagnose(&cluster)));
+    let replicas = names(&pods(&admin).await);
+    let holder = wait_holder(&admin, None, Duration::from_secs(30)).await.expect("no replica holds the Lease");
+    let leader = replicas.iter().find(|name| holder.starts_with(name.as_str())).unwrap_or_else(|| {
+        panic!("the Lease holder {holder} is none of {replicas:?}");
+    });
+    let standbys: Vec<&String> = replicas.iter().filter(|name| *name != leader).collect();
+    eprintln!("installed in {:.1} s: leader {leader}, standbys {standbys:?}", started.elapsed().as_secs_f64());
+
+    let workload = Workload::start(&cluster, "leader", RATE).await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let deleted = Instant::now();
+    Api::<Pod>::namespaced(admin.clone(), NAMESPACE).delete(leader, &DeleteParams::default()).await.unwrap();
+    let next = wait_holder(&admin, Some(leader), LEASE_DURATION + Duration::from_secs(10)).await;
+    let next = next.unwrap_or_else(|| panic!("nobody took the Lease over from {leader}\n{}", diagnose(&cluster)));
+    let takeover = deleted.elapsed();
+    assert!(
+        standbys.iter().any(|standby| next.starts_with(standby.as_str())),
+        "the Lease went to {next}, not to a standby of {standbys:?} (a replacement pod?)"
+    );
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    let sent = workload.stop().await;
+    eprintln!("{next} took the Lease {:.1} s after {leader} was deleted", takeover.as_secs_f64());
+
+    assert_decided_once(&cluster, "leader pod deleted", &sent, RECOVERY).await;
+    assert_eq!(lease_holder(&admin).await.as_deref(), Some(next.as_str()), "the Lease changed hands again");
+    eprintln!("test took {:.1} s", started.elapsed().as_secs_f64());
+}
