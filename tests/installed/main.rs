@@ -12,6 +12,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod control_plane_node;
 mod install;
 mod leader;
 mod rolling;
