@@ -11,10 +11,13 @@
 //! this machine's address; where namespaces cannot be created it says so and uses this machine's
 //! own address instead.
 //!
-//! Usage: `cargo run -p demo`. The first run builds the tools it runs (etcd, kube-apiserver,
+//! Usage: `cargo run -p demo` (`-- --helm`: the chart installed by helm from the image into a
+//! cluster whose node runs containers instead, see [`helm`]). The first run builds the tools it runs (etcd, kube-apiserver,
 //! kube-controller-manager, kubelet and the fake container runtime, from their Go modules: about
 //! 5 minutes on 2 idle cores, cached afterwards) and the approver (a debug build that reuses what
 //! cargo compiled for the demo), saying so before each step.
+
+mod helm;
 
 use std::net::IpAddr;
 use std::process::{ExitCode, Stdio};
@@ -73,7 +76,15 @@ const SAMPLES: [Sample; 3] = [
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    match demo().await {
+    let run = match std::env::args().nth(1).as_deref() {
+        None => demo().await,
+        Some("--helm") => helm::demo().await,
+        Some(other) => {
+            eprintln!("demo: unknown argument {other}\nusage: demo [--helm]");
+            return ExitCode::from(2);
+        }
+    };
+    match run {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             eprintln!("demo: {error}");
