@@ -33,7 +33,8 @@ impl Launch {
     /// reconciler writing it into the `default/kubernetes` EndpointSlice), or on 127.0.0.1 with no
     /// reconciler. The `ServiceAccount` admission plugin (which mounts a token into pods and
     /// rejects pods whose ServiceAccount does not exist yet) runs only for `pods_run`: a cluster
-    /// whose nodes run containers and whose controller manager creates ServiceAccounts.
+    /// whose nodes run containers and whose controller manager creates ServiceAccounts; such a
+    /// cluster also runs `NodeRestriction`, as kubeadm's do.
     pub(crate) fn new(
         binary: &Path,
         dir: &Path,
@@ -70,7 +71,10 @@ impl Launch {
             format!("--endpoint-reconciler-type={reconciler}"),
             "--profiling=false".to_owned(),
         ];
-        if !pods_run {
+        if pods_run {
+            // As kubeadm enables it: a kubelet may write only its own Node and the pods bound to it.
+            args.push("--enable-admission-plugins=NodeRestriction".to_owned());
+        } else {
             args.push("--disable-admission-plugins=ServiceAccount".to_owned());
         }
         Launch { binary: binary.to_owned(), args, log: dir.join("kube-apiserver.log") }
