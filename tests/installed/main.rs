@@ -12,4 +12,6 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod host_network;
 mod install;
+mod limits;
