@@ -1,15 +1,19 @@
 //! `hostNetwork: true`: the approver in the node's network namespace, running and deciding while
 //! the node's pod network is not up.
 
+use std::path::{Path, PathBuf};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{Event, Node, Pod};
 use kube::api::{ListParams, PostParams};
 use kube::{Api, Client};
 use serde_json::json;
+use testenv::ContainerCluster;
 
 use crate::support::installed::{
-    self, NODE_NAME, can_run, decision, diagnose, install, names, pods, running_and_ready, wait_issued_serving_csr,
+    self, NAMESPACE, NODE_NAME, can_run, decision, diagnose, install, names, pods, running_and_ready,
+    wait_issued_serving_csr,
 };
 
 /// The chart's tolerations (control-plane nodes) and the one a node without a pod network needs:
@@ -17,6 +21,9 @@ use crate::support::installed::{
 /// `node.kubernetes.io/not-ready` (NoSchedule and NoExecute), which the chart's defaults do not
 /// tolerate.
 const TOLERATIONS: &str = r#"tolerations=[{"key":"node-role.kubernetes.io/control-plane","operator":"Exists","effect":"NoSchedule"},{"key":"node.kubernetes.io/not-ready","operator":"Exists"}]"#;
+
+/// The cluster's Service addresses (testenv's `--service-cluster-ip-range`).
+const SERVICE_RANGE: &str = "10.0.0.0/24";
 
 /// How long the node may take to report NotReady once its CNI configuration is gone, and to run a
 /// pod-network pod once it is back.
@@ -40,6 +47,7 @@ async fn with_host_network_the_approver_runs_and_approves_before_the_pod_network
     let Some(_turn) = can_run().await else { return };
     let (cluster, _images) = installed::cluster(false).await;
     let admin = cluster.control_plane().admin_client().await.unwrap();
+    route_services(&cluster);
 
     let conflist = cluster.node().dir().join("cni/10-testenv.conflist");
     let held = cluster.node().dir().join("10-testenv.conflist.held");
@@ -53,7 +61,7 @@ async fn with_host_network_the_approver_runs_and_approves_before_the_pod_network
 
     let started = Instant::now();
     install(&cluster, "install", &["--set", "hostNetwork=true", "--set", "replicas=1", "--set-json", TOLERATIONS])
-        .unwrap_or_else(|error| panic!("helm install failed: {error}\n{}", diagnose(&cluster)));
+        .unwrap_or_else(|error| panic!("helm install failed: {error}\n{}\n{}", diagnose(&cluster), logs(&cluster)));
     eprintln!("helm install --wait (hostNetwork, no pod network) took {:.1} s", started.elapsed().as_secs_f64());
     let replicas = pods(&admin).await;
     assert_eq!(replicas.len(), 1, "{:?}", names(&replicas));
@@ -84,7 +92,9 @@ async fn with_host_network_the_approver_runs_and_approves_before_the_pod_network
     assert_eq!(phase.as_deref(), Some("Pending"), "{:?}", waiting.status);
     assert!(wait_node_not_ready(&admin).await.is_some(), "the node became Ready without its CNI");
 
-    std::fs::rename(&held, &conflist).unwrap();
+    // Written, not renamed back: containerd reloads its CNI configuration on a write (it ignores
+    // the creation of a file).
+    std::fs::write(&conflist, std::fs::read(&held).unwrap()).unwrap();
     let started = Instant::now();
     let running = loop {
         let pod = pod_network.get("on-pod-network").await.unwrap();
@@ -101,6 +111,21 @@ async fn with_host_network_the_approver_runs_and_approves_before_the_pod_network
         started.elapsed().as_secs_f64()
     );
     assert!(running, "the pod-network pod did not run with its network back\n{}", diagnose(&cluster));
+}
+
+/// Routes [`SERVICE_RANGE`] from the node's network namespace to the host end of its link, as a
+/// real node's default route does: kube-proxy's rules then send a host-network process's
+/// connection to a Service (the approver's to `kubernetes.default`, 10.0.0.1:443) to its endpoint.
+/// Without it the node's namespace routes only its link, so host-network pods reach no Service
+/// (pods on the pod network route everything to the node, where those rules apply).
+fn route_services(cluster: &ContainerCluster) {
+    let host = cluster.network().host_addresses()[0].to_string();
+    let namespace = format!("--net={}", cluster.network().namespace_path().display());
+    let args = [namespace.as_str(), "ip", "route", "add", SERVICE_RANGE, "via", &host];
+    assert!(
+        Command::new("nsenter").args(args).status().unwrap().success(),
+        "cannot route {SERVICE_RANGE} in the node's namespace"
+    );
 }
 
 /// A busybox pod on the pod network that tolerates the node's not-ready taint.
@@ -142,4 +167,23 @@ async fn events(admin: &Client, name: &str) -> Vec<String> {
     let events = Api::<Event>::namespaced(admin.clone(), "default").list(&ListParams::default()).await.unwrap();
     let about = events.items.into_iter().filter(|e| e.involved_object.name.as_deref() == Some(name));
     about.map(|e| format!("{}: {}", e.reason.unwrap_or_default(), e.message.unwrap_or_default())).collect()
+}
+
+/// The approver containers' logs as the kubelet wrote them (`kubectl logs` needs the serving
+/// certificate the approver did not approve).
+fn logs(cluster: &ContainerCluster) -> String {
+    let mut found = String::new();
+    let Ok(pods) = std::fs::read_dir(cluster.node().dir().join("pod-logs")) else { return found };
+    for pod in pods.flatten().filter(|pod| pod.file_name().to_string_lossy().starts_with(NAMESPACE)) {
+        for file in walk(&pod.path()) {
+            found.push_str(&format!("{}:\n{}\n", file.display(), std::fs::read_to_string(&file).unwrap_or_default()));
+        }
+    }
+    found
+}
+
+/// The files under `dir`, at any depth.
+fn walk(dir: &Path) -> Vec<PathBuf> {
+    let entries = std::fs::read_dir(dir).into_iter().flatten().flatten().map(|entry| entry.path());
+    entries.flat_map(|path| if path.is_dir() { walk(&path) } else { vec![path] }).collect()
 }

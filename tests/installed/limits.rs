@@ -44,8 +44,9 @@ async fn under_the_charts_memory_limit_a_flood_of_huge_csr_names_kills_no_pod_an
     let before = pods(&admin).await;
     assert_eq!(before.len(), 2, "{:?}", names(&before));
 
-    let node = cluster.control_plane().impersonated_client(&format!("system:node:{NODE_NAME}"), &["system:nodes"]);
-    let as_node = Api::<CertificateSigningRequest>::all(node.await.unwrap());
+    let user = format!("system:node:{NODE_NAME}");
+    let node = cluster.control_plane().impersonated_client(&user, &["system:nodes"]).await.unwrap();
+    let as_node = Api::<CertificateSigningRequest>::all(node);
     let node_ip = cluster.node().node_ip().to_string();
     let pem = Request::node(NODE_NAME).dns(NODE_NAME).ip(&node_ip).pem();
     let prefix = unique("flood");
