@@ -23,8 +23,9 @@ use crate::support::installed::{
 /// The chart's default memory limit (values.yaml, `resources.limits.memory`).
 const LIMIT_BYTES: u64 = 128 * 1024 * 1024;
 /// The flood: CSRs whose names are this long (the apiserver takes any name that is a path
-/// segment), 90 MB of names in all, which took about 112 MB of a process that kept them whole.
-const FLOOD: usize = 300;
+/// segment), 120 MB of names in all, more than the limit for a process that kept them whole (300
+/// such names took about 112 MB of one).
+const FLOOD: usize = 400;
 const LONG_NAME: usize = 300_000;
 
 /// One node floods the cluster with [`FLOOD`] CSRs of [`LONG_NAME`]-character names while both
@@ -97,6 +98,8 @@ struct PodMemory {
     cgroup: PathBuf,
     limit: u64,
     peak: u64,
+    /// The largest peak of its containers' cgroups (the pause container's and the approver's).
+    container_peak: u64,
     failcnt: u64,
     oom_kills: u64,
 }
@@ -112,7 +115,13 @@ impl PodMemory {
         let number = |file: &str| read(file).trim().parse::<u64>().unwrap();
         let oom_control = read("memory.oom_control");
         let oom_kills = oom_control.lines().find_map(|line| line.strip_prefix("oom_kill "));
+        let containers = std::fs::read_dir(&cgroup).unwrap().flatten().map(|entry| entry.path()).filter(|p| p.is_dir());
+        let container_peak = containers
+            .filter_map(|dir| std::fs::read_to_string(dir.join("memory.max_usage_in_bytes")).ok()?.trim().parse().ok())
+            .max()
+            .unwrap_or(0);
         PodMemory {
+            container_peak,
             limit: number("memory.limit_in_bytes"),
             peak: number("memory.max_usage_in_bytes"),
             failcnt: number("memory.failcnt"),
@@ -132,9 +141,10 @@ impl std::fmt::Display for PodMemory {
         let mib = |bytes: u64| bytes as f64 / 1024.0 / 1024.0;
         write!(
             f,
-            "memory limit {:.0} MiB, peak usage {:.1} MiB (page cache included), failcnt {}, oom kills {}",
+            "memory limit {:.0} MiB, peak usage {:.1} MiB (page cache included; largest container {:.1} MiB), failcnt {}, oom kills {}",
             mib(self.limit),
             mib(self.peak),
+            mib(self.container_peak),
             self.failcnt,
             self.oom_kills
         )
