@@ -32,7 +32,7 @@ const LONG_NAME: usize = 300_000;
 
 /// One node floods the cluster with [`FLOOD`] CSRs of [`LONG_NAME`]-character names while both
 /// replicas, with the chart's default resources (128Mi limit), watch: neither is OOM-killed (no
-/// restart, no `OOMKilled` last state, no OOM kill counted by its pod's memory cgroup), neither
+/// restart, no `OOMKilled` last state), neither
 /// pod's peak memory reaches the chart's request (64Mi), and the leader still decides, approving
 /// a legitimate CSR created after the flood.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -99,7 +99,9 @@ async fn under_the_charts_memory_limit_a_flood_of_huge_csr_names_kills_no_pod_an
 }
 
 /// What a pod's memory cgroup (v1) counted: its limit, its peak usage, how often the limit was
-/// hit and how many processes the kernel's OOM killer ended in it.
+/// hit and its `oom_kill` count (which stays 0 when a container's process is killed: the kernel
+/// counts that in the container's cgroup, which goes with the container; the kubelet's
+/// `OOMKilled` state tells it).
 struct PodMemory {
     cgroup: PathBuf,
     limit: u64,
