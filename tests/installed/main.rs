@@ -13,6 +13,8 @@
 mod support;
 
 mod control_plane_node;
+mod host_network;
 mod install;
 mod leader;
+mod limits;
 mod rolling;
