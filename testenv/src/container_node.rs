@@ -14,6 +14,7 @@ use std::time::Duration;
 use tempfile::TempDir;
 
 use crate::Error;
+use crate::kube_apiserver::SERVICE_RANGE;
 use crate::kubelet::{KubeletCredentials, KubeletOptions};
 use crate::node_files::{self, Server, write_credentials};
 use crate::node_network::NodeNetwork;
@@ -178,6 +179,7 @@ pub(crate) async fn start(
         ("KUBELET", tools.kubelet.display().to_string()),
         ("KUBE_PROXY", tools.kube_proxy.display().to_string()),
         ("IMAGES", images.join("\n")),
+        ("SERVICE_RANGE", SERVICE_RANGE.to_owned()),
         ("FORWARD", forward_spec),
     ];
     let mut command: Vec<String> = vec!["env".to_owned()];
