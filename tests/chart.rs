@@ -189,6 +189,13 @@ fn optional_objects_appear_only_when_asked_for() {
     let host = render_with(&["--set", "hostNetwork=true"]).unwrap();
     let pod = &find(&host, "Deployment").unwrap()["spec"]["template"]["spec"];
     assert_eq!((&pod["hostNetwork"], &pod["dnsPolicy"]), (&json!(true), &json!("ClusterFirstWithHostNet")));
+    // It runs on a node whose pod network is not up (NotReady), beside the default toleration.
+    let not_ready = json!({"key": "node.kubernetes.io/not-ready", "operator": "Exists"});
+    let tolerations = pod["tolerations"].as_array().unwrap();
+    assert!(tolerations.contains(&not_ready) && tolerations.len() == 2, "{tolerations:?}");
+    let objects = render_with(&[]).unwrap();
+    let default = &find(&objects, "Deployment").unwrap()["spec"]["template"]["spec"]["tolerations"];
+    assert!(!default.as_array().unwrap().contains(&not_ready), "{default:?}");
 }
 
 #[test]

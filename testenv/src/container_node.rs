@@ -11,16 +11,17 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
-use kube::config::AuthInfo;
 use tempfile::TempDir;
 
+use crate::Error;
+use crate::kube_apiserver::SERVICE_RANGE;
 use crate::kubelet::{KubeletCredentials, KubeletOptions};
+use crate::node_files::{self, Server, write_credentials};
 use crate::node_network::NodeNetwork;
-use crate::pki::{self, PkiFiles};
+use crate::pki::PkiFiles;
 use crate::placement::{Placement, upstream};
 use crate::process::{Cleanup, Supervised};
 use crate::relay::Relay;
-use crate::{Error, kubeconfig};
 
 use cgroups::NodeCgroup;
 use config::KubeletSettings;
@@ -142,28 +143,13 @@ pub(crate) async fn start(
     );
     let placement = Placement::new(&kubelet_options, server)?;
     let node_ip = placement.listen;
-    let dir = tempfile::Builder::new()
-        .prefix("testenv-node-")
-        .tempdir()
-        .map_err(Error::io("creating the container node's directory"))?;
+    let (dir, ca) =
+        node_files::directory("testenv-node-", &["pki", "root", "cni", "cni-ipam", "pod-logs", "volume-plugins"], pki)?;
     let path = dir.path();
-    for sub in ["pki", "root", "cni", "cni-ipam", "pod-logs", "volume-plugins"] {
-        std::fs::create_dir(path.join(sub)).map_err(Error::io(format!("creating {sub} for the node")))?;
-    }
-    let ca = path.join("ca.crt");
-    std::fs::copy(&pki.ca_cert, &ca).map_err(Error::io("copying the CA certificate for the node"))?;
-    let tls_server_name = placement.tls_server_name.as_deref();
-    write_credentials(
-        pki,
-        path,
-        &ca,
-        &placement.server,
-        tls_server_name,
-        "kubelet",
-        &format!("system:node:{}", options.node_name),
-        "system:nodes",
-    )?;
-    write_credentials(pki, path, &ca, &placement.server, tls_server_name, "kube-proxy", "system:kube-proxy", "")?;
+    let apiserver = Server { url: &placement.server, tls_server_name: placement.tls_server_name.as_deref() };
+    let node_user = format!("system:node:{}", options.node_name);
+    write_credentials(pki, &ca, &apiserver, (&node_user, "system:nodes"), &path.join("kubelet.kubeconfig"))?;
+    write_credentials(pki, &ca, &apiserver, ("system:kube-proxy", ""), &path.join("kube-proxy.kubeconfig"))?;
 
     let cgroup = NodeCgroup::create(&format!("{}-{}", std::process::id(), options.network.link_name()))?;
     write(&path.join("containerd.toml"), &config::containerd(path))?;
@@ -193,6 +179,7 @@ pub(crate) async fn start(
         ("KUBELET", tools.kubelet.display().to_string()),
         ("KUBE_PROXY", tools.kube_proxy.display().to_string()),
         ("IMAGES", images.join("\n")),
+        ("SERVICE_RANGE", SERVICE_RANGE.to_owned()),
         ("FORWARD", forward_spec),
     ];
     let mut command: Vec<String> = vec!["env".to_owned()];
@@ -222,32 +209,6 @@ pub(crate) async fn start(
     )?;
     process.wait_healthy(START_TIMEOUT, || placement.healthz(config::KUBELET_HEALTHZ_PORT)).await?;
     Ok(ContainerNode { process, cgroup, _forward: forward, placement, node_name: options.node_name.clone(), dir })
-}
-
-/// Writes `<name>.kubeconfig` in `dir` for a client certificate of `pki`'s CA for `user` in
-/// `group`, reaching the apiserver at `server`.
-#[allow(clippy::too_many_arguments)]
-fn write_credentials(
-    pki: &PkiFiles,
-    dir: &Path,
-    ca: &Path,
-    server: &str,
-    tls_server_name: Option<&str>,
-    name: &str,
-    user: &str,
-    group: &str,
-) -> Result<(), Error> {
-    let (cert, key) = pki::client_certificate(pki, user, group)?;
-    let (cert_path, key_path) =
-        (dir.join(format!("pki/{name}-client.crt")), dir.join(format!("pki/{name}-client.key")));
-    write(&cert_path, &cert)?;
-    write(&key_path, &key)?;
-    let auth = AuthInfo {
-        client_certificate: Some(cert_path.display().to_string()),
-        client_key: Some(key_path.display().to_string()),
-        ..AuthInfo::default()
-    };
-    kubeconfig::write(&kubeconfig::for_user(server, ca, auth, tls_server_name), &dir.join(format!("{name}.kubeconfig")))
 }
 
 fn write(path: &Path, contents: &str) -> Result<(), Error> {

@@ -169,19 +169,7 @@ impl ControlPlane {
     /// wasteful): on the shared control plane use [`ControlPlane::shared_with_signer`]. On failure
     /// the error, including the tail of its log, is also printed to stderr.
     pub async fn start_signer(&self) -> Result<Signer, Error> {
-        let owned = self.owned.as_ref().ok_or(Error::NotOwned("start_signer"))?;
-        let started = kube_controller_manager::start(
-            &owned.kube_controller_manager,
-            owned.dir.path(),
-            (&self.kubeconfig, &self.kubeconfig_path),
-            &owned.pki,
-            Controllers::Signing,
-        )
-        .await;
-        if let Err(error) = &started {
-            eprintln!("testenv: {error}");
-        }
-        started
+        self.start_kube_controller_manager(Controllers::Signing, "start_signer").await
     }
 
     /// Starts kube-controller-manager with its default controllers, as on a real cluster: the
@@ -189,13 +177,21 @@ impl ControlPlane {
     /// ConfigMap pods mount, the garbage collector, the namespace and disruption controllers, and
     /// kubelet client CSR approval (`csrapproving`). Ended when the returned handle is dropped.
     pub async fn start_controller_manager(&self) -> Result<Signer, Error> {
-        let owned = self.owned.as_ref().ok_or(Error::NotOwned("start_controller_manager"))?;
+        self.start_kube_controller_manager(Controllers::Default, "start_controller_manager").await
+    }
+
+    async fn start_kube_controller_manager(
+        &self,
+        controllers: Controllers,
+        what: &'static str,
+    ) -> Result<Signer, Error> {
+        let owned = self.owned.as_ref().ok_or(Error::NotOwned(what))?;
         let started = kube_controller_manager::start(
             &owned.kube_controller_manager,
             owned.dir.path(),
             (&self.kubeconfig, &self.kubeconfig_path),
             &owned.pki,
-            Controllers::Default,
+            controllers,
         )
         .await;
         if let Err(error) = &started {

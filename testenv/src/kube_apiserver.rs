@@ -16,6 +16,10 @@ use crate::{Error, kubeconfig};
 /// How long kube-apiserver may take to become ready.
 const START_TIMEOUT: Duration = Duration::from_secs(120);
 
+/// The cluster's Service addresses (ClusterIPs); the first, 10.0.0.1, is the `kubernetes`
+/// Service's.
+pub(crate) const SERVICE_RANGE: &str = "10.0.0.0/24";
+
 /// Issuer of the ServiceAccount tokens this apiserver signs.
 const SERVICE_ACCOUNT_ISSUER: &str = "https://kubernetes.default.svc.cluster.local";
 
@@ -59,7 +63,7 @@ impl Launch {
             format!("--service-account-issuer={SERVICE_ACCOUNT_ISSUER}"),
             format!("--service-account-key-file={}", pki.service_account_public_key.display()),
             format!("--service-account-signing-key-file={}", pki.service_account_key.display()),
-            "--service-cluster-ip-range=10.0.0.0/24".to_owned(),
+            format!("--service-cluster-ip-range={SERVICE_RANGE}"),
             "--authorization-mode=Node,RBAC".to_owned(),
             "--enable-bootstrap-token-auth".to_owned(),
             // Kubelets' serving certificates are verified with the cluster CA, at the node's

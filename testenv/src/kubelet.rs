@@ -10,8 +10,9 @@ use serde_json::json;
 use tempfile::TempDir;
 use tokio::time::{Instant, sleep};
 
+use crate::node_files::{self, Server, write_credentials};
 use crate::node_network::NodeNetwork;
-use crate::pki::{self, PkiFiles};
+use crate::pki::PkiFiles;
 use crate::placement::Placement;
 use crate::ports::free_port;
 use crate::process::Supervised;
@@ -183,16 +184,12 @@ pub(crate) async fn start(
     let KubeletOptions { node_name, credentials, .. } = options;
     let placement = Placement::new(options, server)?;
     let (server, tls_server_name) = (placement.server.as_str(), placement.tls_server_name.as_deref());
-    let dir = tempfile::Builder::new()
-        .prefix("testenv-kubelet-")
-        .tempdir()
-        .map_err(Error::io("creating the kubelet directory"))?;
+    let (dir, ca) = node_files::directory(
+        "testenv-kubelet-",
+        &["pki", "root", "var-lib", "var-log", "pod-logs", "volume-plugins"],
+        pki,
+    )?;
     let path = dir.path();
-    for sub in ["pki", "root", "var-lib", "var-log", "pod-logs", "volume-plugins"] {
-        std::fs::create_dir(path.join(sub)).map_err(Error::io(format!("creating {sub} for the kubelet")))?;
-    }
-    let ca = path.join("ca.crt");
-    std::fs::copy(&pki.ca_cert, &ca).map_err(Error::io("copying the CA certificate for the kubelet"))?;
     let kubeconfig_path = path.join("kubeconfig");
     let mut args = vec![
         format!("--config={}", path.join("config.json").display()),
@@ -205,16 +202,9 @@ pub(crate) async fn start(
     ];
     match credentials {
         KubeletCredentials::NodeCertificate => {
-            let (cert, key) = pki::client_certificate(pki, &format!("system:node:{node_name}"), "system:nodes")?;
-            let (cert_path, key_path) = (path.join("node.crt"), path.join("node.key"));
-            write(&cert_path, &cert)?;
-            write(&key_path, &key)?;
-            let user = AuthInfo {
-                client_certificate: Some(cert_path.display().to_string()),
-                client_key: Some(key_path.display().to_string()),
-                ..AuthInfo::default()
-            };
-            kubeconfig::write(&kubeconfig::for_user(server, &ca, user, tls_server_name), &kubeconfig_path)?;
+            let user = format!("system:node:{node_name}");
+            let apiserver = Server { url: server, tls_server_name };
+            write_credentials(pki, &ca, &apiserver, (&user, "system:nodes"), &kubeconfig_path)?;
         }
         KubeletCredentials::BootstrapToken(token) => {
             let user = AuthInfo { token: Some(SecretString::from(token.clone())), ..AuthInfo::default() };

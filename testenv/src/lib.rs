@@ -53,6 +53,7 @@ mod kube_controller_manager;
 mod kube_scheduler;
 mod kubeconfig;
 mod kubelet;
+mod node_files;
 mod node_network;
 mod objects;
 mod oracle;

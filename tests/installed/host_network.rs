@@ -2,7 +2,6 @@
 //! the node's pod network is not up.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{Event, Node, Pod};
@@ -15,15 +14,6 @@ use crate::support::installed::{
     self, NAMESPACE, NODE_NAME, can_run, decision, diagnose, install, names, pods, running_and_ready,
     wait_issued_serving_csr,
 };
-
-/// The chart's tolerations (control-plane nodes) and the one a node without a pod network needs:
-/// its kubelet reports it NotReady, and the node lifecycle controller taints it
-/// `node.kubernetes.io/not-ready` (NoSchedule and NoExecute), which the chart's defaults do not
-/// tolerate.
-const TOLERATIONS: &str = r#"tolerations=[{"key":"node-role.kubernetes.io/control-plane","operator":"Exists","effect":"NoSchedule"},{"key":"node.kubernetes.io/not-ready","operator":"Exists"}]"#;
-
-/// The cluster's Service addresses (testenv's `--service-cluster-ip-range`).
-const SERVICE_RANGE: &str = "10.0.0.0/24";
 
 /// How long the node may take to report NotReady once its CNI configuration is gone, and to run a
 /// pod-network pod once it is back.
@@ -39,15 +29,14 @@ const NETWORK_CHANGE: Duration = Duration::from_secs(60);
 /// One replica (`replicas=1`): with `hostNetwork` the apiserver gives each container port a host
 /// port of the same number (health 8081, metrics 8080), so two replicas cannot share a node and
 /// the scheduler keeps the second Pending on this one-node cluster (a real cluster has several
-/// nodes, over which the chart spreads its replicas). Besides the two required values, the
-/// not-ready toleration ([`TOLERATIONS`]) is set: without it the chart cannot be scheduled on a
-/// node whose network is not up.
+/// nodes, over which the chart spreads its replicas). With `hostNetwork` the chart tolerates the
+/// `node.kubernetes.io/not-ready` taint the node lifecycle controller puts on such a node;
+/// without it the pod stays Pending.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_host_network_the_approver_runs_and_approves_before_the_pod_network_is_up() {
     let Some(_turn) = can_run().await else { return };
     let (cluster, _images) = installed::cluster(false).await;
     let admin = cluster.control_plane().admin_client().await.unwrap();
-    route_services(&cluster);
 
     let conflist = cluster.node().dir().join("cni/10-testenv.conflist");
     let held = cluster.node().dir().join("10-testenv.conflist.held");
@@ -60,7 +49,7 @@ async fn with_host_network_the_approver_runs_and_approves_before_the_pod_network
     pod_network.create(&PostParams::default(), &pod_network_pod()).await.unwrap();
 
     let started = Instant::now();
-    install(&cluster, "install", &["--set", "hostNetwork=true", "--set", "replicas=1", "--set-json", TOLERATIONS])
+    install(&cluster, "install", &["--set", "hostNetwork=true", "--set", "replicas=1"])
         .unwrap_or_else(|error| panic!("helm install failed: {error}\n{}\n{}", diagnose(&cluster), logs(&cluster)));
     eprintln!("helm install --wait (hostNetwork, no pod network) took {:.1} s", started.elapsed().as_secs_f64());
     let replicas = pods(&admin).await;
@@ -111,21 +100,6 @@ async fn with_host_network_the_approver_runs_and_approves_before_the_pod_network
         started.elapsed().as_secs_f64()
     );
     assert!(running, "the pod-network pod did not run with its network back\n{}", diagnose(&cluster));
-}
-
-/// Routes [`SERVICE_RANGE`] from the node's network namespace to the host end of its link, as a
-/// real node's default route does: kube-proxy's rules then send a host-network process's
-/// connection to a Service (the approver's to `kubernetes.default`, 10.0.0.1:443) to its endpoint.
-/// Without it the node's namespace routes only its link, so host-network pods reach no Service
-/// (pods on the pod network route everything to the node, where those rules apply).
-fn route_services(cluster: &ContainerCluster) {
-    let host = cluster.network().host_addresses()[0].to_string();
-    let namespace = format!("--net={}", cluster.network().namespace_path().display());
-    let args = [namespace.as_str(), "ip", "route", "add", SERVICE_RANGE, "via", &host];
-    assert!(
-        Command::new("nsenter").args(args).status().unwrap().success(),
-        "cannot route {SERVICE_RANGE} in the node's namespace"
-    );
 }
 
 /// A busybox pod on the pod network that tolerates the node's not-ready taint.

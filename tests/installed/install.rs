@@ -2,23 +2,30 @@
 
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::Api;
-use kube::api::LogParams;
+use kube::api::{LogParams, PostParams};
+use serde_json::json;
 
 use crate::support::installed::{
     self, NAMESPACE, RELEASE, can_run, decision, diagnose, helm_in, install, lease_holder, names, pods,
     running_and_ready, wait_issued_serving_csr,
 };
 
-/// `helm install --wait` gives two Running and Ready replicas, one holding the Lease; the node's
-/// own kubelet-serving CSR is approved by the pod and issued, so `kubectl logs` (the apiserver
-/// dialling the kubelet, verifying that certificate) works; `helm test` passes.
+/// `helm install --wait`, into a namespace that enforces the `restricted` Pod Security Standard
+/// (as `deploy/` labels it), gives two Running and Ready replicas, one holding the Lease; the
+/// node's own kubelet-serving CSR is approved by the pod and issued, so `kubectl logs` (the
+/// apiserver dialling the kubelet, verifying that certificate) works; `helm test` passes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn helm_install_runs_two_replicas_that_approve_their_own_nodes_serving_certificate() {
     let Some(_turn) = can_run().await else { return };
     let (cluster, _images) = installed::cluster(false).await;
     let admin = cluster.control_plane().admin_client().await.unwrap();
+    let namespace: Namespace = serde_json::from_value(json!({
+        "metadata": {"name": NAMESPACE, "labels": {"pod-security.kubernetes.io/enforce": "restricted"}},
+    }))
+    .unwrap();
+    Api::<Namespace>::all(admin.clone()).create(&PostParams::default(), &namespace).await.unwrap();
     let started = Instant::now();
     install(&cluster, "install", &[])
         .unwrap_or_else(|error| panic!("helm install failed: {error}\n{}", diagnose(&cluster)));

@@ -6,7 +6,7 @@
 #
 # Environment: DIR (the node's directory, holding the configuration files written by testenv and
 # every file the node writes), CGROUP, KUBELET, KUBE_PROXY, IMAGES (archives to import, separated
-# by newlines), FORWARD (empty, or `LISTEN_ADDRESS:PORT UPSTREAM_ADDRESS:PORT`: a TCP forwarder
+# by newlines), SERVICE_RANGE (the cluster's ClusterIPs), FORWARD (empty, or `LISTEN_ADDRESS:PORT UPSTREAM_ADDRESS:PORT`: a TCP forwarder
 # for the apiserver's advertised address when that is the node's own).
 set -eu
 
@@ -32,6 +32,10 @@ mount --bind "${DIR}/var-log" /var/log
 mount -t tmpfs -o mode=0755 testenv-run /run
 
 ip link set lo up
+# A real node routes the Service range (through its default route), so that kube-proxy's rules see
+# host-network processes' connections to Services: here on the link, with no gateway, so that a
+# packet no rule rewrote finds no neighbour and goes nowhere.
+ip route add "${SERVICE_RANGE}" dev eth0
 containerd --config "${DIR}/containerd.toml" >>"${DIR}/containerd.log" 2>&1 &
 i=0
 until ctr --address "${DIR}/containerd.sock" version >/dev/null 2>&1; do
