@@ -11,7 +11,7 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::{Api, ResourceExt};
 
 use crate::support::installed::{
-    self, can_run, decision, diagnose, install, names, pods, running_and_ready, wait_issued_serving_csr,
+    self, can_run, decision, diagnose, install_or_panic, names, pods, running_and_ready, wait_issued_serving_csr,
 };
 
 /// kubeadm's label and taint of control-plane nodes.
@@ -30,9 +30,7 @@ async fn a_control_plane_nodes_serving_certificate_is_approved_by_the_pod_runnin
     let advertised: Vec<&String> = slice.endpoints.iter().flat_map(|endpoint| &endpoint.addresses).collect();
     assert_eq!(advertised, [&cluster.node().node_ip().to_string()], "the apiserver is not advertised on the node");
     let started = Instant::now();
-    install(&cluster, "install", &[])
-        .unwrap_or_else(|error| panic!("helm install failed: {error}\n{}", diagnose(&cluster)));
-    eprintln!("helm install --wait took {:.1} s", started.elapsed().as_secs_f64());
+    install_or_panic(&cluster, &[]);
     let replicas = pods(&admin).await;
     assert!(replicas.iter().all(running_and_ready), "{:?}", names(&replicas));
 

@@ -8,7 +8,7 @@ use kube::api::{LogParams, PostParams};
 use serde_json::json;
 
 use crate::support::installed::{
-    self, NAMESPACE, RELEASE, can_run, decision, diagnose, helm_in, install, lease_holder, names, pods,
+    self, NAMESPACE, RELEASE, can_run, decision, diagnose, helm_in, install_or_panic, lease_holder, names, pods,
     running_and_ready, wait_issued_serving_csr,
 };
 
@@ -26,10 +26,7 @@ async fn helm_install_runs_two_replicas_that_approve_their_own_nodes_serving_cer
     }))
     .unwrap();
     Api::<Namespace>::all(admin.clone()).create(&PostParams::default(), &namespace).await.unwrap();
-    let started = Instant::now();
-    install(&cluster, "install", &[])
-        .unwrap_or_else(|error| panic!("helm install failed: {error}\n{}", diagnose(&cluster)));
-    eprintln!("helm install --wait took {:.1} s", started.elapsed().as_secs_f64());
+    install_or_panic(&cluster, &[]);
 
     let replicas = pods(&admin).await;
     assert_eq!(replicas.len(), 2, "{:?}", names(&replicas));

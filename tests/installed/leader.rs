@@ -8,7 +8,8 @@ use kube::Api;
 use kube::api::DeleteParams;
 
 use crate::support::installed::{
-    self, NAMESPACE, Workload, assert_decided_once, can_run, diagnose, install, lease_holder, names, pods, wait_holder,
+    self, NAMESPACE, Workload, assert_decided_once, can_run, diagnose, install_or_panic, lease_holder, names, pods,
+    wait_holder,
 };
 
 /// The chart's default `leaseDuration`: a standby takes an abandoned Lease within it.
@@ -28,8 +29,7 @@ async fn the_standby_takes_over_when_the_leader_pod_is_deleted_and_every_csr_is_
     let started = Instant::now();
     let (cluster, _images) = installed::cluster(false).await;
     let admin = cluster.control_plane().admin_client().await.unwrap();
-    install(&cluster, "install", &[])
-        .unwrap_or_else(|error| panic!("helm install failed: {error}\n{}", diagnose(&cluster)));
+    install_or_panic(&cluster, &[]);
     let replicas = names(&pods(&admin).await);
     let holder = wait_holder(&admin, None, Duration::from_secs(30)).await.expect("no replica holds the Lease");
     let leader = replicas.iter().find(|name| holder.starts_with(name.as_str())).unwrap_or_else(|| {

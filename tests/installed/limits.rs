@@ -16,7 +16,7 @@ use testenv::ContainerCluster;
 use crate::support::Request;
 use crate::support::cluster::{create_serving_csr, unique, wait_decided};
 use crate::support::installed::{
-    self, NAMESPACE, NODE_NAME, can_run, diagnose, install, lease_holder, names, pods, running_and_ready,
+    self, NAMESPACE, NODE_NAME, can_run, diagnose, install_or_panic, lease_holder, names, pods, running_and_ready,
     wait_issued_serving_csr,
 };
 
@@ -40,8 +40,7 @@ async fn under_the_charts_memory_limit_a_flood_of_huge_csr_names_kills_no_pod_an
     let Some(_turn) = can_run().await else { return };
     let (cluster, _images) = installed::cluster(false).await;
     let admin = cluster.control_plane().admin_client().await.unwrap();
-    install(&cluster, "install", &[])
-        .unwrap_or_else(|error| panic!("helm install failed: {error}\n{}", diagnose(&cluster)));
+    install_or_panic(&cluster, &[]);
     // The approver decides before the flood: the node's own serving certificate.
     let own = wait_issued_serving_csr(&admin, Duration::from_secs(60)).await;
     assert!(own.is_some(), "the node's serving CSR was not issued\n{}", diagnose(&cluster));
@@ -232,8 +231,7 @@ async fn the_probes_never_fail_while_a_client_holds_the_health_ports_connections
     let Some(_turn) = can_run().await else { return };
     let (cluster, _images) = installed::cluster(false).await;
     let admin = cluster.control_plane().admin_client().await.unwrap();
-    install(&cluster, "install", &[])
-        .unwrap_or_else(|error| panic!("helm install failed: {error}\n{}", diagnose(&cluster)));
+    install_or_panic(&cluster, &[]);
     let replicas = pods(&admin).await;
     assert!(replicas.len() == 2 && replicas.iter().all(running_and_ready), "{:?}", names(&replicas));
     let deadline = Instant::now() + Duration::from_secs(30);

@@ -19,7 +19,7 @@ use testenv::ContainerCluster;
 use crate::support::chart::parse_documents;
 use crate::support::installed::{
     self, HELM_TIMEOUT, NAMESPACE, RELEASE, Workload, assert_decided_once, can_run, diagnose, helm_in, install,
-    lease_holder, names, pods, running_and_ready, wait_holder,
+    install_or_panic, lease_holder, names, pods, running_and_ready, wait_holder,
 };
 
 /// CSRs created each second while the release changes.
@@ -42,8 +42,7 @@ async fn helm_upgrade_and_rollback_roll_both_replicas_deciding_every_csr_once_an
     let started = Instant::now();
     let (cluster, _images) = installed::cluster(false).await;
     let admin = cluster.control_plane().admin_client().await.unwrap();
-    install(&cluster, "install", &[])
-        .unwrap_or_else(|error| panic!("helm install failed: {error}\n{}", diagnose(&cluster)));
+    install_or_panic(&cluster, &[]);
     wait_holder(&admin, None, TAKEOVER).await.expect("no replica holds the Lease");
     let installed = names(&pods(&admin).await);
     eprintln!("installed in {:.1} s: {installed:?}", started.elapsed().as_secs_f64());

@@ -113,6 +113,18 @@ pub fn install(cluster: &ContainerCluster, verb: &str, extra: &[&str]) -> Result
     helm_in(cluster, &args)
 }
 
+/// `helm install` as [`install`] does, with `extra` values; panics with the cluster's state when it
+/// fails. Prints and returns how long it took.
+pub fn install_or_panic(cluster: &ContainerCluster, extra: &[&str]) -> Duration {
+    let started = Instant::now();
+    if let Err(error) = install(cluster, "install", extra) {
+        panic!("helm install failed: {error}\n{}", diagnose(cluster));
+    }
+    let took = started.elapsed();
+    eprintln!("helm install --wait took {:.1} s", took.as_secs_f64());
+    took
+}
+
 /// The release's approver pods now (those of its ReplicaSets, not `helm test`'s).
 pub async fn pods(admin: &Client) -> Vec<Pod> {
     let params = ListParams::default().labels(&format!("app.kubernetes.io/instance={RELEASE}"));
