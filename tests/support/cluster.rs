@@ -277,7 +277,17 @@ pub fn access(
 
 /// A unique CSR or node name for this run.
 pub fn unique(prefix: &str) -> String {
-    format!("{prefix}-{:06x}", rand::random::<u32>() & 0xff_ffff)
+    // 24 random bits collide once in a few hundred runs of a 400-name flood (the birthday bound):
+    // a suffix is never handed out twice in one test process.
+    static ISSUED: std::sync::Mutex<std::collections::BTreeSet<u32>> =
+        std::sync::Mutex::new(std::collections::BTreeSet::new());
+    let mut issued = ISSUED.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    loop {
+        let suffix = rand::random::<u32>() & 0xff_ffff;
+        if issued.insert(suffix) {
+            return format!("{prefix}-{suffix:06x}");
+        }
+    }
 }
 
 /// Creates a kubelet-serving CSR as `system:node:<node>` in `system:nodes`, so the apiserver
