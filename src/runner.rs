@@ -57,8 +57,13 @@ pub async fn run(settings: Settings) -> Result<(), RunError> {
     let ledger = machine_source.map(|source| CsrLedger::new(csr_cache, source.rules));
     let metrics = Metrics::new();
     let readiness = Readiness::new();
-    let servers =
-        admin::Servers::start(cfg.health_address, cfg.metrics_address, readiness.clone(), metrics.clone()).await?;
+    let servers = admin::Servers::start(
+        cfg.health_probe_bind_address,
+        cfg.metrics_bind_address,
+        readiness.clone(),
+        metrics.clone(),
+    )
+    .await?;
     let (leadership, mut election) = leader::claim(client.clone(), lease.as_ref()).await?;
     metrics.set_leader(leadership.is_leader());
     if let Some(changes) = leadership.changes() {

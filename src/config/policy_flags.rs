@@ -79,10 +79,10 @@ pub struct PolicyArgs {
 #[command(mut_args(shared))]
 pub struct DnsConfig {
     /// Nameserver ip[:port] to ask, repeatable or comma-separated [default: system resolver config]
-    #[arg(long = "dns-server", env = "DNS_SERVERS", value_delimiter = ',', value_parser = Checked(dns_server))]
+    #[arg(long = "dns-server", env = "DNS_SERVERS", value_name = "DNS_SERVERS", value_delimiter = ',', value_parser = Checked(dns_server))]
     pub servers: Option<Vec<SocketAddr>>,
     /// Bound on each DNS lookup, e.g. 500ms, 2s
-    #[arg(long = "dns-timeout", env = "DNS_TIMEOUT", default_value = "2s", value_parser = duration(Duration::from_millis(10), Duration::from_secs(60)))]
+    #[arg(long = "dns-timeout", env = "DNS_TIMEOUT", value_name = "DNS_TIMEOUT", default_value = "2s", value_parser = duration(Duration::from_millis(10), Duration::from_secs(60)))]
     pub timeout: Duration,
 }
 

@@ -39,11 +39,11 @@ pub struct RunArgs {
     #[arg(long, env = "DRAIN_TIMEOUT", default_value = "20s", value_parser = duration(Duration::ZERO, HOUR))]
     pub drain_timeout: Duration,
     /// Address of /healthz and /readyz
-    #[arg(long = "health-probe-bind-address", env = "HEALTH_PROBE_BIND_ADDRESS", default_value = ":8081", value_parser = Checked(health_address))]
-    pub health_address: BindAddress,
+    #[arg(long, env = "HEALTH_PROBE_BIND_ADDRESS", default_value = ":8081", value_parser = Checked(health_address))]
+    pub health_probe_bind_address: BindAddress,
     /// Address of /metrics; 0 disables it
-    #[arg(long = "metrics-bind-address", env = "METRICS_BIND_ADDRESS", default_value = ":8080", value_parser = Checked(metrics_address))]
-    pub metrics_address: std::option::Option<BindAddress>,
+    #[arg(long, env = "METRICS_BIND_ADDRESS", default_value = ":8080", value_parser = Checked(metrics_address))]
+    pub metrics_bind_address: std::option::Option<BindAddress>,
     /// Log format: json or text
     #[arg(long, env = "LOG_FORMAT", default_value = "json", value_parser = keyword(LOG_FORMATS))]
     pub log_format: LogFormat,
@@ -60,14 +60,14 @@ pub struct RunArgs {
 #[command(mut_args(shared))]
 pub struct LeaderArgs {
     /// Elect a leader through a Lease; only the leader writes
-    #[arg(long = "leader-election", env = "LEADER_ELECTION", default_value = "false")]
-    pub enabled: bool,
+    #[arg(long, env = "LEADER_ELECTION", default_value = "false")]
+    pub leader_election: bool,
     /// Name of the Lease
-    #[arg(long = "leader-election-id", env = "LEADER_ELECTION_ID", default_value = "node-csr-approver", value_parser = Checked(lease_name))]
-    pub lease_name: String,
+    #[arg(long, env = "LEADER_ELECTION_ID", default_value = "node-csr-approver", value_parser = Checked(lease_name))]
+    pub leader_election_id: String,
     /// Namespace of the Lease [default: the pod's namespace]
-    #[arg(long = "leader-election-namespace", env = "POD_NAMESPACE", value_parser = Checked(namespace_or_empty))]
-    pub namespace: Option<String>,
+    #[arg(long, env = "POD_NAMESPACE", value_parser = Checked(namespace_or_empty))]
+    pub leader_election_namespace: Option<String>,
     /// How long a Lease is valid without renewal, whole seconds
     #[arg(long, env = "LEASE_DURATION", default_value = "15s", value_parser = whole_seconds(SECOND, MINUTE))]
     pub lease_duration: Duration,
@@ -156,10 +156,10 @@ impl LeaderArgs {
     /// The Lease, when leader election is on: its namespace (the pod's own unless given) and its
     /// timings, each shorter than the one it must fit in; the first broken rule is returned.
     pub(super) fn validate(&self) -> Result<Option<LeaderConfig>, ConfigError> {
-        if !self.enabled {
+        if !self.leader_election {
             return Ok(None);
         }
-        let namespace = match given(self.namespace.clone()) {
+        let namespace = match given(self.leader_election_namespace.clone()) {
             Some(namespace) => namespace,
             None => pod_namespace(std::fs::read_to_string(POD_NAMESPACE_FILE))?,
         };
@@ -174,7 +174,7 @@ impl LeaderArgs {
                 return Err(ConfigError { flag, value, problem: ValueError::NotShorterThan(limit) });
             }
         }
-        let lease_name = self.lease_name.clone();
+        let lease_name = self.leader_election_id.clone();
         Ok(Some(LeaderConfig { lease_name, namespace, lease_duration, renew_deadline, retry_period }))
     }
 }
@@ -335,8 +335,8 @@ mod tests {
 
     #[test]
     fn the_metrics_endpoint_can_be_turned_off_and_the_health_endpoints_cannot() {
-        assert!(validated(&["--metrics-bind-address=0"]).unwrap().metrics_address.is_none());
-        assert!(validated(&[]).unwrap().metrics_address.is_some());
+        assert!(validated(&["--metrics-bind-address=0"]).unwrap().metrics_bind_address.is_none());
+        assert!(validated(&[]).unwrap().metrics_bind_address.is_some());
         let error = validated(&["--health-probe-bind-address=0"]).unwrap_err();
         assert!(error.contains("cannot be disabled"), "{error}");
     }
