@@ -183,7 +183,7 @@ pub enum ValueError {
     Unreadable(#[from] std::io::Error),
     /// OpenShift's machine-approver-config that is not YAML of its shape.
     #[error("{0}")]
-    ApproverConfig(#[from] serde_saphyr::Error),
+    ApproverConfig(Box<serde_saphyr::Error>),
     /// The `--rules` file cannot be used.
     #[error(transparent)]
     RulesFile(#[from] RulesFileError),

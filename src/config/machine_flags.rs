@@ -176,7 +176,8 @@ fn node_client_cert_disabled(path: &std::path::Path) -> Result<bool, ValueError>
     if text.trim().is_empty() {
         return Ok(false);
     }
-    let file: ApproverConfigFile = serde_saphyr::from_str(&text)?;
+    let file: ApproverConfigFile =
+        serde_saphyr::from_str(&text).map_err(|error| ValueError::ApproverConfig(Box::new(error)))?;
     Ok(file.node_client_cert.disabled)
 }
 

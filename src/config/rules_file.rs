@@ -39,7 +39,7 @@ pub enum RulesFileError {
     TooLarge(u64),
     /// Not YAML of the file's shape (the message on one line).
     #[error("{}", super::one_line(&.0.to_string()))]
-    Yaml(#[from] serde_saphyr::Error),
+    Yaml(Box<serde_saphyr::Error>),
     /// More than [`MAX_RULES`] rules.
     #[error("{0} rules, at most {MAX_RULES} allowed")]
     TooMany(usize),
@@ -62,7 +62,7 @@ fn parse(text: &str) -> Result<UserRules, RulesFileError> {
     if text.trim().is_empty() {
         return Ok(UserRules::default());
     }
-    let file: RulesFile = serde_saphyr::from_str(text)?;
+    let file: RulesFile = serde_saphyr::from_str(text).map_err(|error| RulesFileError::Yaml(Box::new(error)))?;
     if file.rules.len() > MAX_RULES {
         return Err(RulesFileError::TooMany(file.rules.len()));
     }
