@@ -18,8 +18,8 @@ use std::time::Duration;
 use clap::{Arg, Args, Command, ValueEnum};
 
 pub use bind_address::{BindAddress, BindAddressError};
-pub use machine_flags::{Groups, MachineApi, MachineArgs, MachineSource};
-pub use policy_flags::{DnsConfig, PolicyArgs, Prefixes, Warning};
+pub use machine_flags::{MachineApi, MachineArgs, MachineSource};
+pub use policy_flags::{DnsConfig, PolicyArgs, Warning};
 pub use rules_file::RulesFileError;
 pub use run_flags::{EventLevel, LeaderConfig, LogFormat, RunArgs};
 pub use values::go_bool;

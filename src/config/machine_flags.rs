@@ -38,7 +38,7 @@ pub struct MachineArgs {
     pub bootstrapper_username: Bootstrapper,
     /// Exact comma-separated groups of the bootstrap identity (OpenShift's by default)
     #[arg(long, env = "BOOTSTRAPPER_GROUPS", default_value = DEFAULT_BOOTSTRAPPER_GROUPS, value_parser = Checked(groups))]
-    pub bootstrapper_groups: Groups,
+    pub bootstrapper_groups: BTreeSet<String>,
     /// Machine-mode approvals stop while pending node CSRs exceed max(Machines, Nodes) + this, 0..=10000
     #[arg(long, env = "MAX_PENDING_DELTA", default_value = "100", value_parser = number::<u32>(0..=10_000))]
     pub max_pending_delta: u32,
@@ -52,10 +52,6 @@ pub struct MachineArgs {
     #[arg(long, env = "KUBELET_PORT", default_value = "10250", value_parser = number::<u16>(1..=65_535))]
     pub kubelet_port: u16,
 }
-
-/// The groups of `--bootstrapper-groups`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Groups(pub BTreeSet<String>);
 
 /// A Machine API the controller reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -153,7 +149,7 @@ impl MachineArgs {
         let rules = MachinePolicy {
             client_approval,
             bootstrapper: self.bootstrapper_username,
-            bootstrapper_groups: self.bootstrapper_groups.0,
+            bootstrapper_groups: self.bootstrapper_groups,
             max_pending_delta: self.max_pending_delta,
             serving_renewal: self.kubelet_serving_ca_file.is_some(),
         };
@@ -209,8 +205,8 @@ fn kubelet_serving_ca(text: &str) -> Result<KubeletServingCa, ValueError> {
 }
 
 /// Comma-separated group names.
-fn groups(text: &str) -> Result<Groups, ValueError> {
-    list(text, |group| Ok(group.to_owned())).map(|groups| Groups(groups.into_iter().collect()))
+fn groups(text: &str) -> Result<BTreeSet<String>, ValueError> {
+    list(text, |group| Ok(group.to_owned())).map(BTreeSet::from_iter)
 }
 
 #[cfg(test)]

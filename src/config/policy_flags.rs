@@ -22,6 +22,9 @@ const REGEX_SIZE_LIMIT: usize = 1 << 20;
 
 /// Policy and DNS flags shared by `run` and `check`; every flag also reads an env var.
 ///
+/// A type spelled with its path (`std::vec::Vec`, `std::option::Option`) is one value that clap's
+/// derive does not read as a repeated or optional flag: the value parser returns all of it.
+///
 /// clap reads each value into its type; an invalid one stops the program with one line naming
 /// the flag, the env var and the value.
 #[derive(Debug, Clone, Args)]
@@ -32,7 +35,7 @@ pub struct PolicyArgs {
     pub provider_regex: Option<regex::Regex>,
     /// Comma-separated IPv4/IPv6 prefixes IP SANs and resolved addresses must lie in [default: all addresses]
     #[arg(long, env = "PROVIDER_IP_PREFIXES", value_parser = Checked(prefixes))]
-    pub provider_ip_prefixes: Option<Prefixes>,
+    pub provider_ip_prefixes: Option<std::vec::Vec<IpNet>>,
     /// Largest accepted spec.expirationSeconds, 600..=31708800 (367 days, also the hard cap)
     #[arg(long, env = "MAX_EXPIRATION_SEC", default_value_t = MAX_EXPIRATION_CAP_SECS, value_parser = number::<i64>(600..=MAX_EXPIRATION_CAP_SECS))]
     pub max_expiration_sec: i64,
@@ -94,10 +97,6 @@ pub struct Warning(pub String);
 const HOSTNAME_MATCHES: &[(&str, HostnameMatch)] =
     &[("strict", HostnameMatch::Strict), ("prefix", HostnameMatch::Prefix)];
 
-/// The prefixes of `--provider-ip-prefixes`, each truncated to its network.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Prefixes(pub Vec<IpNet>);
-
 impl PolicyArgs {
     /// The rules and resolver settings, and the warnings they deserve; a missing
     /// `--provider-regex` and the `--rules` file are the errors left after clap has read every value.
@@ -114,7 +113,7 @@ impl PolicyArgs {
                 ))
             })
             .collect();
-        let ip_prefixes = self.provider_ip_prefixes.map(|Prefixes(prefixes)| prefixes).unwrap_or_else(|| {
+        let ip_prefixes = self.provider_ip_prefixes.unwrap_or_else(|| {
             warnings.push(Warning(
                 "--provider-ip-prefixes is not set: IP SANs and resolved addresses may be any address".into(),
             ));
@@ -170,10 +169,10 @@ fn provider_regex(text: &str) -> Result<regex::Regex, ValueError> {
 }
 
 /// Comma-separated CIDR prefixes, each truncated to its network.
-fn prefixes(text: &str) -> Result<Prefixes, ValueError> {
+fn prefixes(text: &str) -> Result<Vec<IpNet>, ValueError> {
     let prefix =
         |entry: &str| entry.parse::<IpNet>().map(|net| net.trunc()).map_err(|_| ValueError::NotPrefix(entry.into()));
-    list(text, prefix).map(Prefixes)
+    list(text, prefix)
 }
 
 /// A DNS name, lowercased and without one trailing dot.
@@ -234,7 +233,7 @@ mod tests {
     #[test]
     fn prefixes_are_trimmed_and_truncated() {
         let nets = prefixes(" 10.1.2.3/8 , fd00::/8").unwrap();
-        assert_eq!(nets.0, vec!["10.0.0.0/8".parse::<IpNet>().unwrap(), "fd00::/8".parse().unwrap()]);
+        assert_eq!(nets, vec!["10.0.0.0/8".parse::<IpNet>().unwrap(), "fd00::/8".parse().unwrap()]);
         assert!(prefixes("10.0.0.0/8,,fd00::/8").is_err());
     }
 
