@@ -20,7 +20,7 @@ use clap::{Arg, Args, Command, ValueEnum};
 pub use bind_address::{BindAddress, BindAddressError};
 pub use machine_flags::{MachineApi, MachineArgs, MachineSource};
 pub use policy_flags::{DnsConfig, PolicyArgs, Warning};
-pub use rules_file::RulesFileError;
+use rules_file::RulesFileError;
 pub use run_flags::{EventLevel, LeaderConfig, LogFormat, RunArgs};
 pub use values::go_bool;
 
@@ -97,103 +97,73 @@ pub struct ConfigError {
     pub value: String,
     /// What is wrong with it.
     #[source]
-    pub problem: ValueError,
+    pub(crate) problem: ValueError,
 }
 
-/// What is wrong with a flag's value.
+/// What is wrong with a flag's value; each variant's message says it.
 #[derive(Debug, thiserror::Error)]
-pub enum ValueError {
-    /// Not valid UTF-8.
+pub(crate) enum ValueError {
     #[error("not UTF-8")]
     NotUtf8,
-    /// Not one of Go's boolean spellings ([`go_bool`]).
     #[error("expected a boolean as Go reads it: 1, t, T, TRUE, true, True, 0, f, F, FALSE, false or False")]
     NotBoolean,
-    /// Not a whole number within the bounds.
     #[error("expected a whole number from {0} to {1}")]
     Number(i64, i64),
-    /// Not a duration within the bounds.
     #[error("expected a duration such as 500ms, 2s or 5m, from {} to {}", humantime::format_duration(*.0), humantime::format_duration(*.1))]
     Duration(Duration, Duration),
-    /// A Lease duration with a fraction of a second.
     #[error("whole seconds only")]
     NotWholeSeconds,
-    /// None of the keywords.
     #[error("expected {}", one_of(.0))]
     Keyword(Vec<&'static str>),
-    /// An empty entry in a comma-separated list.
     #[error("empty entry in the comma-separated list")]
     EmptyEntry,
-    /// An empty nameserver.
     #[error("empty entry in the list")]
     EmptyServer,
-    /// Not a namespace name.
     #[error("expected a namespace name")]
     NotNamespace,
-    /// Not a Lease name.
     #[error("expected a lowercase DNS subdomain name")]
     NotLeaseName,
-    /// Not a DNS name.
     #[error("not a DNS name such as cluster.local")]
     NotDomain,
-    /// Not a nameserver address.
     #[error("{0:?} is not ip[:port], e.g. 10.96.0.10 or [fd00::a]:53")]
     NotServer(String),
-    /// Not a CIDR prefix.
     #[error("{0:?} is not a CIDR prefix such as 10.0.0.0/8 or fd00::/8")]
     NotPrefix(String),
-    /// Not a supported Machine API.
     #[error("{0:?} is not machine.openshift.io/v1beta1 or cluster.x-k8s.io/v1beta1")]
     NotMachineApi(String),
-    /// Missing, or only blanks.
     #[error("required, and must not be empty")]
     Required,
-    /// A regex that does not compile (its message on one line).
     #[error("{}", one_line(&.0.to_string()))]
     Regex(#[from] regex::Error),
-    /// A bootstrap identity that matches node identities.
     #[error("must not match node identities (system:node:<name>)")]
     NodeIdentity,
-    /// A bootstrap prefix that also matches node identities.
     #[error(
         "the prefix {0:?} also matches node identities (system:node:<name>); name the bootstrap identity more \
          narrowly, e.g. system:bootstrap:*"
     )]
     NodePrefix(String),
-    /// A bootstrap prefix without a `:` before its `*`.
     #[error("a prefix must end with ':' before the '*', e.g. system:bootstrap:*")]
     PrefixWithoutColon,
-    /// Neither a username nor a prefix.
     #[error("expected a username or a prefix ending in :*")]
     NotBootstrapper,
-    /// The kubelet-serving CA bundle cannot be used.
     #[error("{0}")]
     KubeletServingCa(String),
-    /// Not a listen address.
     #[error(transparent)]
     BindAddress(#[from] BindAddressError),
-    /// `0` for the health endpoints.
     #[error("the health endpoints cannot be disabled")]
     HealthOff,
-    /// Not an EnvFilter directive.
     #[error(transparent)]
     LogFilter(#[from] tracing_subscriber::filter::ParseError),
-    /// A file that cannot be read.
     #[error("cannot read: {0}")]
     Unreadable(#[from] std::io::Error),
-    /// OpenShift's machine-approver-config that is not YAML of its shape.
     #[error("{0}")]
     ApproverConfig(Box<serde_saphyr::Error>),
-    /// The `--rules` file cannot be used.
     #[error(transparent)]
     RulesFile(#[from] RulesFileError),
-    /// A Lease timing not shorter than the one it must fit in.
     #[error("must be shorter than {0}")]
     NotShorterThan(Flag),
-    /// No namespace given outside a pod.
     #[error("required with --leader-election outside a pod")]
     OutsidePod,
-    /// The pod's namespace file holds no namespace name.
     #[error("{} holds no namespace name", run_flags::POD_NAMESPACE_FILE)]
     PodNamespace,
 }

@@ -30,7 +30,7 @@ struct RuleEntry {
 
 /// Why the rules file cannot be used.
 #[derive(Debug, thiserror::Error)]
-pub enum RulesFileError {
+pub(crate) enum RulesFileError {
     /// The file cannot be read.
     #[error("cannot read: {0}")]
     Unreadable(#[from] std::io::Error),

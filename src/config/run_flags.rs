@@ -241,19 +241,15 @@ mod tests {
     use super::super::values::reading::read;
     use super::*;
 
-    fn validated(args: &[&str]) -> Result<RunArgs, String> {
-        read::<RunArgs>(args)
-    }
-
     #[test]
     fn events_default_to_problems_and_approvals_are_published_only_with_all() {
-        assert_eq!(validated(&[]).unwrap().events, EventLevel::Problems);
+        assert_eq!(read::<RunArgs>(&[]).unwrap().events, EventLevel::Problems);
         for (text, want) in [("all", EventLevel::All), (" Problems ", EventLevel::Problems), ("NONE", EventLevel::None)]
         {
-            assert_eq!(validated(&[&format!("--events={text}")]).unwrap().events, want, "{text}");
+            assert_eq!(read::<RunArgs>(&[&format!("--events={text}")]).unwrap().events, want, "{text}");
         }
         for bad in ["", "some", "approvals"] {
-            let error = validated(&[&format!("--events={bad}")]).unwrap_err();
+            let error = read::<RunArgs>(&[&format!("--events={bad}")]).unwrap_err();
             assert!(error.contains("--events (env EVENTS)"), "{bad}: {error}");
         }
         use DecisionKind::{Approve, Deny, Hold, Ignore, Retry};
@@ -266,8 +262,8 @@ mod tests {
 
     #[test]
     fn the_resync_period_defaults_to_a_minute_and_stays_within_a_second_and_an_hour() {
-        let period = |value: &str| validated(&[&format!("--resync-period={value}")]).map(|c| c.resync_period);
-        assert_eq!(validated(&[]).unwrap().resync_period, Duration::from_secs(60));
+        let period = |value: &str| read::<RunArgs>(&[&format!("--resync-period={value}")]).map(|c| c.resync_period);
+        assert_eq!(read::<RunArgs>(&[]).unwrap().resync_period, Duration::from_secs(60));
         assert_eq!(period("1s"), Ok(Duration::from_secs(1)));
         assert_eq!(period("1h"), Ok(Duration::from_secs(3600)));
         for bad in ["0s", "999ms", "61m", "often"] {
@@ -278,7 +274,7 @@ mod tests {
 
     #[test]
     fn the_go_level_stands_for_a_filter() {
-        assert_eq!(validated(&[]).unwrap().log_filter(), "info");
+        assert_eq!(read::<RunArgs>(&[]).unwrap().log_filter(), "info");
         for (level, filter) in [
             ("-5", "error"),
             ("-2", "error"),
@@ -289,20 +285,24 @@ mod tests {
             ("5", "trace"),
             ("10", "trace"),
         ] {
-            assert_eq!(validated(&["--level", level]).unwrap().log_filter(), filter, "{level}");
+            assert_eq!(read::<RunArgs>(&["--level", level]).unwrap().log_filter(), filter, "{level}");
         }
     }
 
     #[test]
     fn the_go_level_is_a_number_from_minus_5_to_10_and_log_level_wins_over_it() {
         for bad in ["-6", "11", "x", ""] {
-            let error = validated(&[&format!("--level={bad}")]).unwrap_err();
+            let error = read::<RunArgs>(&[&format!("--level={bad}")]).unwrap_err();
             assert!(error.contains("--level (env LEVEL)"), "{bad}: {error}");
         }
-        let both = validated(&["--log-level", "warn,node_csr_approver=debug", "--level", "5"]).unwrap();
+        let both = read::<RunArgs>(&["--log-level", "warn,node_csr_approver=debug", "--level", "5"]).unwrap();
         assert_eq!(both.log_filter(), "warn,node_csr_approver=debug");
-        assert_eq!(validated(&["--log-level=", "--level=5"]).unwrap().log_filter(), "trace", "empty is not given");
-        let invalid_level = validated(&["--log-level=info", "--level=11"]).unwrap_err();
+        assert_eq!(
+            read::<RunArgs>(&["--log-level=", "--level=5"]).unwrap().log_filter(),
+            "trace",
+            "empty is not given"
+        );
+        let invalid_level = read::<RunArgs>(&["--log-level=info", "--level=11"]).unwrap_err();
         assert!(invalid_level.contains("--level"), "{invalid_level}");
     }
 
@@ -310,7 +310,7 @@ mod tests {
     fn the_lease_timings_are_ordered_and_whole_seconds() {
         let leader = |args: &[&str]| {
             let all = [&["--leader-election", "--leader-election-namespace=ns"][..], args].concat();
-            let validated = validated(&all)?.leader.validate().map_err(|e| e.to_string());
+            let validated = read::<RunArgs>(&all)?.leader.validate().map_err(|e| e.to_string());
             validated.map(|leader| leader.map(|leader| leader.lease_duration))
         };
         assert_eq!(leader(&[]), Ok(Some(Duration::from_secs(15))));
@@ -319,7 +319,7 @@ mod tests {
         assert!(late.contains("--renew-deadline") && late.contains("shorter than --lease-duration"), "{late}");
         let slow = leader(&["--retry-period=10s"]).unwrap_err();
         assert!(slow.contains("--retry-period") && slow.contains("shorter than --renew-deadline"), "{slow}");
-        assert_eq!(validated(&[]).unwrap().leader.validate().unwrap(), None, "off unless asked for");
+        assert_eq!(read::<RunArgs>(&[]).unwrap().leader.validate().unwrap(), None, "off unless asked for");
     }
 
     #[test]
@@ -335,16 +335,16 @@ mod tests {
 
     #[test]
     fn the_metrics_endpoint_can_be_turned_off_and_the_health_endpoints_cannot() {
-        assert!(validated(&["--metrics-bind-address=0"]).unwrap().metrics_bind_address.is_none());
-        assert!(validated(&[]).unwrap().metrics_bind_address.is_some());
-        let error = validated(&["--health-probe-bind-address=0"]).unwrap_err();
+        assert!(read::<RunArgs>(&["--metrics-bind-address=0"]).unwrap().metrics_bind_address.is_none());
+        assert!(read::<RunArgs>(&[]).unwrap().metrics_bind_address.is_some());
+        let error = read::<RunArgs>(&["--health-probe-bind-address=0"]).unwrap_err();
         assert!(error.contains("cannot be disabled"), "{error}");
     }
 
     #[test]
     fn an_empty_kubeconfig_is_not_given() {
-        assert_eq!(validated(&["--kubeconfig="]).unwrap().normalized().kubeconfig, None);
-        let given = validated(&["--kubeconfig=/etc/k"]).unwrap().normalized().kubeconfig;
+        assert_eq!(read::<RunArgs>(&["--kubeconfig="]).unwrap().normalized().kubeconfig, None);
+        let given = read::<RunArgs>(&["--kubeconfig=/etc/k"]).unwrap().normalized().kubeconfig;
         assert_eq!(given, Some(PathBuf::from("/etc/k")));
     }
 }
