@@ -132,12 +132,8 @@ impl MachineArgs {
         if self.machine_apis.is_empty() {
             return Ok(None);
         }
-        let mut apis = Vec::new();
-        for api in self.machine_apis {
-            if !apis.contains(&api) {
-                apis.push(api);
-            }
-        }
+        let (mut apis, mut seen) = (self.machine_apis, BTreeSet::new());
+        apis.retain(|api| seen.insert(*api));
         let mut client_approval = self.node_client_approval;
         if let Some(path) = given(self.machine_approver_config) {
             client_approval &= !node_client_cert_disabled(&path).map_err(|problem| ConfigError {
