@@ -9,7 +9,7 @@ use clap::{Arg, CommandFactory, FromArgMatches, Parser, Subcommand};
 
 use crate::config::{MachineArgs, PolicyArgs, RunArgs};
 
-pub use check_args::{CheckArgs, Format};
+pub use check_args::{CheckArgError, CheckArgs, Format};
 
 /// Decides on the certificate signing requests kubelets create.
 #[derive(Debug, Parser)]

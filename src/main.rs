@@ -21,7 +21,7 @@ const FAILURE: u8 = 1;
 
 fn main() -> ExitCode {
     let cli = Cli::parse_go_style(std::env::args_os());
-    let settings = match config::validate(&cli.policy, &cli.run, &cli.machine) {
+    let settings = match config::validate(cli.policy, cli.run, cli.machine) {
         Ok(settings) => settings,
         Err(error) => {
             // The operator's own flags and env vars, printed as given (a regex error spans lines).
@@ -35,7 +35,7 @@ fn main() -> ExitCode {
             eprintln!("warning: {}", Escaped(&warning.0));
         }
     } else {
-        logging::init(settings.run.log_format, &settings.run.log_filter);
+        logging::init(settings.run.log_format, settings.run.log_filter());
         for warning in &settings.warnings {
             tracing::warn!("{}", warning.0);
         }

@@ -47,7 +47,7 @@ pub enum RunError {
 /// Runs the controller until SIGTERM/SIGINT; returns once in-flight work finished (within
 /// `--drain-timeout`) and the Lease was released.
 pub async fn run(settings: Settings) -> Result<(), RunError> {
-    let Settings { policy, dns, run: cfg, machines: machine_source, .. } = settings;
+    let Settings { policy, dns, run: cfg, leader: lease, machines: machine_source, .. } = settings;
     // Registered first, so a signal during startup is seen once the controller runs.
     let signals = ShutdownSignals::register();
     let Connection { client, machines } = connect(cfg.kubeconfig.as_deref(), machine_source.as_ref()).await?;
@@ -57,9 +57,14 @@ pub async fn run(settings: Settings) -> Result<(), RunError> {
     let ledger = machine_source.map(|source| CsrLedger::new(csr_cache, source.rules));
     let metrics = Metrics::new();
     let readiness = Readiness::new();
-    let servers =
-        admin::Servers::start(cfg.health_address, cfg.metrics_address, readiness.clone(), metrics.clone()).await?;
-    let (leadership, mut election) = leader::claim(client.clone(), cfg.leader.as_ref()).await?;
+    let servers = admin::Servers::start(
+        cfg.health_probe_bind_address,
+        cfg.metrics_bind_address,
+        readiness.clone(),
+        metrics.clone(),
+    )
+    .await?;
+    let (leadership, mut election) = leader::claim(client.clone(), lease.as_ref()).await?;
     metrics.set_leader(leadership.is_leader());
     if let Some(changes) = leadership.changes() {
         tokio::spawn(metrics.clone().follow_leader(changes));
@@ -103,7 +108,7 @@ pub async fn run(settings: Settings) -> Result<(), RunError> {
         concurrency = cfg.concurrency,
         dry_run = cfg.dry_run,
         resync_period = %humantime::format_duration(cfg.resync_period),
-        leader_election = cfg.leader.is_some(),
+        leader_election = lease.is_some(),
         "started"
     );
 

@@ -38,13 +38,29 @@ pub enum Format {
     Json,
 }
 
-fn parse_kubelet_certificate(text: &str) -> Result<(String, PathBuf), String> {
+/// A `check` argument that cannot be read.
+#[derive(Debug, thiserror::Error)]
+pub enum CheckArgError {
+    /// Not `NODE=PEMFILE`.
+    #[error("{0:?} is not NODE=PEMFILE")]
+    NotNodeCertificate(String),
+    /// Not an RFC 3339 time.
+    #[error("{text:?} is not an RFC 3339 time such as 2026-01-02T15:04:05Z")]
+    NotTime {
+        /// The argument.
+        text: String,
+        /// Why it is not.
+        source: jiff::Error,
+    },
+}
+
+fn parse_kubelet_certificate(text: &str) -> Result<(String, PathBuf), CheckArgError> {
     match text.split_once('=') {
         Some((node, path)) if !node.is_empty() && !path.is_empty() => Ok((node.to_owned(), PathBuf::from(path))),
-        _ => Err(format!("{text:?} is not NODE=PEMFILE")),
+        _ => Err(CheckArgError::NotNodeCertificate(text.to_owned())),
     }
 }
 
-fn parse_now(text: &str) -> Result<Timestamp, String> {
-    text.parse().map_err(|_| format!("{text:?} is not an RFC 3339 time such as 2026-01-02T15:04:05Z"))
+fn parse_now(text: &str) -> Result<Timestamp, CheckArgError> {
+    text.parse().map_err(|source| CheckArgError::NotTime { text: text.to_owned(), source })
 }

@@ -34,51 +34,47 @@ impl BindAddress {
     /// `[::1]:8081`. An empty address, `0`, a host name other than `localhost`, an unbracketed
     /// IPv6 address or a missing or non-numeric port is an error.
     pub fn parse(text: &str) -> Result<BindAddress, BindAddressError> {
+        let invalid = |reason: String| BindAddressError::Invalid { address: text.to_owned(), reason };
         if text.trim().is_empty() {
             return Err(BindAddressError::Empty);
         }
         if text == "0" {
-            return Err(invalid(text, "disabling a server with \"0\" is not supported; give host:port such as :8080"));
+            return Err(invalid("disabling a server with \"0\" is not supported; give host:port such as :8080".into()));
         }
-        let (host, port) = if let Some(rest) = text.strip_prefix('[') {
-            let Some((inner, after)) = rest.split_once(']') else {
-                return Err(invalid(text, "missing ']' after the IPv6 address"));
-            };
-            let Some(port) = after.strip_prefix(':') else {
-                return Err(invalid(text, "missing port; give [address]:port, for example [::1]:8080"));
-            };
-            match inner.parse::<Ipv6Addr>() {
-                Ok(ip) => (Some(IpAddr::V6(ip)), port),
-                Err(_) => return Err(invalid(text, format!("{inner:?} is not an IPv6 address"))),
+        let (host, port) = match text.strip_prefix('[') {
+            Some(rest) => {
+                let (inner, after) =
+                    rest.split_once(']').ok_or_else(|| invalid("missing ']' after the IPv6 address".into()))?;
+                let port = after
+                    .strip_prefix(':')
+                    .ok_or_else(|| invalid("missing port; give [address]:port, for example [::1]:8080".into()))?;
+                let ip = inner.parse::<Ipv6Addr>().map_err(|_| invalid(format!("{inner:?} is not an IPv6 address")))?;
+                (Some(IpAddr::V6(ip)), port)
             }
-        } else {
-            let Some((host, port)) = text.rsplit_once(':') else {
-                return Err(invalid(text, "missing port; give host:port, for example :8080"));
-            };
-            if host.contains(':') {
-                return Err(invalid(text, "an IPv6 address must be in brackets, for example [::1]:8080"));
+            None => {
+                let (host, port) = text
+                    .rsplit_once(':')
+                    .ok_or_else(|| invalid("missing port; give host:port, for example :8080".into()))?;
+                let ip = match host {
+                    "" => None,
+                    _ if host.contains(':') => {
+                        return Err(invalid("an IPv6 address must be in brackets, for example [::1]:8080".into()));
+                    }
+                    _ if host.eq_ignore_ascii_case("localhost") => Some(Ipv4Addr::LOCALHOST),
+                    _ => Some(
+                        host.parse()
+                            .map_err(|_| invalid(format!("host {host:?} is not an IP address or localhost")))?,
+                    ),
+                };
+                (ip.map(IpAddr::V4), port)
             }
-            let ip = if host.is_empty() {
-                None
-            } else if host.eq_ignore_ascii_case("localhost") {
-                Some(IpAddr::V4(Ipv4Addr::LOCALHOST))
-            } else {
-                match host.parse::<Ipv4Addr>() {
-                    Ok(ip) => Some(IpAddr::V4(ip)),
-                    Err(_) => return Err(invalid(text, format!("host {host:?} is not an IP address or localhost"))),
-                }
-            };
-            (ip, port)
         };
         // Digits only: `u16::from_str` would also take `+80`.
         let port: u16 = match port.parse() {
             Ok(number) if port.bytes().all(|b| b.is_ascii_digit()) => number,
-            _ => return Err(invalid(text, format!("port {port:?} is not a number from 0 to 65535"))),
+            _ => return Err(invalid(format!("port {port:?} is not a number from 0 to 65535"))),
         };
-        Ok(match host {
-            None => BindAddress::AnyHost(port),
-            Some(ip) => BindAddress::Exact(SocketAddr::new(ip, port)),
-        })
+        Ok(host.map_or(BindAddress::AnyHost(port), |ip| BindAddress::Exact(SocketAddr::new(ip, port))))
     }
 
     /// The socket address it stands for: `:port` is `[::]:port`.
@@ -97,10 +93,6 @@ impl std::fmt::Display for BindAddress {
             BindAddress::Exact(address) => write!(f, "{address}"),
         }
     }
-}
-
-fn invalid(address: &str, reason: impl Into<String>) -> BindAddressError {
-    BindAddressError::Invalid { address: address.to_owned(), reason: reason.into() }
 }
 
 #[cfg(test)]

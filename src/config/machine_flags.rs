@@ -4,10 +4,10 @@
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 
-use clap::{ArgAction, Args};
+use clap::Args;
 
-use super::ConfigError;
-use super::flags::{Checked, boolean, given_path, list, namespace_or_empty, number, path};
+use super::values::{Checked, given, list, namespace_or_empty, number, path, shared};
+use super::{ConfigError, Flag, ValueError};
 use crate::kubelet_tls::KubeletServingCa;
 use crate::policy::{Bootstrapper, KubeletDialRules, MachinePolicy, NODE_USER_PREFIX, PolicyConfig};
 
@@ -19,42 +19,39 @@ const DEFAULT_BOOTSTRAPPER_GROUPS: &str =
 
 /// Machine-mode flags; every flag also reads an env var. Setting `--machine-api` turns it on.
 #[derive(Debug, Clone, Args)]
+#[command(mut_args(shared))]
 pub struct MachineArgs {
     /// Machine API to read, GROUP/VERSION: machine.openshift.io/v1beta1 or cluster.x-k8s.io/v1beta1 (repeatable)
-    #[arg(long = "machine-api", global = true, env = "MACHINE_API", value_delimiter = ',', value_parser = machine_api())]
+    #[arg(long = "machine-api", env = "MACHINE_API", value_delimiter = ',', value_parser = Checked(machine_api))]
     pub machine_apis: Vec<MachineApi>,
     /// Namespace of the Machines [default: all namespaces]
-    #[arg(long, global = true, env = "MACHINE_NAMESPACE", value_parser = namespace_or_empty())]
+    #[arg(long, env = "MACHINE_NAMESPACE", value_parser = Checked(namespace_or_empty))]
     pub machine_namespace: Option<String>,
     /// Kubeconfig of the cluster holding the Machines [default: the CSRs' cluster]
-    #[arg(long, global = true, env = "MACHINE_KUBECONFIG", value_name = "PATH", value_parser = path())]
+    #[arg(long, env = "MACHINE_KUBECONFIG", value_name = "PATH", value_parser = Checked(path))]
     pub machine_kubeconfig: Option<PathBuf>,
     /// Approve node-client bootstrap CSRs in machine mode
-    #[arg(long, global = true, env = "NODE_CLIENT_APPROVAL", default_value = "true", action = ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = boolean())]
+    #[arg(long, env = "NODE_CLIENT_APPROVAL", default_value = "true")]
     pub node_client_approval: bool,
     /// Username of the bootstrap identity (OpenShift's node-bootstrapper by default); a trailing * makes it a prefix
-    #[arg(long, global = true, env = "BOOTSTRAPPER_USERNAME", default_value = DEFAULT_BOOTSTRAPPER, value_parser = bootstrapper())]
+    #[arg(long, env = "BOOTSTRAPPER_USERNAME", default_value = DEFAULT_BOOTSTRAPPER, value_parser = Checked(bootstrapper))]
     pub bootstrapper_username: Bootstrapper,
     /// Exact comma-separated groups of the bootstrap identity (OpenShift's by default)
-    #[arg(long, global = true, env = "BOOTSTRAPPER_GROUPS", default_value = DEFAULT_BOOTSTRAPPER_GROUPS, value_parser = groups())]
-    pub bootstrapper_groups: Groups,
+    #[arg(long, env = "BOOTSTRAPPER_GROUPS", default_value = DEFAULT_BOOTSTRAPPER_GROUPS, value_parser = Checked(groups))]
+    pub bootstrapper_groups: BTreeSet<String>,
     /// Machine-mode approvals stop while pending node CSRs exceed max(Machines, Nodes) + this, 0..=10000
-    #[arg(long, global = true, env = "MAX_PENDING_DELTA", default_value = "100", value_parser = number::<u32>(0..=10_000))]
+    #[arg(long, env = "MAX_PENDING_DELTA", default_value = "100", value_parser = number::<u32>(0..=10_000))]
     pub max_pending_delta: u32,
     /// OpenShift machine-approver-config file (nodeClientCert.disabled)
-    #[arg(long, global = true, env = "MACHINE_APPROVER_CONFIG", value_name = "FILE", value_parser = path())]
+    #[arg(long, env = "MACHINE_APPROVER_CONFIG", value_name = "FILE", value_parser = Checked(path))]
     pub machine_approver_config: Option<PathBuf>,
     /// PEM bundle of the kubelet-serving CA: a serving CSR of a node no Machine claims is approved when it renews the certificate its kubelet serves [default: no renewals]
-    #[arg(long, global = true, env = "KUBELET_SERVING_CA_FILE", value_name = "FILE", value_parser = kubelet_serving_ca())]
+    #[arg(long, env = "KUBELET_SERVING_CA_FILE", value_name = "FILE", value_parser = Checked(kubelet_serving_ca))]
     pub kubelet_serving_ca_file: Option<KubeletServingCa>,
     /// The one port a renewal dials a kubelet at; a Node advertising another kubelet port is not dialled, 1..=65535
-    #[arg(long, global = true, env = "KUBELET_PORT", default_value = "10250", value_parser = number::<u16>(1..=65_535))]
+    #[arg(long, env = "KUBELET_PORT", default_value = "10250", value_parser = number::<u16>(1..=65_535))]
     pub kubelet_port: u16,
 }
-
-/// The groups of `--bootstrapper-groups`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Groups(pub BTreeSet<String>);
 
 /// A Machine API the controller reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -131,38 +128,34 @@ struct NodeClientCert {
 impl MachineArgs {
     /// The machine-mode rules and where Machines are read from; `None` when machine mode is off.
     /// The approver-config file is read here, the one error left after clap has read every value.
-    pub fn validate(&self) -> Result<Option<(MachinePolicy, MachineSource)>, ConfigError> {
+    pub fn validate(self) -> Result<Option<(MachinePolicy, MachineSource)>, ConfigError> {
         if self.machine_apis.is_empty() {
             return Ok(None);
         }
-        let mut apis = Vec::new();
-        for api in &self.machine_apis {
-            if !apis.contains(api) {
-                apis.push(*api);
-            }
-        }
+        let (mut apis, mut seen) = (self.machine_apis, BTreeSet::new());
+        apis.retain(|api| seen.insert(*api));
         let mut client_approval = self.node_client_approval;
-        if let Some(path) = given_path(&self.machine_approver_config) {
-            client_approval &= !node_client_cert_disabled(&path)?;
+        if let Some(path) = given(self.machine_approver_config) {
+            client_approval &= !node_client_cert_disabled(&path).map_err(|problem| ConfigError {
+                flag: Flag::MachineApproverConfig,
+                value: path.display().to_string(),
+                problem,
+            })?;
         }
         let rules = MachinePolicy {
             client_approval,
-            bootstrapper: self.bootstrapper_username.clone(),
-            bootstrapper_groups: self.bootstrapper_groups.0.clone(),
+            bootstrapper: self.bootstrapper_username,
+            bootstrapper_groups: self.bootstrapper_groups,
             max_pending_delta: self.max_pending_delta,
             serving_renewal: self.kubelet_serving_ca_file.is_some(),
         };
-        let namespace = self.machine_namespace.clone().filter(|namespace| !namespace.is_empty());
-        let kubeconfig = given_path(&self.machine_kubeconfig);
-        let kubelet_ca = self.kubelet_serving_ca_file.clone();
-        let kubelet_port = self.kubelet_port;
         let source = MachineSource {
             apis,
-            namespace,
-            kubeconfig,
+            namespace: given(self.machine_namespace),
+            kubeconfig: given(self.machine_kubeconfig),
             rules: rules.clone(),
-            kubelet_ca,
-            kubelet_port,
+            kubelet_ca: self.kubelet_serving_ca_file,
+            kubelet_port: self.kubelet_port,
             keep_objects: false,
         };
         Ok(Some((rules, source)))
@@ -170,66 +163,56 @@ impl MachineArgs {
 }
 
 /// Whether OpenShift's machine-approver-config at `path` turns node-client approval off.
-fn node_client_cert_disabled(path: &std::path::Path) -> Result<bool, ConfigError> {
-    let shown = path.display().to_string();
-    let error = |problem: String| ConfigError::of_field("machine_approver_config", &shown, problem);
-    let text = std::fs::read_to_string(path).map_err(|e| error(format!("cannot read: {e}")))?;
+fn node_client_cert_disabled(path: &std::path::Path) -> Result<bool, ValueError> {
+    let text = std::fs::read_to_string(path)?;
     if text.trim().is_empty() {
         return Ok(false);
     }
-    let file: ApproverConfigFile = serde_saphyr::from_str(&text).map_err(|e| error(e.to_string()))?;
+    let file: ApproverConfigFile =
+        serde_saphyr::from_str(&text).map_err(|error| ValueError::ApproverConfig(Box::new(error)))?;
     Ok(file.node_client_cert.disabled)
 }
 
 /// One Machine API, as `GROUP/VERSION`.
-fn machine_api() -> Checked<impl Fn(&str) -> Result<MachineApi, String> + Clone> {
-    Checked(|text: &str| {
-        let entry = text.trim();
-        MachineApi::ALL
-            .into_iter()
-            .find(|api| api.api_version() == entry)
-            .ok_or_else(|| format!("{entry:?} is not machine.openshift.io/v1beta1 or cluster.x-k8s.io/v1beta1"))
-    })
+fn machine_api(text: &str) -> Result<MachineApi, ValueError> {
+    let entry = text.trim();
+    let api = MachineApi::ALL.into_iter().find(|api| api.api_version() == entry);
+    api.ok_or_else(|| ValueError::NotMachineApi(entry.to_owned()))
 }
 
 /// The bootstrap identity: a username, or a prefix ending in `:*` that matches no node identity.
-fn bootstrapper() -> Checked<impl Fn(&str) -> Result<Bootstrapper, String> + Clone> {
-    Checked(|text: &str| {
-        let text = text.trim();
-        if text.starts_with(NODE_USER_PREFIX) || text == "*" {
-            return Err("must not match node identities (system:node:<name>)".into());
-        }
-        match text.strip_suffix('*') {
-            Some(prefix) if NODE_USER_PREFIX.starts_with(prefix) => Err(format!(
-                "the prefix {prefix:?} also matches node identities (system:node:<name>); name the bootstrap identity \
-                 more narrowly, e.g. system:bootstrap:*"
-            )),
-            Some(prefix) if prefix.ends_with(':') && prefix.len() > 1 => Ok(Bootstrapper::Prefix(prefix.to_owned())),
-            Some(_) => Err("a prefix must end with ':' before the '*', e.g. system:bootstrap:*".into()),
-            None if text.is_empty() || text.contains('*') => Err("expected a username or a prefix ending in :*".into()),
-            None => Ok(Bootstrapper::Exact(text.to_owned())),
-        }
-    })
+fn bootstrapper(text: &str) -> Result<Bootstrapper, ValueError> {
+    let text = text.trim();
+    if text.starts_with(NODE_USER_PREFIX) || text == "*" {
+        return Err(ValueError::NodeIdentity);
+    }
+    match text.strip_suffix('*') {
+        Some(prefix) if NODE_USER_PREFIX.starts_with(prefix) => Err(ValueError::NodePrefix(prefix.to_owned())),
+        Some(prefix) if prefix.ends_with(':') && prefix.len() > 1 => Ok(Bootstrapper::Prefix(prefix.to_owned())),
+        Some(_) => Err(ValueError::PrefixWithoutColon),
+        None if text.is_empty() || text.contains('*') => Err(ValueError::NotBootstrapper),
+        None => Ok(Bootstrapper::Exact(text.to_owned())),
+    }
 }
 
 /// The kubelet-serving CA bundle, read (and every certificate in it checked) at start.
-fn kubelet_serving_ca() -> Checked<impl Fn(&str) -> Result<KubeletServingCa, String> + Clone> {
-    Checked(|text: &str| KubeletServingCa::read(std::path::Path::new(text)))
+fn kubelet_serving_ca(text: &str) -> Result<KubeletServingCa, ValueError> {
+    KubeletServingCa::read(std::path::Path::new(text)).map_err(ValueError::KubeletServingCa)
 }
 
 /// Comma-separated group names.
-fn groups() -> Checked<impl Fn(&str) -> Result<Groups, String> + Clone> {
-    Checked(|text: &str| list(text, |group| Ok(group.to_owned())).map(|groups| Groups(groups.into_iter().collect())))
+fn groups(text: &str) -> Result<BTreeSet<String>, ValueError> {
+    list(text, |group| Ok(group.to_owned())).map(BTreeSet::from_iter)
 }
 
 #[cfg(test)]
 mod tests {
-    use super::super::flags::reading::read;
+    use super::super::values::reading::read;
     use super::*;
 
     #[test]
     fn bootstrapper_prefixes_need_a_colon_and_never_match_nodes() {
-        let bootstrapper_of = bootstrapper().0;
+        let bootstrapper_of = bootstrapper;
         assert_eq!(bootstrapper_of("system:bootstrap:*").unwrap(), Bootstrapper::Prefix("system:bootstrap:".into()));
         assert_eq!(bootstrapper_of("ci:*").unwrap(), Bootstrapper::Prefix("ci:".into()));
         for bad in ["system:*x", "system:node:*", "system:*", "system:node:x", "sys*", "*", "", "ci*", ":*"] {

@@ -1,16 +1,15 @@
 //! Policy and DNS flags, shared by `run` and `check`, validated into the policy's
-//! [`PolicyConfig`] and a [`DnsConfig`].
+//! [`PolicyConfig`]; the resolver's flags are its [`DnsConfig`].
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::{ArgAction, Args};
+use clap::Args;
 use ipnet::IpNet;
 
-use super::ConfigError;
-use super::flags::{Checked, boolean, duration, given_path, keyword, list, number, path};
-use super::{regex_anchoring, rules_file};
+use super::values::{Checked, duration, given, keyword, list, number, path, shared};
+use super::{ConfigError, Flag, ValueError, regex_anchoring, rules_file};
 use crate::policy::{HostnameMatch, PolicyConfig, UserRules, is_dns_subdomain};
 
 /// The hard cap on a certificate lifetime this approver accepts: 367 days, in seconds (also the
@@ -21,12 +20,72 @@ const DNS_GRACE_MAX: Duration = Duration::from_secs(24 * 3600);
 /// The bound on the compiled `--provider-regex`.
 const REGEX_SIZE_LIMIT: usize = 1 << 20;
 
-/// The validated resolver settings.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Policy and DNS flags shared by `run` and `check`; every flag also reads an env var.
+///
+/// A type spelled with its path (`std::vec::Vec`, `std::option::Option`) is one value that clap's
+/// derive does not read as a repeated or optional flag: the value parser returns all of it.
+///
+/// clap reads each value into its type; an invalid one stops the program with one line naming
+/// the flag, the env var and the value.
+#[derive(Debug, Clone, Args)]
+#[command(mut_args(shared))]
+pub struct PolicyArgs {
+    /// Regex every DNS SAN must match (required). Unanchored regexes match anywhere in the name.
+    #[arg(long, env = "PROVIDER_REGEX", value_parser = Checked(provider_regex))]
+    pub provider_regex: Option<regex::Regex>,
+    /// Comma-separated IPv4/IPv6 prefixes IP SANs and resolved addresses must lie in [default: all addresses]
+    #[arg(long, env = "PROVIDER_IP_PREFIXES", value_parser = Checked(prefixes))]
+    pub provider_ip_prefixes: Option<std::vec::Vec<IpNet>>,
+    /// Largest accepted spec.expirationSeconds, 600..=31708800 (367 days, also the hard cap)
+    #[arg(long, env = "MAX_EXPIRATION_SEC", default_value_t = MAX_EXPIRATION_CAP_SECS, value_parser = number::<i64>(600..=MAX_EXPIRATION_CAP_SECS))]
+    pub max_expiration_sec: i64,
+    /// Largest number of DNS SANs per CSR, 1..=1000
+    #[arg(long, env = "ALLOWED_DNS_NAMES", default_value = "1", value_parser = number::<usize>(1..=1000))]
+    pub allowed_dns_names: usize,
+    /// Largest number of IP SANs per CSR, 0..=1000 (the default leaves room for every InternalIP and ExternalIP of a dual-stack node with several interfaces)
+    #[arg(long, env = "ALLOWED_IP_ADDRESSES", default_value = "16", value_parser = number::<usize>(0..=1000))]
+    pub allowed_ip_addresses: usize,
+    /// Do not resolve DNS SANs (true/false/1/0)
+    #[arg(long, env = "BYPASS_DNS_RESOLUTION", default_value = "false")]
+    pub bypass_dns_resolution: bool,
+    /// Do not bind DNS SANs to the node name (true/false/1/0)
+    #[arg(long, env = "BYPASS_HOSTNAME_CHECK", default_value = "false")]
+    pub bypass_hostname_check: bool,
+    /// How DNS SANs bind to the node name: strict or prefix
+    #[arg(long, env = "HOSTNAME_MATCH", default_value = "strict", value_parser = keyword(HOSTNAME_MATCHES))]
+    pub hostname_match: HostnameMatch,
+    /// Ignore CSRs whose username is not system:node:<name> instead of denying them
+    #[arg(long, env = "IGNORE_NON_SYSTEM_NODE", default_value = "false")]
+    pub ignore_non_system_node: bool,
+    /// Never deny: leave failing CSRs pending for a human, with an event
+    #[arg(long, env = "SKIP_DENY_STEP", default_value = "false")]
+    pub skip_deny_step: bool,
+    /// The resolver's flags.
+    #[command(flatten)]
+    pub dns: DnsConfig,
+    /// How long an unresolvable DNS SAN is retried before denial, e.g. 5m
+    #[arg(long, env = "DNS_GRACE_PERIOD", default_value = "5m", value_parser = duration(Duration::ZERO, DNS_GRACE_MAX))]
+    pub dns_grace_period: Duration,
+    /// Require every SAN to be one of the Node's status.addresses or its name
+    #[arg(long, env = "VERIFY_NODE_ADDRESSES", default_value = "false")]
+    pub verify_node_addresses: bool,
+    /// The cluster's DNS domain: DNS SANs under svc.<domain> are always denied
+    #[arg(long, env = "CLUSTER_DOMAIN", default_value = "cluster.local", value_parser = Checked(cluster_domain))]
+    pub cluster_domain: String,
+    /// YAML file of CEL rules every CSR must also pass, run after the built-in checks (docs/rules.md)
+    #[arg(long, env = "RULES_FILE", value_name = "FILE", value_parser = Checked(path))]
+    pub rules: Option<PathBuf>,
+}
+
+/// The resolver's flags.
+#[derive(Debug, Clone, PartialEq, Eq, Args)]
+#[command(mut_args(shared))]
 pub struct DnsConfig {
-    /// Nameservers to ask; `None` uses the system resolver configuration.
+    /// Nameserver ip[:port] to ask, repeatable or comma-separated [default: system resolver config]
+    #[arg(long = "dns-server", env = "DNS_SERVERS", value_name = "DNS_SERVERS", value_delimiter = ',', value_parser = Checked(dns_server))]
     pub servers: Option<Vec<SocketAddr>>,
-    /// Bound on each lookup.
+    /// Bound on each DNS lookup, e.g. 500ms, 2s
+    #[arg(long = "dns-timeout", env = "DNS_TIMEOUT", value_name = "DNS_TIMEOUT", default_value = "2s", value_parser = duration(Duration::from_millis(10), Duration::from_secs(60)))]
     pub timeout: Duration,
 }
 
@@ -34,113 +93,49 @@ pub struct DnsConfig {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Warning(pub String);
 
-/// Policy and DNS flags shared by `run` and `check`; every flag also reads an env var.
-///
-/// clap reads each value into its type; an invalid one stops the program with one line naming
-/// the flag, the env var and the value.
-#[derive(Debug, Clone, Args)]
-pub struct PolicyArgs {
-    /// Regex every DNS SAN must match (required). Unanchored regexes match anywhere in the name.
-    #[arg(long, env = "PROVIDER_REGEX", global = true, value_parser = provider_regex())]
-    pub provider_regex: Option<regex::Regex>,
-    /// Comma-separated IPv4/IPv6 prefixes IP SANs and resolved addresses must lie in [default: all addresses]
-    #[arg(long, env = "PROVIDER_IP_PREFIXES", global = true, value_parser = prefixes())]
-    pub provider_ip_prefixes: Option<Prefixes>,
-    /// Largest accepted spec.expirationSeconds, 600..=31708800 (367 days, also the hard cap)
-    #[arg(long, env = "MAX_EXPIRATION_SEC", global = true, default_value_t = MAX_EXPIRATION_CAP_SECS, value_parser = number::<i64>(600..=MAX_EXPIRATION_CAP_SECS))]
-    pub max_expiration_sec: i64,
-    /// Largest number of DNS SANs per CSR, 1..=1000
-    #[arg(long, env = "ALLOWED_DNS_NAMES", global = true, default_value = "1", value_parser = number::<usize>(1..=1000))]
-    pub allowed_dns_names: usize,
-    /// Largest number of IP SANs per CSR, 0..=1000 (the default leaves room for every InternalIP and ExternalIP of a dual-stack node with several interfaces)
-    #[arg(long, env = "ALLOWED_IP_ADDRESSES", global = true, default_value = "16", value_parser = number::<usize>(0..=1000))]
-    pub allowed_ip_addresses: usize,
-    /// Do not resolve DNS SANs (true/false/1/0)
-    #[arg(long, env = "BYPASS_DNS_RESOLUTION", global = true, default_value = "false", action = ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = boolean())]
-    pub bypass_dns_resolution: bool,
-    /// Do not bind DNS SANs to the node name (true/false/1/0)
-    #[arg(long, env = "BYPASS_HOSTNAME_CHECK", global = true, default_value = "false", action = ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = boolean())]
-    pub bypass_hostname_check: bool,
-    /// How DNS SANs bind to the node name: strict or prefix
-    #[arg(long, env = "HOSTNAME_MATCH", global = true, default_value = "strict", value_parser = keyword(HOSTNAME_MATCHES))]
-    pub hostname_match: HostnameMatch,
-    /// Ignore CSRs whose username is not system:node:<name> instead of denying them
-    #[arg(long, env = "IGNORE_NON_SYSTEM_NODE", global = true, default_value = "false", action = ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = boolean())]
-    pub ignore_non_system_node: bool,
-    /// Never deny: leave failing CSRs pending for a human, with an event
-    #[arg(long, env = "SKIP_DENY_STEP", global = true, default_value = "false", action = ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = boolean())]
-    pub skip_deny_step: bool,
-    /// Nameserver ip[:port] to ask, repeatable or comma-separated [default: system resolver config]
-    #[arg(long = "dns-server", env = "DNS_SERVERS", global = true, value_delimiter = ',', value_parser = dns_server())]
-    pub dns_servers: Vec<SocketAddr>,
-    /// Bound on each DNS lookup, e.g. 500ms, 2s
-    #[arg(long, env = "DNS_TIMEOUT", global = true, default_value = "2s", value_parser = duration(Duration::from_millis(10), Duration::from_secs(60)))]
-    pub dns_timeout: Duration,
-    /// How long an unresolvable DNS SAN is retried before denial, e.g. 5m
-    #[arg(long, env = "DNS_GRACE_PERIOD", global = true, default_value = "5m", value_parser = duration(Duration::ZERO, DNS_GRACE_MAX))]
-    pub dns_grace_period: Duration,
-    /// Require every SAN to be one of the Node's status.addresses or its name
-    #[arg(long, env = "VERIFY_NODE_ADDRESSES", global = true, default_value = "false", action = ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = boolean())]
-    pub verify_node_addresses: bool,
-    /// The cluster's DNS domain: DNS SANs under svc.<domain> are always denied
-    #[arg(long, env = "CLUSTER_DOMAIN", global = true, default_value = "cluster.local", value_parser = cluster_domain())]
-    pub cluster_domain: String,
-    /// YAML file of CEL rules every CSR must also pass, run after the built-in checks (docs/rules.md)
-    #[arg(long, env = "RULES_FILE", global = true, value_name = "FILE", value_parser = path())]
-    pub rules: Option<PathBuf>,
-}
-
 /// The keywords of `--hostname-match`.
 const HOSTNAME_MATCHES: &[(&str, HostnameMatch)] =
     &[("strict", HostnameMatch::Strict), ("prefix", HostnameMatch::Prefix)];
 
-/// The prefixes of `--provider-ip-prefixes`, each truncated to its network.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Prefixes(pub Vec<IpNet>);
-
 impl PolicyArgs {
     /// The rules and resolver settings, and the warnings they deserve; a missing
-    /// `--provider-regex` is the one error left after clap has read every value.
-    pub fn validate(&self) -> Result<(PolicyConfig, DnsConfig, Vec<Warning>), ConfigError> {
-        let mut warnings = Vec::new();
-        let provider_regex = self
-            .provider_regex
-            .clone()
-            .ok_or_else(|| ConfigError::of_field("provider_regex", "", "required, and must not be empty"))?;
-        for alternative in regex_anchoring::unanchored_alternatives(provider_regex.as_str()) {
-            warnings.push(Warning(format!(
-                "--provider-regex {:?}: {alternative:?} is not anchored with ^...$, so it matches anywhere in a DNS name",
-                provider_regex.as_str()
-            )));
-        }
-        let ip_prefixes = match &self.provider_ip_prefixes {
-            Some(Prefixes(prefixes)) => prefixes.clone(),
-            None => {
-                warnings.push(Warning(
-                    "--provider-ip-prefixes is not set: IP SANs and resolved addresses may be any address".into(),
-                ));
-                vec![IpNet::V4(Default::default()), IpNet::V6(Default::default())]
-            }
-        };
-        for (on, name) in [
+    /// `--provider-regex` and the `--rules` file are the errors left after clap has read every value.
+    pub fn validate(self) -> Result<(PolicyConfig, DnsConfig, Vec<Warning>), ConfigError> {
+        let error = |flag, value: String, problem| ConfigError { flag, value, problem };
+        let provider_regex =
+            self.provider_regex.ok_or_else(|| error(Flag::ProviderRegex, String::new(), ValueError::Required))?;
+        let mut warnings: Vec<Warning> = regex_anchoring::unanchored_alternatives(provider_regex.as_str())
+            .into_iter()
+            .map(|alternative| {
+                let regex = provider_regex.as_str();
+                Warning(format!(
+                    "--provider-regex {regex:?}: {alternative:?} is not anchored with ^...$, so it matches anywhere in a DNS name"
+                ))
+            })
+            .collect();
+        let ip_prefixes = self.provider_ip_prefixes.unwrap_or_else(|| {
+            warnings.push(Warning(
+                "--provider-ip-prefixes is not set: IP SANs and resolved addresses may be any address".into(),
+            ));
+            vec![IpNet::V4(Default::default()), IpNet::V6(Default::default())]
+        });
+        for (on, warning) in [
             (self.bypass_dns_resolution, "--bypass-dns-resolution: DNS SANs are not resolved"),
             (self.bypass_hostname_check, "--bypass-hostname-check: DNS SANs are not bound to the node name"),
-        ] {
-            if on {
-                warnings.push(Warning(name.to_owned()));
-            }
-        }
-        if self.verify_node_addresses && self.bypass_dns_resolution {
-            warnings.push(Warning(
+            (
+                self.verify_node_addresses && self.bypass_dns_resolution,
                 "--verify-node-addresses with --bypass-dns-resolution: IP SANs are checked only against the Node's \
                  status.addresses, which a kubelet reports itself without a cloud provider: a node that adds another \
-                 node's IP to its status gets a certificate for it"
-                    .into(),
-            ));
+                 node's IP to its status gets a certificate for it",
+            ),
+        ] {
+            if on {
+                warnings.push(Warning(warning.to_owned()));
+            }
         }
-        let user_rules = match given_path(&self.rules) {
+        let user_rules = match given(self.rules) {
             Some(path) => rules_file::read(&path)
-                .map_err(|problem| ConfigError::of_field("rules", &path.display().to_string(), problem))?,
+                .map_err(|problem| error(Flag::Rules, path.display().to_string(), problem.into()))?,
             None => UserRules::default(),
         };
         warnings.extend(user_rules.warnings().into_iter().map(Warning));
@@ -157,60 +152,43 @@ impl PolicyArgs {
             skip_deny_step: self.skip_deny_step,
             dns_grace_period: self.dns_grace_period,
             verify_node_addresses: self.verify_node_addresses,
-            cluster_domain: self.cluster_domain.clone(),
+            cluster_domain: self.cluster_domain,
             machine: None,
             user_rules,
         };
-        let servers = (!self.dns_servers.is_empty()).then(|| self.dns_servers.clone());
-        Ok((policy, DnsConfig { servers, timeout: self.dns_timeout }, warnings))
+        Ok((policy, self.dns, warnings))
     }
 }
 
-/// A non-empty regex within the size limit, written on one line when it does not compile.
-fn provider_regex() -> Checked<impl Fn(&str) -> Result<regex::Regex, String> + Clone> {
-    Checked(|text: &str| {
-        if text.trim().is_empty() {
-            return Err("required, and must not be empty".into());
-        }
-        regex::RegexBuilder::new(text).size_limit(REGEX_SIZE_LIMIT).build().map_err(|e| one_line(&e.to_string()))
-    })
+/// A non-empty regex within the size limit.
+fn provider_regex(text: &str) -> Result<regex::Regex, ValueError> {
+    if text.trim().is_empty() {
+        return Err(ValueError::Required);
+    }
+    Ok(regex::RegexBuilder::new(text).size_limit(REGEX_SIZE_LIMIT).build()?)
 }
 
 /// Comma-separated CIDR prefixes, each truncated to its network.
-fn prefixes() -> Checked<impl Fn(&str) -> Result<Prefixes, String> + Clone> {
-    Checked(|text: &str| {
-        list(text, |entry| {
-            entry
-                .parse::<IpNet>()
-                .map(|net| net.trunc())
-                .map_err(|_| format!("{entry:?} is not a CIDR prefix such as 10.0.0.0/8 or fd00::/8"))
-        })
-        .map(Prefixes)
-    })
+fn prefixes(text: &str) -> Result<Vec<IpNet>, ValueError> {
+    let prefix =
+        |entry: &str| entry.parse::<IpNet>().map(|net| net.trunc()).map_err(|_| ValueError::NotPrefix(entry.into()));
+    list(text, prefix)
 }
 
 /// A DNS name, lowercased and without one trailing dot.
-fn cluster_domain() -> Checked<impl Fn(&str) -> Result<String, String> + Clone> {
-    Checked(|text: &str| {
-        let domain = text.trim().to_ascii_lowercase();
-        let domain = domain.strip_suffix('.').unwrap_or(&domain);
-        if is_dns_subdomain(domain) {
-            Ok(domain.to_owned())
-        } else {
-            Err("not a DNS name such as cluster.local".into())
-        }
-    })
+fn cluster_domain(text: &str) -> Result<String, ValueError> {
+    let domain = text.trim().to_ascii_lowercase();
+    let domain = domain.strip_suffix('.').unwrap_or(&domain);
+    if is_dns_subdomain(domain) { Ok(domain.to_owned()) } else { Err(ValueError::NotDomain) }
 }
 
 /// One nameserver: `ip[:port]`, port 53 when omitted.
-fn dns_server() -> Checked<impl Fn(&str) -> Result<SocketAddr, String> + Clone> {
-    Checked(|text: &str| {
-        let entry = text.trim();
-        if entry.is_empty() {
-            return Err("empty entry in the list".into());
-        }
-        server(entry).ok_or_else(|| format!("{entry:?} is not ip[:port], e.g. 10.96.0.10 or [fd00::a]:53"))
-    })
+fn dns_server(text: &str) -> Result<SocketAddr, ValueError> {
+    let entry = text.trim();
+    if entry.is_empty() {
+        return Err(ValueError::EmptyServer);
+    }
+    server(entry).ok_or_else(|| ValueError::NotServer(entry.to_owned()))
 }
 
 fn server(entry: &str) -> Option<SocketAddr> {
@@ -220,13 +198,9 @@ fn server(entry: &str) -> Option<SocketAddr> {
     entry.parse::<IpAddr>().ok().map(|ip| SocketAddr::new(ip, 53))
 }
 
-fn one_line(text: &str) -> String {
-    text.split_whitespace().collect::<Vec<_>>().join(" ")
-}
-
 #[cfg(test)]
 mod tests {
-    use super::super::flags::reading::read;
+    use super::super::values::reading::read;
     use super::*;
 
     #[test]
@@ -236,6 +210,14 @@ mod tests {
         assert_eq!(server("fd00::1"), Some("[fd00::1]:53".parse().unwrap()));
         assert_eq!(server("dns.example.com"), None);
         assert_eq!(server("10.0.0.1:0"), None);
+    }
+
+    #[test]
+    fn the_servers_are_the_systems_unless_given() {
+        assert_eq!(read::<PolicyArgs>(&[]).unwrap().dns.servers, None);
+        let given = read::<PolicyArgs>(&["--dns-server=10.0.0.1,[fd00::1]:5353", "--dns-server", "10.0.0.2"]);
+        let servers = ["10.0.0.1:53", "[fd00::1]:5353", "10.0.0.2:53"].map(|s| s.parse().unwrap()).to_vec();
+        assert_eq!(given.unwrap().dns.servers, Some(servers));
     }
 
     #[test]
@@ -250,10 +232,9 @@ mod tests {
 
     #[test]
     fn prefixes_are_trimmed_and_truncated() {
-        let read = prefixes().0;
-        let nets = read(" 10.1.2.3/8 , fd00::/8").unwrap();
-        assert_eq!(nets.0, vec!["10.0.0.0/8".parse::<IpNet>().unwrap(), "fd00::/8".parse().unwrap()]);
-        assert!(read("10.0.0.0/8,,fd00::/8").is_err());
+        let nets = prefixes(" 10.1.2.3/8 , fd00::/8").unwrap();
+        assert_eq!(nets, vec!["10.0.0.0/8".parse::<IpNet>().unwrap(), "fd00::/8".parse().unwrap()]);
+        assert!(prefixes("10.0.0.0/8,,fd00::/8").is_err());
     }
 
     #[test]
@@ -271,7 +252,8 @@ mod tests {
     #[test]
     fn a_provider_regex_is_required() {
         let error = read::<PolicyArgs>(&[]).unwrap().validate().unwrap_err();
-        assert_eq!((error.flag.as_str(), error.env.as_str()), ("--provider-regex", "PROVIDER_REGEX"));
+        assert_eq!(error.flag, Flag::ProviderRegex);
+        assert!(error.to_string().contains("--provider-regex (env PROVIDER_REGEX)"), "{error}");
         assert!(read::<PolicyArgs>(&["--provider-regex= "]).unwrap_err().contains("required"));
     }
 }

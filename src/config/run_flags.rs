@@ -1,72 +1,82 @@
 //! Flags of the controller (`run`): cluster access, concurrency, leader election, admin endpoints
-//! and logging, validated into a [`RunConfig`].
+//! and logging; the leader-election flags are checked together into a [`LeaderConfig`].
 
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::{ArgAction, Args};
+use clap::Args;
 
-use super::flags::{Checked, boolean, duration, given_path, is_dns_label, keyword, namespace_or_empty, number, path};
-use super::{BindAddress, ConfigError};
+use super::values::{Checked, duration, given, is_dns_label, keyword, namespace_or_empty, number, path, shared};
+use super::{BindAddress, ConfigError, Flag, ValueError};
 use crate::policy::{DecisionKind, is_dns_subdomain};
 
 /// Where the service account's namespace is mounted in a pod.
-const POD_NAMESPACE_FILE: &str = "/var/run/secrets/kubernetes.io/serviceaccount/namespace";
+pub(super) const POD_NAMESPACE_FILE: &str = "/var/run/secrets/kubernetes.io/serviceaccount/namespace";
 
 /// Controller flags; every flag also reads an env var.
 #[derive(Debug, Clone, Args)]
+#[command(mut_args(shared))]
 pub struct RunArgs {
     /// Kubeconfig file; unset: in-cluster config, then the default kubeconfig
-    #[arg(long, global = true, env = "KUBECONFIG", value_name = "PATH", value_parser = path())]
+    #[arg(long, env = "KUBECONFIG", value_name = "PATH", value_parser = Checked(path))]
     pub kubeconfig: Option<PathBuf>,
     /// CSRs evaluated and written at once, 1..=1000
-    #[arg(long, global = true, env = "CONCURRENCY", default_value = "32", value_parser = number::<u16>(1..=1000))]
+    #[arg(long, env = "CONCURRENCY", default_value = "32", value_parser = number::<u16>(1..=1000))]
     pub concurrency: u16,
     /// Which decisions are also published as Events: all; problems (denials, holds and retries, not approvals, whose Approved condition is their record); or none
-    #[arg(long, global = true, env = "EVENTS", default_value = "problems", value_parser = keyword(EVENT_LEVELS))]
+    #[arg(long, env = "EVENTS", default_value = "problems", value_parser = keyword(EVENT_LEVELS))]
     pub events: EventLevel,
     /// Evaluate and record (events, metrics, logs) but write no condition
-    #[arg(long, global = true, env = "DRY_RUN", default_value = "false", action = ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = boolean())]
+    #[arg(long, env = "DRY_RUN", default_value = "false")]
     pub dry_run: bool,
-    /// Elect a leader through a Lease; only the leader writes
-    #[arg(long, global = true, env = "LEADER_ELECTION", default_value = "false", action = ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = boolean())]
-    pub leader_election: bool,
-    /// Name of the Lease
-    #[arg(long, global = true, env = "LEADER_ELECTION_ID", default_value = "node-csr-approver", value_parser = lease_name())]
-    pub leader_election_id: String,
-    /// Namespace of the Lease [default: the pod's namespace]
-    #[arg(long, global = true, env = "POD_NAMESPACE", value_parser = namespace_or_empty())]
-    pub leader_election_namespace: Option<String>,
-    /// How long a Lease is valid without renewal, whole seconds
-    #[arg(long, global = true, env = "LEASE_DURATION", default_value = "15s", value_parser = whole_seconds(SECOND, MINUTE))]
-    pub lease_duration: Duration,
-    /// The leader stops writing when it could not renew for this long
-    #[arg(long, global = true, env = "RENEW_DEADLINE", default_value = "10s", value_parser = duration(SECOND, MINUTE))]
-    pub renew_deadline: Duration,
-    /// Interval between renewals and acquisition attempts
-    #[arg(long, global = true, env = "RETRY_PERIOD", default_value = "2s", value_parser = duration(Duration::from_millis(100), MINUTE))]
-    pub retry_period: Duration,
+    /// The leader-election flags.
+    #[command(flatten)]
+    pub leader: LeaderArgs,
     /// Every undecided CSR is evaluated again at this interval, besides after each list of the CSR watch and whenever this replica becomes able to write, 1s..=1h
-    #[arg(long, global = true, env = "RESYNC_PERIOD", default_value = "1m", value_parser = duration(SECOND, HOUR))]
+    #[arg(long, env = "RESYNC_PERIOD", default_value = "1m", value_parser = duration(SECOND, HOUR))]
     pub resync_period: Duration,
     /// On SIGTERM/SIGINT, how long in-flight work may take to finish
-    #[arg(long, global = true, env = "DRAIN_TIMEOUT", default_value = "20s", value_parser = duration(Duration::ZERO, HOUR))]
+    #[arg(long, env = "DRAIN_TIMEOUT", default_value = "20s", value_parser = duration(Duration::ZERO, HOUR))]
     pub drain_timeout: Duration,
     /// Address of /healthz and /readyz
-    #[arg(long, global = true, env = "HEALTH_PROBE_BIND_ADDRESS", default_value = ":8081", value_parser = health_address())]
+    #[arg(long, env = "HEALTH_PROBE_BIND_ADDRESS", default_value = ":8081", value_parser = Checked(health_address))]
     pub health_probe_bind_address: BindAddress,
     /// Address of /metrics; 0 disables it
-    #[arg(long, global = true, env = "METRICS_BIND_ADDRESS", default_value = ":8080", value_parser = admin_address())]
-    pub metrics_bind_address: AdminAddress,
+    #[arg(long, env = "METRICS_BIND_ADDRESS", default_value = ":8080", value_parser = Checked(metrics_address))]
+    pub metrics_bind_address: std::option::Option<BindAddress>,
     /// Log format: json or text
-    #[arg(long, global = true, env = "LOG_FORMAT", default_value = "json", value_parser = keyword(LOG_FORMATS))]
+    #[arg(long, env = "LOG_FORMAT", default_value = "json", value_parser = keyword(LOG_FORMATS))]
     pub log_format: LogFormat,
     /// Log filter, an EnvFilter directive such as info or node_csr_approver=debug [default: what --level stands for]
-    #[arg(long, global = true, env = "LOG_LEVEL", value_parser = log_filter())]
+    #[arg(long, env = "LOG_LEVEL", value_parser = Checked(log_filter))]
     pub log_level: Option<String>,
     /// The Go kubelet-csr-approver's -level, -5..=10: -5..=-2 error, -1 warn, 0 info, 1..=4 debug, 5..=10 trace; --log-level wins over it
-    #[arg(long, global = true, env = "LEVEL", default_value = "0", allow_negative_numbers = true, value_parser = number::<i8>(-5..=10))]
+    #[arg(long, env = "LEVEL", default_value = "0", allow_negative_numbers = true, value_parser = number::<i8>(-5..=10))]
     pub level: i8,
+}
+
+/// Leader-election flags.
+#[derive(Debug, Clone, Args)]
+#[command(mut_args(shared))]
+pub struct LeaderArgs {
+    /// Elect a leader through a Lease; only the leader writes
+    #[arg(long, env = "LEADER_ELECTION", default_value = "false")]
+    pub leader_election: bool,
+    /// Name of the Lease
+    #[arg(long, env = "LEADER_ELECTION_ID", default_value = "node-csr-approver", value_parser = Checked(lease_name))]
+    pub leader_election_id: String,
+    /// Namespace of the Lease [default: the pod's namespace]
+    #[arg(long, env = "POD_NAMESPACE", value_parser = Checked(namespace_or_empty))]
+    pub leader_election_namespace: Option<String>,
+    /// How long a Lease is valid without renewal, whole seconds
+    #[arg(long, env = "LEASE_DURATION", default_value = "15s", value_parser = whole_seconds(SECOND, MINUTE))]
+    pub lease_duration: Duration,
+    /// The leader stops writing when it could not renew for this long
+    #[arg(long, env = "RENEW_DEADLINE", default_value = "10s", value_parser = duration(SECOND, MINUTE))]
+    pub renew_deadline: Duration,
+    /// Interval between renewals and acquisition attempts
+    #[arg(long, env = "RETRY_PERIOD", default_value = "2s", value_parser = duration(Duration::from_millis(100), MINUTE))]
+    pub retry_period: Duration,
 }
 
 const SECOND: Duration = Duration::from_secs(1);
@@ -79,15 +89,6 @@ const EVENT_LEVELS: &[(&str, EventLevel)] =
 
 /// The keywords of `--log-format`.
 const LOG_FORMATS: &[(&str, LogFormat)] = &[("json", LogFormat::Json), ("text", LogFormat::Text)];
-
-/// Where an admin endpoint listens, or that it is off (`0`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AdminAddress {
-    /// Not served.
-    Off,
-    /// Served at this address.
-    At(BindAddress),
-}
 
 /// How log lines are written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -121,7 +122,7 @@ impl EventLevel {
     }
 }
 
-/// Leader-election settings.
+/// Leader-election settings, checked together.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LeaderConfig {
     /// Lease name.
@@ -136,127 +137,83 @@ pub struct LeaderConfig {
     pub retry_period: Duration,
 }
 
-/// The validated controller settings.
-#[derive(Debug, Clone)]
-pub struct RunConfig {
-    /// Kubeconfig file, if given.
-    pub kubeconfig: Option<PathBuf>,
-    /// Bound on concurrent evaluations and writes.
-    pub concurrency: u16,
-    /// Which decisions are published as Events.
-    pub events: EventLevel,
-    /// Write no condition.
-    pub dry_run: bool,
-    /// Leader election, when enabled.
-    pub leader: Option<LeaderConfig>,
-    /// How often every undecided CSR is evaluated again, whatever else happened.
-    pub resync_period: Duration,
-    /// How long shutdown waits for in-flight work.
-    pub drain_timeout: Duration,
-    /// Address of the health endpoints, Go-style (`:8081`).
-    pub health_address: BindAddress,
-    /// Address of the metrics endpoint, Go-style; `None` disables it.
-    pub metrics_address: Option<BindAddress>,
-    /// Log format.
-    pub log_format: LogFormat,
-    /// Log filter directive, already checked to parse.
-    pub log_filter: String,
-}
-
 impl RunArgs {
-    /// The controller settings; the rules that span flags (the Lease's timings) or read the pod
-    /// (its namespace) are checked here, the first broken one returned as a [`ConfigError`].
-    pub fn validate(&self) -> Result<RunConfig, ConfigError> {
-        Ok(RunConfig {
-            kubeconfig: given_path(&self.kubeconfig),
-            concurrency: self.concurrency,
-            events: self.events,
-            dry_run: self.dry_run,
-            leader: if self.leader_election { Some(self.leader()?) } else { None },
-            resync_period: self.resync_period,
-            drain_timeout: self.drain_timeout,
-            health_address: self.health_probe_bind_address,
-            metrics_address: match self.metrics_bind_address {
-                AdminAddress::Off => None,
-                AdminAddress::At(address) => Some(address),
-            },
-            log_format: self.log_format,
-            log_filter: match self.log_level.as_deref().filter(|directive| !directive.is_empty()) {
-                Some(directive) => directive.to_owned(),
-                None => go_level_directive(self.level).to_owned(),
-            },
-        })
+    /// The log filter directive: `--log-level` when given, else what `--level` stands for.
+    pub fn log_filter(&self) -> &str {
+        match self.log_level.as_deref().filter(|directive| !directive.is_empty()) {
+            Some(directive) => directive,
+            None => go_level_directive(self.level),
+        }
     }
 
-    fn leader(&self) -> Result<LeaderConfig, ConfigError> {
-        let namespace = match self.leader_election_namespace.as_deref().filter(|namespace| !namespace.is_empty()) {
-            Some(namespace) => namespace.to_owned(),
+    /// The same flags with an empty `--kubeconfig` read as not given.
+    pub(super) fn normalized(self) -> RunArgs {
+        RunArgs { kubeconfig: given(self.kubeconfig), ..self }
+    }
+}
+
+impl LeaderArgs {
+    /// The Lease, when leader election is on: its namespace (the pod's own unless given) and its
+    /// timings, each shorter than the one it must fit in; the first broken rule is returned.
+    pub(super) fn validate(&self) -> Result<Option<LeaderConfig>, ConfigError> {
+        if !self.leader_election {
+            return Ok(None);
+        }
+        let namespace = match given(self.leader_election_namespace.clone()) {
+            Some(namespace) => namespace,
             None => pod_namespace(std::fs::read_to_string(POD_NAMESPACE_FILE))?,
         };
         let (lease_duration, renew_deadline, retry_period) =
             (self.lease_duration, self.renew_deadline, self.retry_period);
-        if renew_deadline >= lease_duration {
-            let value = humantime::format_duration(renew_deadline).to_string();
-            return Err(ConfigError::of_field("renew_deadline", &value, "must be shorter than --lease-duration"));
+        for (flag, duration, limit, longest) in [
+            (Flag::RenewDeadline, renew_deadline, Flag::LeaseDuration, lease_duration),
+            (Flag::RetryPeriod, retry_period, Flag::RenewDeadline, renew_deadline),
+        ] {
+            if duration >= longest {
+                let value = humantime::format_duration(duration).to_string();
+                return Err(ConfigError { flag, value, problem: ValueError::NotShorterThan(limit) });
+            }
         }
-        if retry_period >= renew_deadline {
-            let value = humantime::format_duration(retry_period).to_string();
-            return Err(ConfigError::of_field("retry_period", &value, "must be shorter than --renew-deadline"));
-        }
-        Ok(LeaderConfig {
-            lease_name: self.leader_election_id.clone(),
-            namespace,
-            lease_duration,
-            renew_deadline,
-            retry_period,
-        })
+        let lease_name = self.leader_election_id.clone();
+        Ok(Some(LeaderConfig { lease_name, namespace, lease_duration, renew_deadline, retry_period }))
     }
 }
 
 /// The namespace mounted into the pod (`mounted`: [`POD_NAMESPACE_FILE`] as read), which must be
 /// a namespace name; unreadable: not in a pod, so `--leader-election-namespace` is required.
 fn pod_namespace(mounted: std::io::Result<String>) -> Result<String, ConfigError> {
-    let id = "leader_election_namespace";
-    let mounted =
-        mounted.map_err(|_| ConfigError::of_field(id, "", "required with --leader-election outside a pod"))?;
+    let error =
+        |value: &str, problem| ConfigError { flag: Flag::LeaderElectionNamespace, value: value.into(), problem };
+    let mounted = mounted.map_err(|_| error("", ValueError::OutsidePod))?;
     let namespace = mounted.trim();
-    if !is_dns_label(namespace) {
-        return Err(ConfigError::of_field(id, namespace, format!("{POD_NAMESPACE_FILE} holds no namespace name")));
-    }
-    Ok(namespace.to_owned())
+    if is_dns_label(namespace) { Ok(namespace.to_owned()) } else { Err(error(namespace, ValueError::PodNamespace)) }
 }
 
 /// A Lease name: a lowercase DNS subdomain.
-fn lease_name() -> Checked<impl Fn(&str) -> Result<String, String> + Clone> {
-    Checked(|text: &str| {
-        if is_dns_subdomain(text) { Ok(text.to_owned()) } else { Err("expected a lowercase DNS subdomain name".into()) }
-    })
+fn lease_name(text: &str) -> Result<String, ValueError> {
+    if is_dns_subdomain(text) { Ok(text.to_owned()) } else { Err(ValueError::NotLeaseName) }
 }
 
 /// A duration in whole seconds from `min` to `max`, as a Lease holds it.
-fn whole_seconds(min: Duration, max: Duration) -> Checked<impl Fn(&str) -> Result<Duration, String> + Clone> {
+fn whole_seconds(min: Duration, max: Duration) -> Checked<impl Fn(&str) -> Result<Duration, ValueError> + Clone> {
     let read = duration(min, max).0;
     Checked(move |text: &str| {
         let duration = read(text)?;
-        if duration.subsec_nanos() == 0 { Ok(duration) } else { Err("whole seconds only".into()) }
+        if duration.subsec_nanos() == 0 { Ok(duration) } else { Err(ValueError::NotWholeSeconds) }
     })
 }
 
 /// A Go-style bind address ([`BindAddress::parse`]) that cannot be turned off.
-fn health_address() -> Checked<impl Fn(&str) -> Result<BindAddress, String> + Clone> {
-    let read = admin_address().0;
-    Checked(move |text: &str| match read(text)? {
-        AdminAddress::At(address) => Ok(address),
-        AdminAddress::Off => Err("the health endpoints cannot be disabled".into()),
-    })
+fn health_address(text: &str) -> Result<BindAddress, ValueError> {
+    metrics_address(text)?.ok_or(ValueError::HealthOff)
 }
 
 /// A Go-style bind address ([`BindAddress::parse`]), or `0`: off.
-fn admin_address() -> Checked<impl Fn(&str) -> Result<AdminAddress, String> + Clone> {
-    Checked(|text: &str| match text.trim() {
-        "0" => Ok(AdminAddress::Off),
-        address => BindAddress::parse(address).map(AdminAddress::At).map_err(|e| e.to_string()),
-    })
+fn metrics_address(text: &str) -> Result<Option<BindAddress>, ValueError> {
+    match text.trim() {
+        "0" => Ok(None),
+        address => Ok(Some(BindAddress::parse(address)?)),
+    }
 }
 
 /// The EnvFilter directive the Go tool's `-level` stands for.
@@ -271,37 +228,28 @@ fn go_level_directive(level: i8) -> &'static str {
 }
 
 /// An EnvFilter directive, trimmed; empty when given empty (then `--level` decides).
-fn log_filter() -> Checked<impl Fn(&str) -> Result<String, String> + Clone> {
-    Checked(|text: &str| {
-        let directive = text.trim();
-        if directive.is_empty() {
-            return Ok(String::new());
-        }
-        tracing_subscriber::EnvFilter::builder()
-            .parse(directive)
-            .map(|_| directive.to_owned())
-            .map_err(|e| e.to_string())
-    })
+fn log_filter(text: &str) -> Result<String, ValueError> {
+    let directive = text.trim();
+    if !directive.is_empty() {
+        tracing_subscriber::EnvFilter::builder().parse(directive)?;
+    }
+    Ok(directive.to_owned())
 }
 
 #[cfg(test)]
 mod tests {
-    use super::super::flags::reading::read;
+    use super::super::values::reading::read;
     use super::*;
-
-    fn validated(args: &[&str]) -> Result<RunConfig, String> {
-        read::<RunArgs>(args)?.validate().map_err(|e| e.to_string())
-    }
 
     #[test]
     fn events_default_to_problems_and_approvals_are_published_only_with_all() {
-        assert_eq!(validated(&[]).unwrap().events, EventLevel::Problems);
+        assert_eq!(read::<RunArgs>(&[]).unwrap().events, EventLevel::Problems);
         for (text, want) in [("all", EventLevel::All), (" Problems ", EventLevel::Problems), ("NONE", EventLevel::None)]
         {
-            assert_eq!(validated(&[&format!("--events={text}")]).unwrap().events, want, "{text}");
+            assert_eq!(read::<RunArgs>(&[&format!("--events={text}")]).unwrap().events, want, "{text}");
         }
         for bad in ["", "some", "approvals"] {
-            let error = validated(&[&format!("--events={bad}")]).unwrap_err();
+            let error = read::<RunArgs>(&[&format!("--events={bad}")]).unwrap_err();
             assert!(error.contains("--events (env EVENTS)"), "{bad}: {error}");
         }
         use DecisionKind::{Approve, Deny, Hold, Ignore, Retry};
@@ -314,8 +262,8 @@ mod tests {
 
     #[test]
     fn the_resync_period_defaults_to_a_minute_and_stays_within_a_second_and_an_hour() {
-        let period = |value: &str| validated(&[&format!("--resync-period={value}")]).map(|c| c.resync_period);
-        assert_eq!(validated(&[]).unwrap().resync_period, Duration::from_secs(60));
+        let period = |value: &str| read::<RunArgs>(&[&format!("--resync-period={value}")]).map(|c| c.resync_period);
+        assert_eq!(read::<RunArgs>(&[]).unwrap().resync_period, Duration::from_secs(60));
         assert_eq!(period("1s"), Ok(Duration::from_secs(1)));
         assert_eq!(period("1h"), Ok(Duration::from_secs(3600)));
         for bad in ["0s", "999ms", "61m", "often"] {
@@ -326,7 +274,7 @@ mod tests {
 
     #[test]
     fn the_go_level_stands_for_a_filter() {
-        assert_eq!(validated(&[]).unwrap().log_filter, "info");
+        assert_eq!(read::<RunArgs>(&[]).unwrap().log_filter(), "info");
         for (level, filter) in [
             ("-5", "error"),
             ("-2", "error"),
@@ -337,20 +285,24 @@ mod tests {
             ("5", "trace"),
             ("10", "trace"),
         ] {
-            assert_eq!(validated(&["--level", level]).unwrap().log_filter, filter, "{level}");
+            assert_eq!(read::<RunArgs>(&["--level", level]).unwrap().log_filter(), filter, "{level}");
         }
     }
 
     #[test]
     fn the_go_level_is_a_number_from_minus_5_to_10_and_log_level_wins_over_it() {
         for bad in ["-6", "11", "x", ""] {
-            let error = validated(&[&format!("--level={bad}")]).unwrap_err();
+            let error = read::<RunArgs>(&[&format!("--level={bad}")]).unwrap_err();
             assert!(error.contains("--level (env LEVEL)"), "{bad}: {error}");
         }
-        let both = validated(&["--log-level", "warn,node_csr_approver=debug", "--level", "5"]).unwrap();
-        assert_eq!(both.log_filter, "warn,node_csr_approver=debug");
-        assert_eq!(validated(&["--log-level=", "--level=5"]).unwrap().log_filter, "trace", "empty is not given");
-        let invalid_level = validated(&["--log-level=info", "--level=11"]).unwrap_err();
+        let both = read::<RunArgs>(&["--log-level", "warn,node_csr_approver=debug", "--level", "5"]).unwrap();
+        assert_eq!(both.log_filter(), "warn,node_csr_approver=debug");
+        assert_eq!(
+            read::<RunArgs>(&["--log-level=", "--level=5"]).unwrap().log_filter(),
+            "trace",
+            "empty is not given"
+        );
+        let invalid_level = read::<RunArgs>(&["--log-level=info", "--level=11"]).unwrap_err();
         assert!(invalid_level.contains("--level"), "{invalid_level}");
     }
 
@@ -358,7 +310,8 @@ mod tests {
     fn the_lease_timings_are_ordered_and_whole_seconds() {
         let leader = |args: &[&str]| {
             let all = [&["--leader-election", "--leader-election-namespace=ns"][..], args].concat();
-            validated(&all).map(|config| config.leader.map(|leader| leader.lease_duration))
+            let validated = read::<RunArgs>(&all)?.leader.validate().map_err(|e| e.to_string());
+            validated.map(|leader| leader.map(|leader| leader.lease_duration))
         };
         assert_eq!(leader(&[]), Ok(Some(Duration::from_secs(15))));
         assert!(leader(&["--lease-duration=1500ms"]).unwrap_err().contains("whole seconds only"));
@@ -366,22 +319,32 @@ mod tests {
         assert!(late.contains("--renew-deadline") && late.contains("shorter than --lease-duration"), "{late}");
         let slow = leader(&["--retry-period=10s"]).unwrap_err();
         assert!(slow.contains("--retry-period") && slow.contains("shorter than --renew-deadline"), "{slow}");
+        assert_eq!(read::<RunArgs>(&[]).unwrap().leader.validate().unwrap(), None, "off unless asked for");
     }
 
     #[test]
     fn the_lease_namespace_is_the_pods_own_unless_given() {
         assert_eq!(pod_namespace(Ok("kube-system\n".into())).unwrap(), "kube-system");
         let outside = pod_namespace(Err(std::io::ErrorKind::NotFound.into())).unwrap_err();
-        assert_eq!((outside.flag.as_str(), outside.env.as_str()), ("--leader-election-namespace", "POD_NAMESPACE"));
-        assert!(outside.problem.contains("outside a pod"), "{outside}");
-        assert!(pod_namespace(Ok("Not_A_Namespace".into())).unwrap_err().problem.contains("no namespace name"));
+        assert_eq!(outside.flag, Flag::LeaderElectionNamespace);
+        assert!(outside.to_string().contains("--leader-election-namespace (env POD_NAMESPACE)"), "{outside}");
+        assert!(outside.problem.to_string().contains("outside a pod"), "{outside}");
+        let not_a_name = pod_namespace(Ok("Not_A_Namespace".into())).unwrap_err();
+        assert!(not_a_name.problem.to_string().contains("no namespace name"));
     }
 
     #[test]
     fn the_metrics_endpoint_can_be_turned_off_and_the_health_endpoints_cannot() {
-        assert!(validated(&["--metrics-bind-address=0"]).unwrap().metrics_address.is_none());
-        assert!(validated(&[]).unwrap().metrics_address.is_some());
-        let error = validated(&["--health-probe-bind-address=0"]).unwrap_err();
+        assert!(read::<RunArgs>(&["--metrics-bind-address=0"]).unwrap().metrics_bind_address.is_none());
+        assert!(read::<RunArgs>(&[]).unwrap().metrics_bind_address.is_some());
+        let error = read::<RunArgs>(&["--health-probe-bind-address=0"]).unwrap_err();
         assert!(error.contains("cannot be disabled"), "{error}");
+    }
+
+    #[test]
+    fn an_empty_kubeconfig_is_not_given() {
+        assert_eq!(read::<RunArgs>(&["--kubeconfig="]).unwrap().normalized().kubeconfig, None);
+        let given = read::<RunArgs>(&["--kubeconfig=/etc/k"]).unwrap().normalized().kubeconfig;
+        assert_eq!(given, Some(PathBuf::from("/etc/k")));
     }
 }

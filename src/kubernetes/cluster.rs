@@ -17,7 +17,7 @@ use crate::kubernetes::machines::MachineCache;
 use crate::metrics::Metrics;
 use crate::policy::{
     AddressClaim, ApiserverAddresses, BrakeInputs, ClusterError, ClusterView, KubeletCertificate, KubeletDialRules,
-    MachineInfo, NodeAddress, NodeInfo, brake_limit, kubelet_dial_not_owned, same_ip,
+    MachineInfo, NodeAddress, NodeInfo, RequestError, brake_limit, kubelet_dial_not_owned, same_ip,
 };
 
 /// The live cluster: one GET per Node asked for; Machines and Nodes from the watched caches of
@@ -65,6 +65,11 @@ impl KubeCluster {
     }
 }
 
+/// A request of the view that failed, its error kept whole.
+fn failed(error: kube::Error) -> ClusterError {
+    ClusterError::Request(RequestError::new(error))
+}
+
 /// How long an evaluation waits for the apiserver's addresses to be first listed (right after
 /// start) before the CSR is retried as `ClusterUnavailable`.
 const APISERVER_FIRST_ANSWER: std::time::Duration = std::time::Duration::from_secs(2);
@@ -74,7 +79,7 @@ const BRAKE_REPORT_PERIOD: std::time::Duration = std::time::Duration::from_secs(
 
 impl ClusterView for KubeCluster {
     async fn node(&self, name: &str) -> Result<Option<NodeInfo>, ClusterError> {
-        let node = self.nodes.get_opt(name).await.map_err(|e| ClusterError::Request(e.to_string()))?;
+        let node = self.nodes.get_opt(name).await.map_err(failed)?;
         Ok(node.as_ref().map(node_info))
     }
 
@@ -100,7 +105,7 @@ impl ClusterView for KubeCluster {
         let mut claims = unclaimed(ips);
         let mut page = kube::api::ListParams::default().limit(NODE_PAGE);
         loop {
-            let nodes = self.nodes.list(&page).await.map_err(|e| ClusterError::Request(e.to_string()))?;
+            let nodes = self.nodes.list(&page).await.map_err(failed)?;
             for node in &nodes.items {
                 let addresses = node.status.iter().flat_map(|status| status.addresses.iter().flatten());
                 claim(&mut claims, &node.name_any(), addresses.map(|a| a.address.as_str()));
@@ -120,7 +125,7 @@ impl ClusterView for KubeCluster {
         let Some((ca, rules)) = &self.kubelet_dial else {
             return Ok(KubeletCertificate::Unusable("--kubelet-serving-ca-file is not set".into()));
         };
-        let node = self.nodes.get_opt(name).await.map_err(|e| ClusterError::Request(e.to_string()))?;
+        let node = self.nodes.get_opt(name).await.map_err(failed)?;
         let Some(node) = node else {
             return Ok(KubeletCertificate::Unusable(format!("Node {name:?} does not exist")));
         };

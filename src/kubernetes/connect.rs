@@ -1,17 +1,32 @@
 //! Connecting to the cluster, shared by `run` and `check`: the kube client and, in machine mode,
 //! the watched caches of Machines and Nodes.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use kube::Client;
+use kube::config::{InferConfigError, KubeConfigOptions, Kubeconfig, KubeconfigError};
 
 use crate::config::MachineSource;
 use crate::kubernetes::machines::MachineCache;
 
 /// No usable cluster configuration.
 #[derive(Debug, thiserror::Error)]
-#[error("cluster configuration: {0}")]
-pub struct ConnectError(String);
+pub enum ConnectError {
+    /// The kubeconfig file given cannot be read or used.
+    #[error("cluster configuration: {}: {source}", path.display())]
+    Kubeconfig {
+        /// The file.
+        path: PathBuf,
+        /// Why it cannot be used.
+        source: KubeconfigError,
+    },
+    /// Neither the in-cluster configuration nor the default kubeconfig can be used.
+    #[error("cluster configuration: {0}")]
+    Infer(#[from] InferConfigError),
+    /// The configuration does not make a client.
+    #[error("cluster configuration: {0}")]
+    Client(#[from] kube::Error),
+}
 
 /// A client, and machine mode's caches when it is on.
 #[derive(Clone)]
@@ -29,21 +44,14 @@ pub struct Connection {
 async fn client(kubeconfig: Option<&Path>) -> Result<Client, ConnectError> {
     let mut config = config(kubeconfig).await?;
     config.default_retry = false;
-    Client::try_from(config).map_err(|e| ConnectError(e.to_string()))
+    Ok(Client::try_from(config)?)
 }
 
 async fn config(kubeconfig: Option<&Path>) -> Result<kube::Config, ConnectError> {
-    let config = match kubeconfig {
-        Some(path) => {
-            let file = kube::config::Kubeconfig::read_from(path)
-                .map_err(|e| ConnectError(format!("{}: {e}", path.display())))?;
-            kube::Config::from_custom_kubeconfig(file, &kube::config::KubeConfigOptions::default())
-                .await
-                .map_err(|e| ConnectError(format!("{}: {e}", path.display())))?
-        }
-        None => kube::Config::infer().await.map_err(|e| ConnectError(e.to_string()))?,
-    };
-    Ok(config)
+    let Some(path) = kubeconfig else { return Ok(kube::Config::infer().await?) };
+    let error = |source| ConnectError::Kubeconfig { path: path.to_owned(), source };
+    let file = Kubeconfig::read_from(path).map_err(error)?;
+    kube::Config::from_custom_kubeconfig(file, &KubeConfigOptions::default()).await.map_err(error)
 }
 
 /// Connects with `kubeconfig` and, in machine mode, starts the caches, reading Machines through

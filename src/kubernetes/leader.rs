@@ -39,9 +39,15 @@ pub enum LeaderError {
     /// The Lease manager could not be built.
     #[error("leader election: {0}")]
     Lease(#[from] LeaseManagerError),
-    /// The election task ended while the controller was running.
+    /// The election task stopped by itself while the controller was running.
+    #[error("leader election task ended: the election stopped")]
+    Stopped,
+    /// The election task failed while the controller was running.
     #[error("leader election task ended: {0}")]
-    Ended(String),
+    Failed(#[source] LeaseManagerError),
+    /// The election task panicked or was cancelled.
+    #[error("leader election task ended: {0}")]
+    Task(#[from] tokio::task::JoinError),
 }
 
 /// True for errors that retrying cannot fix: this replica may not read or update the Lease, or
@@ -212,11 +218,11 @@ impl Election {
         let Some(task) = self.task.as_mut() else { return std::future::pending().await };
         let outcome = task.await;
         self.task = None;
-        LeaderError::Ended(match outcome {
-            Ok(Ok(())) => "the election stopped".into(),
-            Ok(Err(error)) => error.to_string(),
-            Err(join) => join.to_string(),
-        })
+        match outcome {
+            Ok(Ok(())) => LeaderError::Stopped,
+            Ok(Err(error)) => LeaderError::Failed(error),
+            Err(join) => LeaderError::Task(join),
+        }
     }
 
     /// [`Election::release`], logging how it went.
@@ -238,7 +244,7 @@ impl Election {
             None => Ok(()),
             Some(task) => match task.await {
                 Ok(result) => result.map_err(LeaderError::Lease),
-                Err(join) => Err(LeaderError::Ended(join.to_string())),
+                Err(join) => Err(LeaderError::Task(join)),
             },
         }
     }

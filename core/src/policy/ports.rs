@@ -61,9 +61,48 @@ pub enum ClusterError {
         /// Why: the watch's last error, or that the first list has not completed.
         why: String,
     },
-    /// A request to the apiserver failed; the text is the client's error.
+    /// A request to the apiserver failed.
     #[error("cluster read failed: {0}")]
-    Request(String),
+    Request(RequestError),
+}
+
+/// The client's error of a failed request, kept whole with its sources; two are equal when they
+/// read the same.
+#[derive(Debug, Clone)]
+pub struct RequestError(Arc<dyn std::error::Error + Send + Sync>);
+
+impl RequestError {
+    /// Keeps `error`.
+    pub fn new(error: impl std::error::Error + Send + Sync + 'static) -> RequestError {
+        RequestError(Arc::new(error))
+    }
+}
+
+impl std::fmt::Display for RequestError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl std::error::Error for RequestError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.0.source()
+    }
+}
+
+impl PartialEq for RequestError {
+    fn eq(&self, other: &RequestError) -> bool {
+        self.to_string() == other.to_string()
+    }
+}
+
+impl Eq for RequestError {}
+
+/// A request error that is only a message, as a test or a fixed cluster gives it.
+impl From<&str> for RequestError {
+    fn from(message: &str) -> RequestError {
+        RequestError(Arc::from(Box::<dyn std::error::Error + Send + Sync>::from(message)))
+    }
 }
 
 /// One entry of a Node's `status.addresses`.
