@@ -146,8 +146,8 @@ pub(crate) enum ValueError {
     PrefixWithoutColon,
     #[error("expected a username or a prefix ending in :*")]
     NotBootstrapper,
-    #[error("{0}")]
-    KubeletServingCa(String),
+    #[error(transparent)]
+    KubeletServingCa(#[from] crate::kubelet_tls::PemError),
     #[error(transparent)]
     BindAddress(#[from] BindAddressError),
     #[error("the health endpoints cannot be disabled")]

@@ -15,6 +15,31 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::server::ParsedCertificate;
 
+/// Why a PEM file of certificates (the CA bundle or `check`'s chain) cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum PemError {
+    /// The file cannot be read.
+    #[error("cannot read: {0}")]
+    Unreadable(#[source] std::io::Error),
+    /// The CA bundle is not PEM certificates.
+    #[error("not a PEM bundle of certificates: {0}")]
+    NotPemBundle(#[source] rustls::pki_types::pem::Error),
+    /// The chain's file is not PEM certificates.
+    #[error("not a PEM file of certificates: {0}")]
+    NotPemFile(#[source] rustls::pki_types::pem::Error),
+    /// No CERTIFICATE block at all.
+    #[error("holds no CERTIFICATE block")]
+    Empty,
+    /// A certificate of the bundle is not one webpki accepts as a trust anchor (1-based index).
+    #[error("certificate {index} is not a usable CA: {source}")]
+    NotCa {
+        /// Its place in the bundle, from 1.
+        index: usize,
+        /// Why webpki refused it.
+        source: rustls::Error,
+    },
+}
+
 /// The CA certificates a kubelet's serving certificate must chain to.
 #[derive(Clone)]
 pub struct KubeletServingCa {
@@ -26,17 +51,16 @@ pub struct KubeletServingCa {
 impl KubeletServingCa {
     /// Reads a PEM bundle: every CERTIFICATE block is a trust anchor; at least one is required,
     /// and each must be one webpki accepts as an anchor.
-    pub fn read(path: &Path) -> Result<KubeletServingCa, String> {
-        let text = std::fs::read(path).map_err(|e| format!("cannot read: {e}"))?;
-        let anchors = CertificateDer::pem_slice_iter(&text)
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| format!("not a PEM bundle of certificates: {e}"))?;
+    pub fn read(path: &Path) -> Result<KubeletServingCa, PemError> {
+        let text = std::fs::read(path).map_err(PemError::Unreadable)?;
+        let anchors =
+            CertificateDer::pem_slice_iter(&text).collect::<Result<Vec<_>, _>>().map_err(PemError::NotPemBundle)?;
         if anchors.is_empty() {
-            return Err("holds no CERTIFICATE block".into());
+            return Err(PemError::Empty);
         }
         let mut roots = RootCertStore::empty();
         for (index, anchor) in anchors.iter().enumerate() {
-            roots.add(anchor.clone()).map_err(|e| format!("certificate {} is not a usable CA: {e}", index + 1))?;
+            roots.add(anchor.clone()).map_err(|source| PemError::NotCa { index: index + 1, source })?;
         }
         Ok(KubeletServingCa {
             anchors: Arc::new(anchors),
@@ -76,13 +100,11 @@ impl PartialEq for KubeletServingCa {
 impl Eq for KubeletServingCa {}
 
 /// Reads a PEM file of certificates (a leaf and its intermediates), for `check`'s evidence.
-pub fn read_chain(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
-    let chain = CertificateDer::pem_file_iter(path)
-        .map_err(|e| format!("cannot read: {e}"))?
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| format!("not a PEM file of certificates: {e}"))?;
+pub fn read_chain(path: &Path) -> Result<Vec<CertificateDer<'static>>, PemError> {
+    let text = std::fs::read(path).map_err(PemError::Unreadable)?;
+    let chain = CertificateDer::pem_slice_iter(&text).collect::<Result<Vec<_>, _>>().map_err(PemError::NotPemFile)?;
     if chain.is_empty() {
-        return Err("holds no CERTIFICATE block".into());
+        return Err(PemError::Empty);
     }
     Ok(chain)
 }

@@ -101,14 +101,14 @@ fn the_bundle_must_hold_usable_ca_certificates() {
     let bad = |name: &str, text: &str| {
         let path = dir.path().join(name);
         std::fs::write(&path, text).unwrap();
-        KubeletServingCa::read(&path).unwrap_err()
+        KubeletServingCa::read(&path).unwrap_err().to_string()
     };
     assert!(bad("empty.crt", "").contains("no CERTIFICATE block"));
     assert!(bad("key.pem", &KeyPair::generate().unwrap().serialize_pem()).contains("no CERTIFICATE block"));
     assert!(bad("broken.crt", "-----BEGIN CERTIFICATE-----\n!!!!\n-----END CERTIFICATE-----\n").contains("PEM"));
     let garbage = "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n";
     assert!(bad("garbage.crt", garbage).contains("certificate 1 is not a usable CA"));
-    assert!(KubeletServingCa::read(&dir.path().join("missing.crt")).unwrap_err().contains("cannot read"));
+    assert!(KubeletServingCa::read(&dir.path().join("missing.crt")).unwrap_err().to_string().contains("cannot read"));
     let ca = Ca::new("kubelet-serving");
     let two = format!("{}{}", ca.pem, Ca::new("next").pem);
     std::fs::write(dir.path().join("two.crt"), two).unwrap();

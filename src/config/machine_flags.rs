@@ -197,7 +197,7 @@ fn bootstrapper(text: &str) -> Result<Bootstrapper, ValueError> {
 
 /// The kubelet-serving CA bundle, read (and every certificate in it checked) at start.
 fn kubelet_serving_ca(text: &str) -> Result<KubeletServingCa, ValueError> {
-    KubeletServingCa::read(std::path::Path::new(text)).map_err(ValueError::KubeletServingCa)
+    KubeletServingCa::read(std::path::Path::new(text)).map_err(ValueError::from)
 }
 
 /// Comma-separated group names.
