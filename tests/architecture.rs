@@ -1,7 +1,16 @@
-//! The layering ARCHITECTURE.md describes, checked where the compiler does not check it: the
-//! decision core's crate depends on no Kubernetes client, async runtime or DNS library, even
-//! indirectly; the modules of the shell and of the core import each other in no cycle and at
-//! most six levels deep; and no Rust file of the workspace outgrows 400 lines.
+//! The structure ARCHITECTURE.md and CONTRIBUTING.md describe, checked where the compiler does
+//! not check it, and read from the documents where they state it:
+//!
+//! - the decision core's crate depends on no Kubernetes client, async runtime or DNS library, even
+//!   indirectly;
+//! - the modules of the shell and of the core import each other in no cycle and at most six levels
+//!   deep;
+//! - every module of the shell sits in a row of ARCHITECTURE.md's layer table and imports only what
+//!   its row says it may;
+//! - outside `kubernetes/`, only the files ARCHITECTURE.md names use the Kubernetes client crates;
+//! - every path CONTRIBUTING.md's layout names exists;
+//! - no Rust file of the workspace holds more than 500 lines of code (see [`code_lines`]): a
+//!   file that grows past it likely does two jobs.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -12,12 +21,21 @@ use std::process::Command;
 /// Crates the decision core must never depend on, directly or through another crate.
 const FORBIDDEN_IN_CORE: [&str; 7] =
     ["kube", "kube-runtime", "k8s-openapi", "tokio", "hickory-resolver", "hyper", "axum"];
-const MAX_LINES: usize = 400;
+/// The most lines of code (see [`code_lines`]) a Rust file may hold.
+const MAX_CODE_LINES: usize = 500;
 /// The deepest import level a crate's modules may reach (level 1 imports nothing of the crate).
 const MAX_LEVELS: usize = 6;
 /// The workspace's source folders (fuzz/ is built apart, by cargo-fuzz).
 const SOURCE_DIRS: [&str; 10] =
     ["src", "core", "tests", "bench", "demo", "differential", "testdns", "testenv", "testkit", "fuzz"];
+
+fn repo() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn read(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
 
 fn rust_files(dir: &Path) -> Vec<PathBuf> {
     let mut files = Vec::new();
@@ -48,19 +66,66 @@ fn the_decision_core_depends_on_no_io_crate() {
     }
 }
 
-#[test]
-fn no_rust_file_of_the_workspace_is_over_400_lines() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let files: Vec<PathBuf> = SOURCE_DIRS.iter().flat_map(|dir| rust_files(&root.join(dir))).collect();
-    assert!(files.len() > 100, "{files:?}");
-    let long: Vec<String> = files
+/// The lines of code of a Rust file: lines that are neither blank nor only a comment (`//`,
+/// `///`, `//!`), outside the modules compiled only for tests (a `#[cfg(test)]` line followed by
+/// `mod name {`, or `pub(…) mod name {`, up to the first `}` that starts a line, as rustfmt closes a
+/// module of the file's top level). Tests in a file of their own are code of that file.
+fn code_lines(text: &str) -> usize {
+    let opens_module = |line: &str| {
+        let declaration = line.strip_prefix("pub").map_or(line, |rest| rest.split_once(' ').map_or(rest, |(_, r)| r));
+        declaration.starts_with("mod ") && line.ends_with('{')
+    };
+    let mut count = 0;
+    let mut lines = text.lines().peekable();
+    while let Some(line) = lines.next() {
+        if line == "#[cfg(test)]" && lines.peek().is_some_and(|next| opens_module(next)) {
+            lines.by_ref().find(|line| *line == "}");
+            continue;
+        }
+        let line = line.trim();
+        count += usize::from(!line.is_empty() && !line.starts_with("//"));
+    }
+    count
+}
+
+/// The files of `files` with more than [`MAX_CODE_LINES`] lines of code, each with its count.
+fn over_limit(files: &[(PathBuf, String)]) -> Vec<String> {
+    files
         .iter()
-        .filter_map(|file| {
-            let lines = std::fs::read_to_string(file).unwrap().lines().count();
-            (lines > MAX_LINES).then(|| format!("{} has {lines} lines", file.display()))
+        .filter_map(|(file, text)| {
+            let lines = code_lines(text);
+            (lines > MAX_CODE_LINES).then(|| format!("{} has {lines} lines of code", file.display()))
+        })
+        .collect()
+}
+
+#[test]
+fn no_rust_file_of_the_workspace_has_over_500_lines_of_code() {
+    let files: Vec<(PathBuf, String)> = SOURCE_DIRS
+        .iter()
+        .flat_map(|dir| rust_files(&repo().join(dir)))
+        .map(|file| {
+            let text = read(&file);
+            (file, text)
         })
         .collect();
-    assert!(long.is_empty(), "at most {MAX_LINES} lines per file: {long:?}");
+    assert!(files.len() > 100, "{files:?}");
+    let long = over_limit(&files);
+    assert!(long.is_empty(), "at most {MAX_CODE_LINES} lines of code per file: {long:?}");
+    let largest = files.iter().map(|(file, text)| (code_lines(text), file)).max().unwrap();
+    eprintln!("the largest file, {}, has {} lines of code", largest.1.display(), largest.0);
+}
+
+#[test]
+fn lines_of_code_leave_out_in_file_tests_comments_and_blank_lines() {
+    let text = "//! A module.\n\nuse std::fmt;\n\n/// Doc.\nfn a() {\n    // why\n    b();\n}\n\n#[cfg(test)]\nmod tests {\n    #[test]\n    fn t() {}\n}\n\n#[cfg(test)]\npub(super) mod reading {\n    fn r() {}\n}\n";
+    assert_eq!(code_lines(text), 4, "use, fn a, b(), the closing brace");
+    // A `#[cfg(test)]` item that is not a module of its own is code.
+    assert_eq!(code_lines("#[cfg(test)]\nfn only_in_tests() {}\n"), 2);
+    let at_limit = "x();\n".repeat(MAX_CODE_LINES) + "#[cfg(test)]\nmod tests {\n" + &"t();\n".repeat(900) + "}\n";
+    let over = format!("{at_limit}{}", "// c\n\n".repeat(900) + "y();\n");
+    let files = [(PathBuf::from("at_limit.rs"), at_limit), (PathBuf::from("over.rs"), over)];
+    assert_eq!(over_limit(&files), ["over.rs has 501 lines of code"]);
 }
 
 /// The module a file of `src` holds, as a path: `config::flags` for `src/config/flags.rs`.
@@ -206,4 +271,170 @@ fn imports_are_read_from_paths_groups_and_super() {
     assert!(levels(&cyclic).is_err());
     let chain = BTreeMap::from([("a".to_owned(), BTreeSet::from(["b".to_owned()])), ("b".to_owned(), BTreeSet::new())]);
     assert_eq!(levels(&chain).unwrap()["a"], 2);
+}
+
+/// The section of `document` under the heading `heading`, up to the next heading of its level.
+fn section<'a>(document: &'a str, heading: &str) -> &'a str {
+    let start = document.find(&format!("\n{heading}\n")).unwrap_or_else(|| panic!("no {heading:?}"));
+    let rest = &document[start + heading.len() + 2..];
+    &rest[..rest.find("\n## ").unwrap_or(rest.len())]
+}
+
+/// The texts between backticks in `text`.
+fn quoted(text: &str) -> Vec<&str> {
+    text.split('`').skip(1).step_by(2).collect()
+}
+
+/// `text` without what it says in parentheses (the descriptions of the layer table's modules).
+fn outside_parentheses(text: &str) -> String {
+    let mut depth = 0_usize;
+    text.chars()
+        .filter(|c| {
+            match c {
+                '(' => depth += 1,
+                ')' => depth = depth.saturating_sub(1),
+                _ => return depth == 0,
+            }
+            false
+        })
+        .collect()
+}
+
+/// The module a path of the layer table names: `kubernetes::leader` for `kubernetes/leader.rs`
+/// and for the folder `kubernetes/leader/`, `lib` for `lib.rs`.
+fn module_named(path: &str) -> String {
+    path.trim_end_matches('/').trim_end_matches(".rs").replace('/', "::")
+}
+
+/// One row of the layer table: its level, the modules it places there (a file with its folder's
+/// modules, unless the table places them apart), and what they may import of the crate.
+#[derive(Debug)]
+struct Row {
+    level: usize,
+    modules: Vec<String>,
+    /// "none" (nothing), "the core" (the crate root, `lib`, which re-exports it), "levels 1–N",
+    /// "everything" (what sits lower), and modules named by their files; without what it says in
+    /// parentheses.
+    may_import: String,
+}
+
+/// The rows of ARCHITECTURE.md's layer table of the shell.
+fn layer_table(architecture: &str) -> Vec<Row> {
+    let layers = section(architecture, "## Layers and what each may import");
+    let table = layers.split("\n| level (shell) |").nth(1).expect("the shell's layer table");
+    table
+        .lines()
+        .skip(2)
+        .take_while(|line| line.starts_with('|'))
+        .map(|line| {
+            let cells: Vec<&str> = line.trim_matches('|').split(" | ").map(str::trim).collect();
+            let [level, modules, may_import] = cells[..] else { panic!("a row of three cells: {line}") };
+            let modules = quoted(&outside_parentheses(modules))
+                .into_iter()
+                .filter(|path| path.ends_with(".rs") || path.ends_with('/'))
+                .map(module_named)
+                .collect();
+            Row { level: level.parse().unwrap(), modules, may_import: outside_parentheses(may_import) }
+        })
+        .collect()
+}
+
+/// Where the table places `module`: the row naming it or its nearest ancestor, and that name.
+fn placed<'a>(rows: &'a [Row], module: &str) -> Option<(&'a Row, &'a str)> {
+    rows.iter()
+        .flat_map(|row| row.modules.iter().map(move |named| (row, named.as_str())))
+        .filter(|(_, named)| module == *named || module.starts_with(&format!("{named}::")))
+        .max_by_key(|(_, named)| named.len())
+}
+
+/// Whether a module of `row` may import `imported`, placed in `imported_row` (a module's own
+/// group, and its parent when that sits no higher, aside).
+fn may_import(row: &Row, imported: &str, imported_row: &Row) -> bool {
+    let rule = row.may_import.as_str();
+    let named = quoted(rule)
+        .into_iter()
+        .map(module_named)
+        .any(|module| imported == module || imported.starts_with(&format!("{module}::")));
+    let up_to = rule.split_once("levels 1–").map(|(_, n)| n.trim_end_matches(|c: char| !c.is_ascii_digit()));
+    let up_to: Option<usize> = up_to.map(|n| n.split(|c: char| !c.is_ascii_digit()).next().unwrap().parse().unwrap());
+    imported_row.level < row.level
+        && (named
+            || rule.contains("everything")
+            || (rule.contains("the core") && imported == "lib")
+            || up_to.is_some_and(|top| imported_row.level <= top))
+}
+
+#[test]
+fn the_shell_imports_as_the_layer_table_of_architecture_md_says() {
+    let rows = layer_table(&read(&repo().join("ARCHITECTURE.md")));
+    assert!(rows.len() >= 5 && rows.iter().enumerate().all(|(i, row)| row.level == i + 1), "{rows:#?}");
+    let src = repo().join("src");
+    for row in &rows {
+        for module in &row.modules {
+            let path = src.join(module.replace("::", "/"));
+            assert!(
+                path.with_extension("rs").is_file() || path.is_dir(),
+                "the layer table places {module} at level {}, but src/ has no such module",
+                row.level
+            );
+        }
+    }
+    let graph = import_graph(&src);
+    let mut wrong = Vec::new();
+    for (module, imports) in &graph {
+        let Some((row, group)) = placed(&rows, module) else {
+            wrong.push(format!("{module} is in no row of the layer table"));
+            continue;
+        };
+        for imported in imports {
+            let Some((imported_row, imported_group)) = placed(&rows, imported) else { continue };
+            let parent = module.starts_with(&format!("{imported}::")) && imported_row.level <= row.level;
+            if group != imported_group && !parent && !may_import(row, imported, imported_row) {
+                wrong.push(format!(
+                    "{module} (level {}, may import {}) imports {imported} (level {})",
+                    row.level, row.may_import, imported_row.level
+                ));
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "ARCHITECTURE.md's layer table is not what src/ does:\n{}", wrong.join("\n"));
+}
+
+/// The files of `src/` outside `kubernetes/` whose code names the Kubernetes client crates.
+fn kubernetes_client_users(src: &Path) -> BTreeSet<String> {
+    rust_files(src)
+        .into_iter()
+        .filter(|file| !file.starts_with(src.join("kubernetes")) && file != &src.join("kubernetes.rs"))
+        .filter(|file| {
+            read(file)
+                .lines()
+                .map(|line| line.split("//").next().unwrap())
+                .any(|code| code.contains("kube::") || code.contains("k8s_openapi::"))
+        })
+        .map(|file| file.strip_prefix(src).unwrap().to_str().unwrap().to_owned())
+        .collect()
+}
+
+#[test]
+fn outside_kubernetes_only_the_files_architecture_md_names_use_the_kubernetes_client() {
+    let architecture = read(&repo().join("ARCHITECTURE.md"));
+    let layers = section(&architecture, "## Layers and what each may import");
+    let claim = layers.split("Outside `kubernetes/`, only ").nth(1).expect("the statement on the client's users");
+    let claim = &claim[..claim.find(" themselves").expect("the end of the statement")];
+    let named: BTreeSet<String> =
+        quoted(claim).into_iter().filter(|path| path.ends_with(".rs")).map(str::to_owned).collect();
+    assert_eq!(named, kubernetes_client_users(&repo().join("src")), "ARCHITECTURE.md: {claim}");
+}
+
+#[test]
+fn every_path_of_contributing_md_s_layout_exists() {
+    let contributing = read(&repo().join("CONTRIBUTING.md"));
+    let layout = contributing.split("\nLayout: ").nth(1).expect("the layout paragraph");
+    let layout = &layout[..layout.find("\n\n").unwrap_or(layout.len())];
+    let paths: Vec<&str> =
+        quoted(layout).into_iter().filter(|text| text.contains('/') || text.ends_with(".rs")).collect();
+    assert!(paths.len() > 10, "{paths:?}");
+    for path in paths {
+        assert!(repo().join(path).exists(), "CONTRIBUTING.md's layout names {path}, which does not exist");
+    }
 }
