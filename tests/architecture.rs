@@ -8,7 +8,8 @@
 //! - every module of the shell sits in a row of ARCHITECTURE.md's layer table and imports only what
 //!   its row says it may;
 //! - outside `kubernetes/`, only the files ARCHITECTURE.md names use the Kubernetes client crates;
-//! - every path CONTRIBUTING.md's layout names exists;
+//! - every path CONTRIBUTING.md's layout names exists, and every Rust file ARCHITECTURE.md,
+//!   CONTRIBUTING.md and docs/ name;
 //! - no Rust file of the workspace holds more than 500 lines of code (see [`code_lines`]): a
 //!   file that grows past it likely does two jobs.
 
@@ -437,4 +438,39 @@ fn every_path_of_contributing_md_s_layout_exists() {
     for path in paths {
         assert!(repo().join(path).exists(), "CONTRIBUTING.md's layout names {path}, which does not exist");
     }
+}
+
+/// The workspace's files, as paths from its root (`target/` and `.git/` left out).
+fn workspace_files(dir: &Path, files: &mut Vec<String>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_str().unwrap();
+        if path.is_dir() && name != "target" && name != ".git" {
+            workspace_files(&path, files);
+        } else if path.is_file() {
+            files.push(path.strip_prefix(repo()).unwrap().to_str().unwrap().to_owned());
+        }
+    }
+}
+
+/// Every Rust file ARCHITECTURE.md, CONTRIBUTING.md and docs/ name between backticks exists: a
+/// name is read from wherever its text places it (`core/src/policy/report.rs`, `leader/fence.rs`,
+/// `step.rs`), so it must end the path of a file of the workspace.
+#[test]
+fn every_rust_file_the_documents_name_exists() {
+    let mut files = Vec::new();
+    workspace_files(repo(), &mut files);
+    let mut documents = vec![repo().join("ARCHITECTURE.md"), repo().join("CONTRIBUTING.md")];
+    documents.extend(std::fs::read_dir(repo().join("docs")).unwrap().map(|entry| entry.unwrap().path()));
+    let mut missing = Vec::new();
+    for document in documents.iter().filter(|path| path.extension().is_some_and(|ext| ext == "md")) {
+        let text = read(document);
+        for name in quoted(&text).into_iter().filter(|name| name.ends_with(".rs") && !name.contains([' ', '*'])) {
+            if !files.iter().any(|file| file == name || file.ends_with(&format!("/{name}"))) {
+                missing.push(format!("{}: {name}", document.display()));
+            }
+        }
+    }
+    assert!(documents.len() > 5 && files.len() > 200, "{documents:?}");
+    assert!(missing.is_empty(), "the documents name Rust files that do not exist: {missing:#?}");
 }
