@@ -1,5 +1,5 @@
 //! The `check` subcommand: runs the policy on CSRs read from files (with `--objects` standing in
-//! for the cluster) or fetched from the cluster, and prints the decision and every check's
+//! for the cluster) or fetched from the cluster by name, and prints the decision and every check's
 //! result, as text for people or JSON lines for tools.
 
 use std::collections::HashMap;
@@ -22,7 +22,6 @@ use crate::kubelet_tls::read_chain;
 use crate::kubernetes::apiserver::{is_apiserver_service, is_apiserver_slice, service_addresses, slice_addresses};
 use crate::kubernetes::cluster::{KubeCluster, StaticCluster, node_info};
 use crate::kubernetes::connect::{ConnectError, connect};
-use crate::kubernetes::csr_fetch;
 use crate::kubernetes::csr_ledger::CsrLedger;
 use crate::kubernetes::csr_object::CsrObject;
 use crate::kubernetes::machines::{machine_from_json, pending_in};
@@ -161,7 +160,7 @@ pub async fn command(args: &CheckArgs, settings: &Settings, out: &mut impl Write
         return Ok(run(&inputs.csrs, policy, &resolver, &inputs.cluster, now, args.output, out).await?);
     }
     let connection = connect(settings.run.kubeconfig.as_deref(), settings.machines.as_ref()).await?;
-    let csrs = csr_fetch::fetch(connection.client.clone(), &args.names).await?;
+    let csrs = fetch(connection.client.clone(), &args.names).await?;
     let machines = match (connection.machines, settings.machines.as_ref()) {
         (Some(cache), Some(source)) => {
             let ledger = CsrLedger::listed(connection.client.clone(), source.rules.clone()).await?;
@@ -175,6 +174,16 @@ pub async fn command(args: &CheckArgs, settings: &Settings, out: &mut impl Write
     // Until listed, a CSR with an IP SAN is reported as a retry (ClusterUnavailable).
     cluster.apiserver_first_answer(APISERVER_SYNC).await;
     Ok(run(&csrs, policy, &resolver, &cluster, now, args.output, out).await?)
+}
+
+/// Fetches the named CSRs from the cluster, in the order given.
+async fn fetch(client: kube::Client, names: &[String]) -> Result<Vec<Submission>, kube::Error> {
+    let api: kube::Api<CertificateSigningRequest> = kube::Api::all(client);
+    let mut csrs = Vec::with_capacity(names.len());
+    for name in names {
+        csrs.push(CsrObject::from(api.get(name).await?).submission());
+    }
+    Ok(csrs)
 }
 
 fn expect_kind(input: &Input, object: &crate::object_files::Object, kind: &str) -> Result<(), InputError> {

@@ -9,7 +9,6 @@ pub mod cluster;
 pub(crate) mod connect;
 pub mod controller;
 pub mod csr_cache;
-pub(crate) mod csr_fetch;
 pub(crate) mod csr_ledger;
 pub mod csr_name;
 pub mod csr_object;

@@ -13,9 +13,7 @@ use kube::Api;
 use serde_json::json;
 use support::Request;
 use support::chart::{Container, VALUES_FILES, apply, find, monitoring_crd, render, restricted_namespace, values_file};
-use support::cluster::{
-    PREFIXES, REGEX, SERIAL, control_plane, create_serving_csr, free_port, http_get, unique, wait_decided,
-};
+use support::cluster::{PREFIXES, REGEX, SERIAL, control_plane, create_serving_csr, http_get, unique, wait_decided};
 
 #[tokio::test]
 async fn every_rendered_object_is_accepted_by_the_apiserver_and_pods_pass_restricted() {
@@ -67,7 +65,7 @@ async fn the_chart_rbac_and_container_env_approve_a_real_csr_and_deny_a_forgery(
     .unwrap();
     let namespace = unique("chart-e2e");
     let release = unique("e2e");
-    let (metrics_port, health_port) = (free_port(), free_port());
+    let (metrics_port, health_port) = (testenv::free_port().unwrap(), testenv::free_port().unwrap());
     let values = json!({
         "providerRegex": REGEX,
         "providerIpPrefixes": [PREFIXES],

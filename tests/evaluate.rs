@@ -14,6 +14,7 @@ use node_csr_approver::policy::{
     ApiserverAddresses, DecisionKind, Evaluation, NodeAddress, NodeInfo, PolicyConfig, Reason, Submission, UserRule,
     UserRules, evaluate,
 };
+use support::nodes::legit;
 use support::{Request, config, minutes_after_creation, serving};
 use testdns::{DnsServer, Records};
 
@@ -29,8 +30,9 @@ async fn decide(server: &DnsServer, cfg: &PolicyConfig, sub: &Submission, age_mi
     evaluate(sub, cfg, &resolver(server), &StaticCluster::default(), minutes_after_creation(age_minutes)).await
 }
 
-fn legit() -> Submission {
-    serving("n1", &Request::node("n1").dns("n1.nodes.example.com").ip("10.0.0.11").pem())
+/// The legitimate serving CSR of node `n1` (10.0.0.11).
+fn n1() -> Submission {
+    serving("n1", &legit("n1", 11).pem())
 }
 
 fn kind_reason(evaluation: &Evaluation) -> (DecisionKind, Reason) {
@@ -40,7 +42,7 @@ fn kind_reason(evaluation: &Evaluation) -> (DecisionKind, Reason) {
 #[tokio::test]
 async fn a_name_resolving_to_the_ip_san_is_approved() {
     let server = DnsServer::start(Records::new().a("n1.nodes.example.com", "10.0.0.11")).await.unwrap();
-    let evaluation = decide(&server, &dns_config(), &legit(), 1).await;
+    let evaluation = decide(&server, &dns_config(), &n1(), 1).await;
     assert_eq!(kind_reason(&evaluation), (DecisionKind::Approve, Reason::AutoApproved), "{evaluation:?}");
 }
 
@@ -48,7 +50,7 @@ async fn a_name_resolving_to_the_ip_san_is_approved() {
 async fn an_aaaa_record_outside_the_prefixes_is_denied() {
     let records = Records::new().a("n1.nodes.example.com", "10.0.0.11").aaaa("n1.nodes.example.com", "2001:db8::1");
     let server = DnsServer::start(records).await.unwrap();
-    let evaluation = decide(&server, &dns_config(), &legit(), 1).await;
+    let evaluation = decide(&server, &dns_config(), &n1(), 1).await;
     assert_eq!(kind_reason(&evaluation), (DecisionKind::Deny, Reason::ResolvedIPNotInPrefixes));
     assert!(evaluation.decision.message.contains("2001:db8::1"), "{}", evaluation.decision.message);
 }
@@ -56,38 +58,38 @@ async fn an_aaaa_record_outside_the_prefixes_is_denied() {
 #[tokio::test]
 async fn an_ip_san_the_name_does_not_resolve_to_is_denied() {
     let server = DnsServer::start(Records::new().a("n1.nodes.example.com", "10.0.0.99")).await.unwrap();
-    let evaluation = decide(&server, &dns_config(), &legit(), 1).await;
+    let evaluation = decide(&server, &dns_config(), &n1(), 1).await;
     assert_eq!(kind_reason(&evaluation), (DecisionKind::Deny, Reason::IPNotResolved));
 }
 
 #[tokio::test]
 async fn a_name_that_appears_within_the_grace_period_is_approved() {
     let server = DnsServer::start(Records::new()).await.unwrap();
-    let early = decide(&server, &dns_config(), &legit(), 1).await;
+    let early = decide(&server, &dns_config(), &n1(), 1).await;
     assert_eq!(kind_reason(&early), (DecisionKind::Retry, Reason::DNSNotYetResolvable));
     server.add(Records::new().a("n1.nodes.example.com", "10.0.0.11")).unwrap();
-    let later = decide(&server, &dns_config(), &legit(), 2).await;
+    let later = decide(&server, &dns_config(), &n1(), 2).await;
     assert_eq!(kind_reason(&later), (DecisionKind::Approve, Reason::AutoApproved), "{later:?}");
 }
 
 #[tokio::test]
 async fn a_name_that_never_resolves_is_denied_after_the_grace_period() {
     let server = DnsServer::start(Records::new()).await.unwrap();
-    let evaluation = decide(&server, &dns_config(), &legit(), 6).await;
+    let evaluation = decide(&server, &dns_config(), &n1(), 6).await;
     assert_eq!(kind_reason(&evaluation), (DecisionKind::Deny, Reason::DNSNotResolved));
 }
 
 #[tokio::test]
 async fn a_dns_server_that_never_answers_is_retried_never_denied() {
     let server = DnsServer::unresponsive().await.unwrap();
-    let evaluation = decide(&server, &dns_config(), &legit(), 600).await;
+    let evaluation = decide(&server, &dns_config(), &n1(), 600).await;
     assert_eq!(kind_reason(&evaluation), (DecisionKind::Retry, Reason::DNSUnavailable));
 }
 
 #[tokio::test]
 async fn servfail_is_retried_never_denied() {
     let server = DnsServer::servfail().await.unwrap();
-    let evaluation = decide(&server, &dns_config(), &legit(), 600).await;
+    let evaluation = decide(&server, &dns_config(), &n1(), 600).await;
     assert_eq!(kind_reason(&evaluation), (DecisionKind::Retry, Reason::DNSUnavailable));
 }
 
@@ -113,9 +115,9 @@ async fn node_addresses_come_from_the_cluster_view() {
         object: None,
     };
     let now = minutes_after_creation(1);
-    let missing = evaluate(&legit(), &cfg, &resolver(&server), &StaticCluster::default(), now).await;
+    let missing = evaluate(&n1(), &cfg, &resolver(&server), &StaticCluster::default(), now).await;
     assert_eq!(kind_reason(&missing), (DecisionKind::Retry, Reason::NodeNotFound));
-    let present = evaluate(&legit(), &cfg, &resolver(&server), &StaticCluster::new([node], [], 0), now).await;
+    let present = evaluate(&n1(), &cfg, &resolver(&server), &StaticCluster::new([node], [], 0), now).await;
     assert_eq!(kind_reason(&present), (DecisionKind::Approve, Reason::AutoApproved), "{present:?}");
 }
 
@@ -136,7 +138,7 @@ async fn who_claims_an_advertise_address_comes_from_the_cluster_view() {
     let now = minutes_after_creation(1);
     let decide = |cluster: StaticCluster| {
         let server = &server;
-        async move { kind_reason(&evaluate(&legit(), &config(), &resolver(server), &cluster, now).await) }
+        async move { kind_reason(&evaluate(&n1(), &config(), &resolver(server), &cluster, now).await) }
     };
     let (approve, deny) =
         ((DecisionKind::Approve, Reason::AutoApproved), (DecisionKind::Deny, Reason::ClusterIdentity));
@@ -166,9 +168,9 @@ async fn a_rule_reading_node_reads_the_node_from_the_cluster_view() {
         StaticCluster::new([info], [], 0)
     };
     let now = minutes_after_creation(1);
-    let cpu = evaluate(&legit(), &cfg, &resolver(&server), &cluster("cpu"), now).await;
+    let cpu = evaluate(&n1(), &cfg, &resolver(&server), &cluster("cpu"), now).await;
     assert_eq!(kind_reason(&cpu), (DecisionKind::Approve, Reason::AutoApproved), "{cpu:?}");
-    let gpu = evaluate(&legit(), &cfg, &resolver(&server), &cluster("gpu"), now).await;
+    let gpu = evaluate(&n1(), &cfg, &resolver(&server), &cluster("gpu"), now).await;
     assert_eq!(kind_reason(&gpu), (DecisionKind::Deny, Reason::RuleFailed));
     assert_eq!(gpu.decision.message, "rule \"pool\" failed: CPU pool only");
 }

@@ -10,13 +10,13 @@ mod support;
 use std::time::{Duration, Instant};
 
 use kube::Client;
-use support::Request;
 use support::cluster::{
     Approver, Csrs, SERIAL, conditions, control_plane, create_serving_csr, events_for, metric, unique, wait_decided,
     wait_event,
 };
 use support::lease::{holder, wait_holder};
-use testdns::{DnsServer, Records};
+use support::nodes::{dns_for, legit, wait_asked};
+use testdns::DnsServer;
 use testenv::ControlPlane;
 
 const DECIDE: Duration = Duration::from_secs(20);
@@ -24,19 +24,14 @@ const FAST_LEASE: [&str; 3] = ["--lease-duration=6s", "--renew-deadline=4s", "--
 /// How long the test DNS servers hold every answer back, so evaluations are in flight.
 const SLOW_DNS: Duration = Duration::from_secs(3);
 
-fn legit(node: &str) -> Request {
-    Request::node(node).dns(&format!("{node}.nodes.example.com")).ip("10.0.0.31")
-}
-
-fn dns_name(node: &str) -> String {
-    format!("{node}.nodes.example.com")
-}
+/// The address every node of these tests has.
+const ADDRESS: u8 = 31;
 
 /// A DNS server resolving `<node>.nodes.example.com` to 10.0.0.31 for each node, answering after
 /// [`SLOW_DNS`].
 fn slow_dns(nodes: &[String]) -> DnsServer {
-    let records = nodes.iter().fold(Records::new(), |r, node| r.a(&dns_name(node), "10.0.0.31"));
-    let dns = DnsServer::start_on_thread(records).unwrap();
+    let records: Vec<(&str, u8)> = nodes.iter().map(|node| (node.as_str(), ADDRESS)).collect();
+    let dns = dns_for(&records);
     dns.set_delay(SLOW_DNS);
     dns
 }
@@ -105,19 +100,9 @@ async fn wait_evaluated(approver: &Approver, names: &[String], messages: &[&str]
     }
 }
 
-/// Waits until `dns` was asked (A and AAAA) about every node of `nodes`, so their evaluations are
-/// in flight with every lookup sent.
-async fn wait_asked(dns: &DnsServer, nodes: &[String]) {
-    let deadline = Instant::now() + DECIDE;
-    while nodes.iter().any(|node| dns.queries_for(&dns_name(node)) < 2) {
-        assert!(Instant::now() < deadline, "the DNS server was not asked about every node");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
 async fn create_all(cp: &ControlPlane, names: &[String], nodes: &[String]) {
     for (name, node) in names.iter().zip(nodes) {
-        create_serving_csr(cp, name, node, &legit(node)).await;
+        create_serving_csr(cp, name, node, &legit(node, ADDRESS)).await;
     }
 }
 
@@ -200,7 +185,7 @@ async fn a_stalled_leader_stops_writing_before_a_standby_takes_over() {
     // In flight when the leader stalls: it resumes with their answers in hand.
     let stalled: Vec<String> = (0..3).map(|_| unique("fence-b")).collect();
     create_all(&cp, &stalled, &nodes[2..5]).await;
-    wait_asked(&dns[leader], &nodes[2..5]).await;
+    wait_asked(&dns[leader], &nodes[2..5], 2).await;
     let stopped = old.signal("STOP");
     let deadline = stopped + Duration::from_secs(6) + DECIDE;
     assert_eq!(wait_holder(&admin, &lease, Some(leader), deadline).await, Some(1 - leader), "{}", logs());
@@ -244,7 +229,7 @@ async fn sigterm_finishes_in_flight_writes_stops_taking_work_and_releases_the_le
 
     let burst = csrs.names("drain", nodes.len());
     create_all(cp, &burst, &nodes).await;
-    wait_asked(&dns, &nodes).await;
+    wait_asked(&dns, &nodes, 2).await;
     let signalled = approver.signal("TERM");
     let shutting_down = signalled + DECIDE;
     while !approver.logs().contains("shutting down") {
@@ -253,7 +238,7 @@ async fn sigterm_finishes_in_flight_writes_stops_taking_work_and_releases_the_le
     }
     let late = csrs.name("drain-late");
     let late_node = unique("n");
-    create_serving_csr(cp, &late, &late_node, &legit(&late_node)).await;
+    create_serving_csr(cp, &late, &late_node, &legit(&late_node, ADDRESS)).await;
 
     // The default --drain-timeout is 20 s; each in-flight evaluation needs SLOW_DNS more.
     let status = approver.exit_by(signalled + SLOW_DNS + DECIDE).await;
@@ -292,7 +277,7 @@ async fn sigterm_when_idle_exits_within_a_second_without_a_false_warning() {
     // Work done and its event published: nothing is in flight or queued any more.
     let node = unique("n");
     let name = csrs.name("idle");
-    create_serving_csr(cp, &name, &node, &legit(&node)).await;
+    create_serving_csr(cp, &name, &node, &legit(&node, ADDRESS)).await;
     assert_eq!(wait_decided(&admin, &name, DECIDE).await.len(), 1, "{}", approver.logs());
     assert!(wait_event(&admin, &name, "AutoApproved", DECIDE).await.is_some(), "{}", approver.logs());
 
@@ -322,8 +307,8 @@ async fn a_drain_longer_than_the_drain_timeout_is_cut_short_and_exits_1() {
     assert_eq!(wait_holder(&admin, &lease, None, Instant::now() + DECIDE).await, Some(0));
 
     let name = csrs.name("drain-slow");
-    create_serving_csr(cp, &name, &node, &legit(&node)).await;
-    wait_asked(&dns, std::slice::from_ref(&node)).await;
+    create_serving_csr(cp, &name, &node, &legit(&node, ADDRESS)).await;
+    wait_asked(&dns, &[&node], 2).await;
     let signalled = approver.signal("TERM");
     let status = approver.exit_by(signalled + Duration::from_secs(2) + DECIDE).await;
     assert_eq!(status.and_then(|s| s.code()), Some(1), "{}", approver.logs());
@@ -349,7 +334,7 @@ async fn sigterm_releases_the_lease_so_a_standby_takes_over_at_once() {
     assert_eq!(next, Some(1 - leader), "no takeover within 10 s of SIGTERM; the Lease lasts 15 s");
     let node = unique("n");
     let name = csrs.name("term-csr");
-    create_serving_csr(cp, &name, &node, &legit(&node)).await;
+    create_serving_csr(cp, &name, &node, &legit(&node, ADDRESS)).await;
     assert_eq!(wait_decided(&admin, &name, DECIDE).await.len(), 1);
     assert_eq!(approvers[1 - leader].wait_decisions(&name, "written").await.len(), 1);
 }
@@ -364,12 +349,12 @@ async fn csrs_around_an_apiserver_restart_are_all_decided() {
     let node = unique("n");
     let mut names = Vec::new();
     let before = unique("before");
-    create_serving_csr(&cp, &before, &node, &legit(&node)).await;
+    create_serving_csr(&cp, &before, &node, &legit(&node, ADDRESS)).await;
     names.push(before);
     cp.restart_apiserver().await.unwrap();
     for _ in 0..3 {
         let after = unique("after");
-        create_serving_csr(&cp, &after, &node, &legit(&node)).await;
+        create_serving_csr(&cp, &after, &node, &legit(&node, ADDRESS)).await;
         names.push(after);
     }
     for name in &names {

@@ -16,11 +16,11 @@ use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBind
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use serde_json::json;
-use support::Request;
 use support::cluster::{
     Approver, Csrs, SERIAL, access, conditions, control_plane, create_serving_csr, unique, wait_access, wait_decided,
     wait_event,
 };
+use support::nodes::legit;
 use testenv::ControlPlane;
 
 const DECIDE: Duration = Duration::from_secs(20);
@@ -36,10 +36,6 @@ const ALWAYS: [&str; 6] = [
     "role-apiserver.yaml",
     "role-leases.yaml",
 ];
-
-fn legit(node: &str, ip: &str) -> Request {
-    Request::node(node).dns(&format!("{node}.nodes.example.com")).ip(ip)
-}
 
 /// The documents of a `deploy/rbac/*.yaml` file.
 fn documents(file: &str) -> Vec<serde_json::Value> {
@@ -180,7 +176,7 @@ async fn the_deploy_rbac_is_enough_and_the_signers_rule_is_needed() {
         let mut approver = env.approver(&args);
         approver.wait_ready().await;
         let name = csrs.name("rbac-ok");
-        create_serving_csr(cp, &name, &node, &legit(&node, "10.0.0.31")).await;
+        create_serving_csr(cp, &name, &node, &legit(&node, 31)).await;
         let decided = wait_decided(admin, &name, DECIDE).await;
         assert_eq!(decided.first().map(|c| c.type_.as_str()), Some("Approved"), "{}", approver.logs());
         assert!(wait_event(admin, &name, "AutoApproved", DECIDE).await.is_some(), "{}", approver.logs());
@@ -192,7 +188,7 @@ async fn the_deploy_rbac_is_enough_and_the_signers_rule_is_needed() {
     let mut approver = env.approver(&["--bypass-dns-resolution"]);
     approver.wait_ready().await;
     let name = csrs.name("rbac-denied");
-    create_serving_csr(cp, &name, &node, &legit(&node, "10.0.0.31")).await;
+    create_serving_csr(cp, &name, &node, &legit(&node, 31)).await;
     let errors = r#"node_csr_approver_writes_total{result="error"}"#;
     let deadline = Instant::now() + DECIDE;
     while approver.metric(errors).await.unwrap_or(0.0) < 1.0 {
@@ -233,15 +229,15 @@ async fn verify_node_addresses_reads_real_nodes_with_the_nodes_role_and_only_wit
     let get_node = access("get", "", "nodes", None, Some(&node));
     wait_access(&env.account, get_node.clone(), false).await;
     let early = csrs.name("nodes-early");
-    create_serving_csr(cp, &early, &node, &legit(&node, "10.0.0.51")).await;
+    create_serving_csr(cp, &early, &node, &legit(&node, 51)).await;
     assert!(wait_event(admin, &early, "ClusterUnavailable", DECIDE).await.is_some(), "{}", approver.logs());
     assert!(conditions(admin, &early).await.is_empty());
 
     apply_rbac(admin, "clusterrole-nodes.yaml", |_| {}).await;
     wait_access(&env.account, get_node, true).await;
     let (good, bad) = (csrs.name("nodes-good"), csrs.name("nodes-bad"));
-    create_serving_csr(cp, &good, &node, &legit(&node, "10.0.0.51")).await;
-    create_serving_csr(cp, &bad, &node, &legit(&node, "10.0.0.52")).await;
+    create_serving_csr(cp, &good, &node, &legit(&node, 51)).await;
+    create_serving_csr(cp, &bad, &node, &legit(&node, 52)).await;
     let decided = wait_decided(admin, &good, DECIDE).await;
     assert_eq!(decided.first().map(|c| c.type_.as_str()), Some("Approved"), "{decided:?}\n{}", approver.logs());
     let decided = wait_decided(admin, &bad, DECIDE).await;
@@ -296,7 +292,7 @@ async fn the_clusterrole_lists_nodes_for_an_advertise_address_and_is_needed() {
     let mut approver = env.approver(&["--bypass-dns-resolution"]);
     approver.wait_ready().await;
     let early = csrs.name("advertise-early");
-    create_serving_csr(cp, &early, &node, &legit(&node, "10.0.0.54")).await;
+    create_serving_csr(cp, &early, &node, &legit(&node, 54)).await;
     let retried = wait_event(admin, &early, "ClusterUnavailable", DECIDE).await;
     let found = conditions(admin, &early).await;
     apply_rbac(admin, "clusterrole.yaml", |_| {}).await;
@@ -306,7 +302,7 @@ async fn the_clusterrole_lists_nodes_for_an_advertise_address_and_is_needed() {
     wait_access(&env.account, list_nodes, true).await;
     wait_access(&env.account, access("get", "", "nodes", None, Some(&node)), false).await;
     let late = csrs.name("advertise-late");
-    create_serving_csr(cp, &late, &node, &legit(&node, "10.0.0.54")).await;
+    create_serving_csr(cp, &late, &node, &legit(&node, 54)).await;
     let decided = wait_decided(admin, &late, DECIDE).await;
     slices.delete(&slice_name, &DeleteParams::default()).await.unwrap();
     nodes.delete(&node, &DeleteParams::default()).await.unwrap();
@@ -346,7 +342,7 @@ async fn the_apiserver_role_reads_services_and_endpointslices_in_default_and_is_
     {
         let mut approver = env.approver(&["--bypass-dns-resolution"]);
         approver.wait_ready().await;
-        create_serving_csr(cp, &early, &node, &legit(&node, "10.0.0.61")).await;
+        create_serving_csr(cp, &early, &node, &legit(&node, 61)).await;
         assert!(wait_event(admin, &early, "ClusterUnavailable", DECIDE).await.is_some(), "{}", approver.logs());
         assert!(conditions(admin, &early).await.is_empty(), "decided without the apiserver's addresses");
     }
@@ -354,7 +350,7 @@ async fn the_apiserver_role_reads_services_and_endpointslices_in_default_and_is_
     wait_access(&env.account, service("watch", Some("default")), true).await;
     let mut approver = env.approver(&["--bypass-dns-resolution"]);
     approver.wait_ready().await;
-    create_serving_csr(cp, &late, &node, &legit(&node, "10.0.0.61")).await;
+    create_serving_csr(cp, &late, &node, &legit(&node, 61)).await;
     let decided = wait_decided(admin, &late, DECIDE).await;
     assert_eq!(decided.first().map(|c| c.type_.as_str()), Some("Approved"), "{decided:?}\n{}", approver.logs());
 }

@@ -12,7 +12,7 @@ use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams};
 use support::Request;
 use support::cluster::{Approver, Csrs, SERIAL, control_plane, create_serving_csr, unique, wait_decided};
-use support::nodes::{dns_for, legit};
+use support::nodes::{dns_for, legit, wait_asked};
 use testdns::DnsServer;
 
 const DECIDE: Duration = Duration::from_secs(20);
@@ -28,15 +28,6 @@ async fn slow_approver(node: &str, n: u8) -> (DnsServer, Approver) {
         Approver::start(cp.kubeconfig_path(), &[&format!("--dns-server={}", dns.addr()), "--dns-timeout=30s"], &[]);
     approver.wait_ready().await;
     (dns, approver)
-}
-
-/// Waits until `dns` was asked about `node` (its CSR's evaluation is in flight).
-async fn wait_asked(dns: &DnsServer, node: &str) {
-    let deadline = Instant::now() + DECIDE;
-    while dns.queries_for(&format!("{node}.nodes.example.com")) == 0 {
-        assert!(Instant::now() < deadline, "the DNS server was not asked about {node}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
 
 /// Waits until the series reaches `want`; returns its last value.
@@ -65,7 +56,7 @@ async fn a_write_from_a_stale_view_conflicts_and_the_csr_is_decided_again_once()
     let (dns, approver) = slow_approver(&node, 26).await;
     let name = csrs.name("stale");
     create_serving_csr(cp, &name, &node, &legit(&node, 26)).await;
-    wait_asked(&dns, &node).await;
+    wait_asked(&dns, &[&node], 1).await;
     // Changed while it is evaluated: the write carries the resourceVersion it started from.
     let label = serde_json::json!({"metadata": {"labels": {"touched": "yes"}}});
     let api = Api::<CertificateSigningRequest>::all(admin.clone());
@@ -125,7 +116,7 @@ async fn a_csr_deleted_while_it_is_evaluated_is_forgotten() {
     let (dns, approver) = slow_approver(&node, 27).await;
     let name = csrs.name("deleted");
     create_serving_csr(cp, &name, &node, &legit(&node, 27)).await;
-    wait_asked(&dns, &node).await;
+    wait_asked(&dns, &[&node], 1).await;
     let api = Api::<CertificateSigningRequest>::all(admin.clone());
     api.delete(&name, &DeleteParams::default()).await.unwrap();
     assert_eq!(wait_metric(&approver, NOT_FOUND, 1.0).await, Some(1.0), "{}", approver.logs());

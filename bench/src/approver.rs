@@ -89,7 +89,7 @@ impl Approver {
                 (command, Health::FromLog)
             }
             Program::Peer(peer) => {
-                let port = free_port()?;
+                let port = testenv::free_port()?;
                 (peer.command(&launch.kubeconfig, launch.bypass_dns, port), Health::Port(port))
             }
         };
@@ -165,11 +165,6 @@ impl Approver {
         self.process.stop(Duration::from_secs(10)).await?;
         Ok(())
     }
-}
-
-/// A TCP port of 127.0.0.1 that was free a moment ago.
-fn free_port() -> Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
 /// `VmRSS` of `pid` in KiB.

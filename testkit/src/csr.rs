@@ -1,7 +1,10 @@
 //! The CertificateSigningRequest object a node submits.
 
+#[cfg(feature = "cluster")]
 use k8s_openapi::ByteString;
+#[cfg(feature = "cluster")]
 use k8s_openapi::api::certificates::v1::{CertificateSigningRequest, CertificateSigningRequestSpec};
+#[cfg(feature = "cluster")]
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 /// The signer of kubelet serving certificates.
@@ -16,6 +19,7 @@ pub const ECDSA_SERVING_USAGES: [&str; 2] = ["digital signature", "server auth"]
 
 /// A CSR object named `name` carrying the PEM request `pem` for `signer` with `usages`; the
 /// apiserver fills in the username and groups of whoever creates it.
+#[cfg(feature = "cluster")]
 pub fn object(name: &str, signer: &str, usages: &[&str], pem: &str) -> CertificateSigningRequest {
     CertificateSigningRequest {
         metadata: ObjectMeta { name: Some(name.to_owned()), ..ObjectMeta::default() },

@@ -1,9 +1,11 @@
-//! The provider settings everything runs the approver with, and the decision core's configuration
-//! with the documented defaults.
+//! The provider settings everything runs the approver with, the decision core's configuration
+//! with the documented defaults, and a node's serving CSR as the core reads it.
 
 use std::time::Duration;
 
-use node_csr_approver_core::policy::{HostnameMatch, PolicyConfig};
+use node_csr_approver_core::policy::{HostnameMatch, PolicyConfig, Submission};
+
+use crate::csr::{SERVING_SIGNER, SERVING_USAGES};
 
 /// The provider regex (`--provider-regex`) of the tests, the bench and the demo.
 pub const REGEX: &str = r"^[a-z0-9-]+\.nodes\.example\.com$";
@@ -36,6 +38,34 @@ pub fn config() -> PolicyConfig {
     }
 }
 
+/// When [`serving`]'s CSRs were created.
+const CREATED: &str = "2026-01-01T00:00:00Z";
+
+/// A pending kubelet-serving CSR from `system:node:<node>` carrying `request`.
+pub fn serving(node: &str, request: &str) -> Submission {
+    Submission {
+        name: format!("csr-{node}"),
+        created: Some(created()),
+        signer_name: SERVING_SIGNER.into(),
+        username: format!("system:node:{node}"),
+        groups: vec!["system:nodes".into(), "system:authenticated".into()],
+        usages: SERVING_USAGES.iter().map(|u| (*u).to_owned()).collect(),
+        expiration_seconds: None,
+        request: request.as_bytes().to_vec(),
+        decided: None,
+        approved: false,
+    }
+}
+
+/// The time the age-based rules are evaluated at: `minutes` after [`serving`]'s creation time.
+pub fn minutes_after_creation(minutes: i64) -> jiff::Timestamp {
+    created() + jiff::SignedDuration::from_mins(minutes)
+}
+
+fn created() -> jiff::Timestamp {
+    CREATED.parse().unwrap_or_else(|e| unreachable!("{CREATED}: {e}"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -46,5 +76,13 @@ mod tests {
         assert_eq!(config.provider_regex.as_str(), REGEX);
         assert_eq!(config.ip_prefixes[0].to_string(), PREFIXES);
         assert_eq!(config.ip_prefixes[1].to_string(), "fd00::/64");
+    }
+
+    #[test]
+    fn a_serving_csr_is_evaluated_minutes_after_its_creation() {
+        let csr = serving("n1", "request");
+        assert_eq!((csr.username.as_str(), csr.request.as_slice()), ("system:node:n1", b"request".as_slice()));
+        assert_eq!(csr.created.unwrap().to_string(), "2026-01-01T00:00:00Z");
+        assert_eq!(minutes_after_creation(2).to_string(), "2026-01-01T00:02:00Z");
     }
 }

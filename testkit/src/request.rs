@@ -33,6 +33,18 @@ impl Key {
     }
 }
 
+/// `<node>.nodes.example.com`: a node's DNS name in the provider regex's domain
+/// ([`crate::policy::REGEX`]).
+pub fn dns_name(node: &str) -> String {
+    format!("{node}.nodes.example.com")
+}
+
+/// The legitimate serving request of `node`: its DNS name ([`dns_name`]) and its address 10.0.0.<n>,
+/// inside the provider prefixes ([`crate::policy::PREFIXES`]).
+pub fn legit(node: &str, n: u8) -> Request {
+    Request::node(node).dns(&dns_name(node)).ip(&format!("10.0.0.{n}"))
+}
+
 /// A PKCS#10 request to build.
 #[derive(Clone, Debug)]
 pub struct Request {

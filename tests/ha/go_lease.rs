@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::Api;
 
-use super::{DECIDE, FAST_LEASE, legit, replicas};
+use super::{ADDRESS, DECIDE, FAST_LEASE, legit, replicas};
 use crate::support::cluster::{Csrs, SERIAL, conditions, control_plane, create_serving_csr, unique, wait_decided};
 use crate::support::lease::{holder, wait_holder};
 
@@ -56,7 +56,7 @@ async fn a_lease_held_by_the_go_tool_keeps_this_replica_from_writing_until_it_ex
     let approver = &approvers[0];
     let csrs = Csrs::new(cp.kubeconfig_path());
     let (name, node) = (csrs.name("go-held"), unique("n"));
-    create_serving_csr(cp, &name, &node, &legit(&node)).await;
+    create_serving_csr(cp, &name, &node, &legit(&node, ADDRESS)).await;
     // Longer than the Lease lasts: a replica that ignored the Go holder would have written by now.
     tokio::time::sleep(Duration::from_secs(8)).await;
     assert!(conditions(&admin, &name).await.is_empty(), "decided under the Go tool's Lease:\n{}", approver.logs());

@@ -23,12 +23,6 @@ pub use testkit::policy::{PREFIXES, REGEX};
 /// Serializes the tests of one binary: every controller decides every CSR of the shared cluster.
 pub static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-/// A free TCP port on 127.0.0.1 (bind, then release: another process may take it before it is
-/// used). [`Approver`] does not use it: the binary binds `:0` and logs its ports.
-pub fn free_port() -> u16 {
-    testenv::free_port().unwrap()
-}
-
 /// The real `node-csr-approver` binary running as a controller: [`testkit::approver::Process`]
 /// with a log in a directory of its own, failing the test where that returns an error.
 pub struct Approver {

@@ -3,7 +3,9 @@
 //! on the served leaf (CN, validity, the SANs as sets), and what a failed dial or a missing
 //! certificate leads to. Cluster-machine-approver's `TestAuthorizeServingRenewal` cases are marked.
 
-use node_csr_approver::policy::{CheckId, ClusterError, DecisionKind, Evidence, KubeletCertificate, Outcome, Reason};
+use node_csr_approver_core::policy::{
+    CheckId, ClusterError, DecisionKind, Evidence, KubeletCertificate, Outcome, Reason,
+};
 use rcgen::{CertificateParams, DnType, ExtendedKeyUsagePurpose, KeyPair, SanType, SerialNumber, date_time_ymd};
 
 use super::{case, evidence, n1_machine, serving_n1};
@@ -165,7 +167,7 @@ pub(super) fn cases() -> Vec<Case> {
         ),
         renewal("not looked up", same(), evidence(vec![n1_machine(None)]), (Retry, Reason::ClusterUnavailable)),
         renewal("under the brake", same(), Served::n1().evidence(), (Retry, Reason::TooManyPending)).evidence(|e| {
-            e.load = Some(Ok(node_csr_approver::policy::BrakeInputs { pending: 500, machines: 1, nodes: 1 }))
+            e.load = Some(Ok(node_csr_approver_core::policy::BrakeInputs { pending: 500, machines: 1, nodes: 1 }))
         }),
         // Renewals off: the evidence is not read.
         case("renewals off", serving_n1(same()), Served::n1().evidence(), waits),

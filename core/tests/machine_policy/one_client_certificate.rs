@@ -1,7 +1,9 @@
 //! One client certificate per Machine: which CSRs count as an issued client certificate for a node
 //! name, and the hold that names the earlier CSR.
 
-use node_csr_approver::policy::{CheckId, DecisionKind, Outcome, Reason, Submission, client_node, issued_client_node};
+use node_csr_approver_core::policy::{
+    CheckId, DecisionKind, Outcome, Reason, Submission, client_node, issued_client_node,
+};
 
 use super::{case, cases, client, evidence, n1_machine};
 use crate::support::{Request, serving};

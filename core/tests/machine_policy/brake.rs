@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use jiff::{SignedDuration, Timestamp};
-use node_csr_approver::policy::{
+use node_csr_approver_core::policy::{
     AwaitedNodes, MachineInfo, MachinePolicy, PENDING_PER_NODE, PendingKey, Submission, capped_pending, counted_under,
     counts_as_pending, pending_count, pending_key,
 };

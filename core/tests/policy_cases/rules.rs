@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use node_csr_approver::policy::{
+use node_csr_approver_core::policy::{
     CheckId, ClusterError, DecisionKind, Lookup, NodeInfo, Outcome, Reason, UserRule, UserRules,
 };
 
@@ -74,7 +74,7 @@ const PROJECTION: &str = "node.metadata.name == 'n1' && node.metadata.labels == 
 /// The rules' cases.
 pub fn cases() -> Vec<Case> {
     let found =
-        |pool| move |e: &mut node_csr_approver::policy::Evidence| e.node = Some(Lookup::Found(labelled_n1(pool)));
+        |pool| move |e: &mut node_csr_approver_core::policy::Evidence| e.node = Some(Lookup::Found(labelled_n1(pool)));
     vec![
         // `request`: every field.
         ruled("rule reads every request field", (Approve, Reason::AutoApproved), &[("request", REQUEST)]),

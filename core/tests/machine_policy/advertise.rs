@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use node_csr_approver::policy::{
+use node_csr_approver_core::policy::{
     AddressClaim, ApiserverAddresses, ClusterError, DecisionKind, Evidence, MachineInfo, Reason,
 };
 

@@ -1,6 +1,11 @@
 //! When the kubelet is dialled: only for a serving CSR in machine mode with renewals on, and only
 //! when the Machines were read and none claims the node. The cluster is the file-backed view
-//! `check --objects` uses, with a served chain of a real CA, counted as it is asked for.
+//! `check --objects` uses, with a served chain of a real CA, counted as it is asked for (the rest of
+//! machine mode's decision table is the core's, `core/tests/machine_policy.rs`).
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -17,8 +22,9 @@ use node_csr_approver::policy::{
 };
 use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
 
-use super::{machine_config, n1_machine, now, serving_n1};
-use crate::support::Request;
+use support::serving;
+use testkit::machine::{machine_config, n1_machine, now};
+use testkit::request::legit;
 
 /// The file-backed cluster, counting the dials it is asked for.
 struct Counted {
@@ -78,7 +84,7 @@ fn cluster(machines: Vec<Arc<MachineInfo>>) -> Counted {
 /// Decides a renewal request of n1 with `cfg`; the decision and how often the kubelet was dialled.
 async fn decide(cfg: &PolicyConfig, cluster: &Counted) -> (DecisionKind, Reason, usize) {
     let resolver = HickoryResolver::new(Some(&["127.0.0.1:9".parse().unwrap()]), Duration::from_millis(100)).unwrap();
-    let sub = serving_n1(Request::node("n1").dns("n1.nodes.example.com").ip("10.0.0.11"));
+    let sub = serving("n1", &legit("n1", 11).pem());
     let evaluation = evaluate(&sub, cfg, &resolver, cluster, now()).await;
     (evaluation.decision.kind, evaluation.decision.reason, cluster.dials.load(Ordering::SeqCst))
 }

@@ -1,6 +1,6 @@
 //! Evidence cases: DNS answers and the Node's addresses.
 
-use node_csr_approver::policy::{ClusterError, DecisionKind, DnsFailure, Lookup, Reason, Resolution};
+use node_csr_approver_core::policy::{ClusterError, DecisionKind, DnsFailure, Lookup, Reason, Resolution};
 
 use super::{addrs, case, good_csr, node_n1};
 use crate::support::minutes_after_creation;

@@ -3,7 +3,7 @@
 //! name under any domain, pod and Service names, and the loopback aliases of `/etc/hosts`. Each is
 //! refused under every flag that opens the name and address checks.
 
-use node_csr_approver::policy::{DecisionKind, Reason};
+use node_csr_approver_core::policy::{DecisionKind, Reason};
 
 use super::case;
 use super::identity::{leak, permissive, refused_under_every_flag};

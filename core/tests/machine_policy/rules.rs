@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use node_csr_approver::policy::{DecisionKind, MachineInfo, Reason, UserRule, UserRules};
+use node_csr_approver_core::policy::{DecisionKind, MachineInfo, Reason, UserRule, UserRules};
 
 use super::{case, client, evidence, n1_machine, serving_n1};
 use crate::support::Request;
@@ -21,14 +21,14 @@ fn gpu_machine(node_ref: Option<&str>) -> Arc<MachineInfo> {
     Arc::new(MachineInfo { object: Some(Arc::new(object)), ..(*n1_machine(node_ref)).clone() })
 }
 
-fn ruled(name: &'static str, sub: node_csr_approver::policy::Submission, claimed: bool, expression: &str) -> Case {
+fn ruled(name: &'static str, sub: node_csr_approver_core::policy::Submission, claimed: bool, expression: &str) -> Case {
     let with = rules(expression);
     let machines = vec![gpu_machine(claimed.then_some("n1"))];
     let expect = (Approve, Reason::AutoApproved);
     case(name, sub, evidence(machines), expect).cfg(move |c| c.user_rules = with)
 }
 
-fn serving() -> node_csr_approver::policy::Submission {
+fn serving() -> node_csr_approver_core::policy::Submission {
     serving_n1(Request::node("n1").dns("n1.nodes.example.com").ip("10.0.0.11"))
 }
 

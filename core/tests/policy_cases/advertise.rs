@@ -4,7 +4,7 @@
 
 use std::net::IpAddr;
 
-use node_csr_approver::policy::{
+use node_csr_approver_core::policy::{
     AddressClaim, ApiserverAddresses, ClusterError, DecisionKind, Evidence, HostnameMatch, Reason,
 };
 use regex::Regex;
@@ -36,7 +36,7 @@ fn claims(claims: &'static [(&'static str, &'static [&'static str])]) -> impl Fn
 }
 
 /// `name` asking for its name under nodes.example.com and `ip`.
-fn asks(name: &str, ip: &str) -> node_csr_approver::policy::Submission {
+fn asks(name: &str, ip: &str) -> node_csr_approver_core::policy::Submission {
     serving(name, &Request::node(name).dns(&format!("{name}.nodes.example.com")).ip(ip).pem())
 }
 

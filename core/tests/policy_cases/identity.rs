@@ -4,7 +4,7 @@
 use std::collections::BTreeSet;
 use std::net::IpAddr;
 
-use node_csr_approver::policy::{
+use node_csr_approver_core::policy::{
     AddressClaim, ApiserverAddresses, Bootstrapper, ClusterError, DecisionKind, HostnameMatch, MachinePolicy, Reason,
     Submission,
 };
@@ -143,7 +143,7 @@ fn reserved() -> Vec<Case> {
 /// The cluster domain comes from `--cluster-domain`.
 fn cluster_domain() -> Vec<Case> {
     let node = |name: &str| serving("kubernetes", &Request::node("kubernetes").dns(name).pem());
-    let corp = |c: &mut node_csr_approver::policy::PolicyConfig| c.cluster_domain = "corp.example".into();
+    let corp = |c: &mut node_csr_approver_core::policy::PolicyConfig| c.cluster_domain = "corp.example".into();
     vec![
         permissive(case(
             "service domain of --cluster-domain",
@@ -171,7 +171,7 @@ fn apiserver() -> Vec<Case> {
     let asks = |ip: &str| serving("n1", &Request::node("n1").dns("n1.nodes.example.com").ip(ip).pem());
     let dns_only = serving("n1", &Request::node("n1").dns("n1.nodes.example.com").pem());
     let known = |service: &'static [&'static str], endpoints: &'static [&'static str]| {
-        move |e: &mut node_csr_approver::policy::Evidence| {
+        move |e: &mut node_csr_approver_core::policy::Evidence| {
             e.apiserver = Some(Ok(ApiserverAddresses { service: ips(service), endpoints: ips(endpoints) }));
         }
     };

@@ -12,7 +12,7 @@ mod spellings;
 
 use std::net::IpAddr;
 
-use node_csr_approver::policy::{
+use node_csr_approver_core::policy::{
     ApiserverAddresses, DecisionKind, Evidence, NodeAddress, NodeInfo, Reason, Resolution, Submission,
 };
 use rcgen::DnType;

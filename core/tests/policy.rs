@@ -9,7 +9,7 @@ mod support;
 
 use std::collections::BTreeSet;
 
-use node_csr_approver::policy::{
+use node_csr_approver_core::policy::{
     AddressClaim, ApiserverAddresses, DecisionKind, DnsFailure, Evidence, Outcome, PolicyConfig, Reason, Resolution,
     decide,
 };
@@ -91,7 +91,7 @@ fn the_ip_san_check_waits_for_every_dns_san_to_resolve() {
 
 #[test]
 fn the_reason_table_lists_every_reason_code_and_no_other() {
-    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/reason-codes.md")).unwrap();
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/reason-codes.md")).unwrap();
     let table = readme.split("<!-- reasons -->").nth(1).unwrap().split("<!-- end -->").next().unwrap();
     let listed: BTreeSet<&str> =
         table.lines().filter_map(|l| l.strip_prefix("| `")).filter_map(|l| l.split('`').next()).collect();

@@ -1,6 +1,6 @@
 //! SAN cases: types, counts, syntax, the hostname binding, the provider regex and the prefixes.
 
-use node_csr_approver::policy::{DecisionKind, HostnameMatch, Reason};
+use node_csr_approver_core::policy::{DecisionKind, HostnameMatch, Reason};
 use regex::Regex;
 
 use super::{case, good, good_csr, many_ips};

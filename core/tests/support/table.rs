@@ -1,8 +1,8 @@
 //! The decision-table case both policy tables use: a CSR, a configuration, evidence, the time of
 //! evaluation and the expected decision.
 
-use node_csr_approver::policy::{DecisionKind, Evaluation, Evidence, Lookup, Reason, Submission, decide};
-use node_csr_approver::policy::{NodeInfo, PolicyConfig, Resolution};
+use node_csr_approver_core::policy::{DecisionKind, Evaluation, Evidence, Lookup, Reason, Submission, decide};
+use node_csr_approver_core::policy::{NodeInfo, PolicyConfig, Resolution};
 
 /// One scenario of a decision table.
 pub struct Case {

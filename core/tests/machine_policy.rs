@@ -11,8 +11,6 @@ mod brake;
 mod kubelet_renewal;
 #[path = "machine_policy/one_client_certificate.rs"]
 mod one_client_certificate;
-#[path = "machine_policy/renewal_evidence.rs"]
-mod renewal_evidence;
 #[path = "machine_policy/rules.rs"]
 mod rules;
 mod support;
@@ -20,34 +18,16 @@ mod support;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use node_csr_approver::policy::{
-    ApiserverAddresses, Bootstrapper, BrakeInputs, ClusterError, DecisionKind, Evidence, Lookup, MachineInfo,
-    MachinePolicy, NodeAddress, NodeInfo, PolicyConfig, Reason, Submission,
+use node_csr_approver_core::policy::{
+    ApiserverAddresses, Bootstrapper, BrakeInputs, ClusterError, DecisionKind, Evidence, Lookup, MachineInfo, NodeInfo,
+    Reason, Submission,
 };
 use rcgen::DnType;
 use support::table::{Case, assert_all};
-use support::{Key, Request, config, extra_organization, serving};
+use support::{Key, Request, extra_organization, serving};
+use testkit::machine::{BOOTSTRAPPER, GROUPS, MACHINE_CREATED, machine, machine_config, n1_machine, now, rules};
 
 use DecisionKind::{Approve, Hold, Ignore, Retry};
-
-const BOOTSTRAPPER: &str = "system:serviceaccount:openshift-machine-config-operator:node-bootstrapper";
-const GROUPS: [&str; 3] =
-    ["system:serviceaccounts:openshift-machine-config-operator", "system:serviceaccounts", "system:authenticated"];
-const MACHINE_CREATED: &str = "2026-01-01T00:00:00Z";
-
-fn rules() -> MachinePolicy {
-    MachinePolicy {
-        client_approval: true,
-        bootstrapper: Bootstrapper::Exact(BOOTSTRAPPER.into()),
-        bootstrapper_groups: GROUPS.iter().map(|g| (*g).to_owned()).collect(),
-        max_pending_delta: 100,
-        serving_renewal: false,
-    }
-}
-
-fn machine_config() -> PolicyConfig {
-    PolicyConfig { machine: Some(rules()), ..config() }
-}
 
 /// A bootstrap client CSR for node `node` created `seconds` after the Machine.
 fn client(node: &str, seconds: i64) -> Submission {
@@ -77,16 +57,6 @@ fn node_n1_exists(evidence: &mut Evidence) {
     evidence.node = Some(Lookup::Found(NodeInfo { name: "n1".into(), addresses: Vec::new(), object: None }));
 }
 
-fn machine(addresses: &[(&str, &str)], node_ref: Option<&str>) -> Arc<MachineInfo> {
-    Arc::new(MachineInfo {
-        id: "openshift-machine-api/m1".into(),
-        created: Some(MACHINE_CREATED.parse().unwrap()),
-        node_ref: node_ref.map(str::to_owned),
-        addresses: addresses.iter().map(|(k, a)| NodeAddress { kind: (*k).into(), address: (*a).into() }).collect(),
-        object: None,
-    })
-}
-
 /// Evidence: no Node, one Machine for `n1` (InternalDNS n1, Hostname and IPs), a quiet cluster.
 fn evidence(machines: Vec<Arc<MachineInfo>>) -> Evidence {
     Evidence {
@@ -99,25 +69,8 @@ fn evidence(machines: Vec<Arc<MachineInfo>>) -> Evidence {
     }
 }
 
-fn n1_machine(node_ref: Option<&str>) -> Arc<MachineInfo> {
-    machine(
-        &[
-            ("InternalDNS", "n1"),
-            ("Hostname", "n1.nodes.example.com"),
-            ("InternalIP", "10.0.0.11"),
-            ("ExternalIP", "fd00::11"),
-        ],
-        node_ref,
-    )
-}
-
 fn case(name: &'static str, sub: Submission, evidence: Evidence, expect: (DecisionKind, Reason)) -> Case {
     Case::new(name, sub, machine_config(), evidence, now(), expect)
-}
-
-/// Five minutes after the Machines were created.
-fn now() -> jiff::Timestamp {
-    MACHINE_CREATED.parse::<jiff::Timestamp>().unwrap() + jiff::SignedDuration::from_mins(5)
 }
 
 fn serving_n1(request: Request) -> Submission {
