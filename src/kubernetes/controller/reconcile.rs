@@ -191,20 +191,21 @@ impl<R: Resolver, C: ClusterView> Reconciler<R, C> {
             ledger.record_approval(csr);
         }
         let retry_in = self.memory.settle(csr, Outcome::Write(result));
-        match written {
-            Ok(()) => {}
-            Err(_) if result == WriteResult::Conflict => {
-                tracing::debug!(csr = %logged, retry_in = ?retry_in, "conflict: re-reading and deciding again");
-            }
-            Err(_) if result == WriteResult::NotFound => {
-                tracing::debug!(csr = %logged, "gone before the decision was written: forgotten");
-            }
-            Err(error @ WriteError::Unaddressable { .. }) => {
-                tracing::error!(csr = %logged, %error, "cannot write the decision: no request can name this CSR");
-            }
-            Err(source) => {
-                let error = format!("writing the decision on {logged}: {source}");
-                tracing::warn!(%error, retry_in = ?retry_in, "reconcile failed; retrying");
+        if let Err(error) = written {
+            match result {
+                WriteResult::Conflict => {
+                    tracing::debug!(csr = %logged, retry_in = ?retry_in, "conflict: re-reading and deciding again");
+                }
+                WriteResult::NotFound => {
+                    tracing::debug!(csr = %logged, "gone before the decision was written: forgotten");
+                }
+                WriteResult::Unaddressable => {
+                    tracing::error!(csr = %logged, %error, "cannot write the decision: no request can name this CSR");
+                }
+                WriteResult::Success | WriteResult::Error => {
+                    let error = format!("writing the decision on {logged}: {error}");
+                    tracing::warn!(%error, retry_in = ?retry_in, "reconcile failed; retrying");
+                }
             }
         }
         retry_in

@@ -26,7 +26,7 @@ use crate::display::{prefix_within, short_name};
 use crate::kubernetes::csr_object::CsrObject;
 use crate::policy::{Decision, DecisionKind, is_dns_subdomain};
 
-/// How a decision that is not written is told: the log line's `message` and the event's prefix.
+/// How a decision is told: the log line's `message` and the prefix of the event's note.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct Note {
     /// The decision log line's `message`.
