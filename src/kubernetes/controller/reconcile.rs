@@ -358,7 +358,7 @@ impl Memory {
         let before = before.filter(|entry| entry.uid == csr.uid).map(|entry| &entry.phase);
         let phase = Phase::after(before, outcome, csr)?;
         let retry_after = phase.retry_after();
-        *waiting = *waiting + usize::from(phase.waits()) - usize::from(was_waiting);
+        *waiting = (*waiting + usize::from(phase.waits())).saturating_sub(usize::from(was_waiting));
         let fresh = || Entry { uid: csr.uid.clone(), phase: Phase::Excused, announced: HashSet::new() };
         let entry = by_name.entry(csr.name.clone()).or_insert_with(fresh);
         if entry.uid != csr.uid {
@@ -382,18 +382,12 @@ impl Memory {
         if !csrs.is_ready() {
             return;
         }
-        let undecided: HashMap<Arc<str>, Box<str>> = csrs
-            .state()
-            .iter()
-            .filter(|csr| !csr.is_decided())
-            .map(|csr| (csr.name.clone(), csr.uid.clone()))
-            .collect();
         let mut entries = self.lock();
         let Entries { by_name, waiting } = &mut *entries;
         by_name.retain(|name, entry| {
-            let keep = undecided.get(name) == Some(&entry.uid);
+            let keep = csrs.get(name).is_some_and(|csr| csr.uid == entry.uid && !csr.is_decided());
             if !keep && entry.phase.waits() {
-                *waiting -= 1;
+                *waiting = waiting.saturating_sub(1);
             }
             keep
         });
