@@ -1,7 +1,7 @@
 //! Text from outside (CSR and node names, messages that quote them) made safe to print on a
 //! terminal or in a text log line: [`Escaped`] escapes what could break the line, move the
 //! cursor, recolor the terminal or reorder what is shown; [`short_name`] also cuts a name to
-//! [`MAX_NAME_BYTES`].
+//! [`MAX_NAME_BYTES`], on a character boundary ([`prefix_within`], the one place text is cut).
 //!
 //! ```
 //! use node_csr_approver::display::{Escaped, short_name};
@@ -78,11 +78,17 @@ pub struct ShortName<'a> {
 
 /// The name as a log line should show it: see [`ShortName`].
 pub fn short_name(name: &str) -> ShortName<'_> {
-    let mut end = name.len().min(MAX_NAME_BYTES);
-    while !name.is_char_boundary(end) {
+    ShortName { shown: prefix_within(name, MAX_NAME_BYTES), full_len: name.len() }
+}
+
+/// The longest prefix of `text` of at most `max` bytes that ends on a character boundary: a
+/// character across the bound is dropped whole.
+pub fn prefix_within(text: &str, max: usize) -> &str {
+    let mut end = max.min(text.len());
+    while !text.is_char_boundary(end) {
         end -= 1;
     }
-    ShortName { shown: &name[..end], full_len: name.len() }
+    &text[..end]
 }
 
 impl fmt::Display for ShortName<'_> {

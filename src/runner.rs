@@ -17,7 +17,7 @@ use crate::config::Settings;
 use crate::dns::HickoryResolver;
 use crate::kubernetes::cluster::KubeCluster;
 use crate::kubernetes::connect::{ConnectError, Connection, connect};
-use crate::kubernetes::controller::{self, Context, Events, ReconcileState};
+use crate::kubernetes::controller::{self, Context, Events};
 use crate::kubernetes::csr_ledger::CsrLedger;
 use crate::kubernetes::leader;
 use crate::metrics::{MeteredResolver, Metrics};
@@ -85,7 +85,6 @@ pub async fn run(settings: Settings) -> Result<(), RunError> {
         events,
         metrics,
         dry_run: cfg.dry_run,
-        reconciles: ReconcileState::default(),
     });
     if let Some(rules) = &ctx.policy.machine {
         tokio::spawn(ctx.cluster.clone().report_pending_brake(rules.max_pending_delta, ctx.metrics.clone()));

@@ -19,7 +19,7 @@ use crate::kubernetes::csr_cache::{self, Cache};
 use crate::kubernetes::csr_object::CsrObject;
 use crate::policy::{
     AwaitedNodes, KUBELET_CLIENT_SIGNER, MachineInfo, MachinePolicy, PendingKey, capped_pending, client_node,
-    counted_under, counts_as_pending, issued_client_node, pending_key,
+    counted_under, issued_client_node, pending_key,
 };
 
 /// Machine mode's view of the CSR cache. Cheap to clone.
@@ -86,7 +86,7 @@ impl CsrLedger {
         Ok(CsrLedger::new(store, rules))
     }
 
-    /// The brake's count at `now` with `machines`: the pending node CSRs ([`counts_as_pending`])
+    /// The brake's count at `now` with `machines`: the pending node CSRs ([`crate::policy::counts_as_pending`])
     /// under the name each counts under ([`counted_under`]), at most
     /// [`crate::policy::PENDING_PER_NODE`] per name.
     pub fn pending(&self, now: Timestamp, machines: &[Arc<MachineInfo>]) -> usize {
@@ -95,13 +95,14 @@ impl CsrLedger {
         let mut seen = HashMap::new();
         let mut pending = Vec::new();
         for csr in self.csrs.state() {
-            let sub = csr.submission();
-            if !counts_as_pending(&sub, &self.rules, now) {
+            if !csr.pending_facts().counts_as_pending(&self.rules, now) {
                 continue;
             }
             let uid = Some(&*csr.uid).filter(|uid| !uid.is_empty());
-            let key = uid.and_then(|uid| known.remove(uid)).unwrap_or_else(|| pending_key(&sub, &self.rules));
-            if let Some(name) = counted_under(&key, sub.created, &awaited) {
+            // Only a CSR counted for the first time is read whole (its request never changes).
+            let key =
+                uid.and_then(|uid| known.remove(uid)).unwrap_or_else(|| pending_key(&csr.submission(), &self.rules));
+            if let Some(name) = counted_under(&key, csr.created, &awaited) {
                 pending.push(name.to_owned());
             }
             if let Some(uid) = uid {

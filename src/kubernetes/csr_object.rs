@@ -13,7 +13,7 @@ use kube::Resource;
 use crate::csr::MAX_REQUEST_BYTES;
 use crate::kubernetes::csr_cache::Named;
 use crate::kubernetes::csr_name::kept_name;
-use crate::policy::{KUBELET_CLIENT_SIGNER, KUBELET_SERVING_SIGNER, Submission};
+use crate::policy::{KUBELET_CLIENT_SIGNER, KUBELET_SERVING_SIGNER, PendingFacts, Submission};
 
 /// Text nearly every CSR holds (the kubelet signers, the groups of a node and of a bootstrap
 /// token, the usages a kubelet asks for): a CSR holding one of these refers to it rather than
@@ -156,7 +156,13 @@ impl CsrObject {
 
     /// True when an Approved or Denied condition or an issued certificate is present.
     pub fn is_decided(&self) -> bool {
-        self.decided_by().is_some()
+        self.certificate_issued || self.conditions.iter().any(is_decision)
+    }
+
+    /// What the pending brake reads of this CSR, borrowed: a count copies nothing.
+    pub fn pending_facts(&self) -> PendingFacts<'_, Text> {
+        let (signer_name, username, groups) = (&*self.signer_name, &*self.username, &*self.groups);
+        PendingFacts { signer_name, username, groups, decided: self.is_decided(), created: self.created }
     }
 
     /// True when an Approved condition is present and no Denied or Failed one.
@@ -216,7 +222,7 @@ mod tests {
         ];
         for (csr, decided) in cases {
             assert_eq!(csr.submission().decided.as_deref(), decided, "{csr:?}");
-            assert_eq!(csr.is_decided(), decided.is_some(), "{csr:?}");
+            assert_eq!((csr.is_decided(), csr.pending_facts().decided), (decided.is_some(), decided.is_some()));
         }
     }
 

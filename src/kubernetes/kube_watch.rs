@@ -21,14 +21,30 @@ where
     StreamBackoff::new(watcher::watcher(api, config), WatchBackoff::default())
 }
 
-/// The first delay after the watch failed; each further failure doubles it...
-const WATCH_RETRY_BASE: Duration = Duration::from_millis(100);
-/// ... up to this: a relist starts within two seconds of the apiserver answering again (a 410
-/// after an outage costs one short delay, not a grown one).
-const WATCH_RETRY_CAP: Duration = Duration::from_secs(2);
+/// A capped doubling backoff: `first` for the first attempt, doubled for each further one, at
+/// most `cap`. The one backoff of the approver: the watches' retries, and the controller's retries
+/// of an evaluation, a failed write and a conflict.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Doubling {
+    /// The delay before the first retry.
+    pub first: Duration,
+    /// The longest delay.
+    pub cap: Duration,
+}
 
-/// The backoff of every watch of the approver: doubling from [`WATCH_RETRY_BASE`] to [`WATCH_RETRY_CAP`], reset by every
-/// event that arrives.
+impl Doubling {
+    /// The delay before attempt number `attempt` (from 1; 0 counts as 1): at most 15 doublings.
+    pub(crate) fn delay(self, attempt: u32) -> Duration {
+        self.first.saturating_mul(1 << (attempt.clamp(1, 16) - 1)).min(self.cap)
+    }
+}
+
+/// The watches' backoff: from 100 ms up to 2 s, so a relist starts within two seconds of the
+/// apiserver answering again (a 410 after an outage costs one short delay, not a grown one).
+const WATCH_RETRY: Doubling = Doubling { first: Duration::from_millis(100), cap: Duration::from_secs(2) };
+
+/// The backoff of every watch of the approver: [`WATCH_RETRY`], reset by every event that
+/// arrives.
 #[derive(Debug, Default)]
 pub struct WatchBackoff {
     failures: u32,
@@ -38,9 +54,8 @@ impl Iterator for WatchBackoff {
     type Item = Duration;
 
     fn next(&mut self) -> Option<Duration> {
-        let delay = WATCH_RETRY_BASE.saturating_mul(1 << self.failures.min(16)).min(WATCH_RETRY_CAP);
         self.failures = self.failures.saturating_add(1);
-        Some(delay)
+        Some(WATCH_RETRY.delay(self.failures))
     }
 }
 
@@ -60,8 +75,19 @@ mod tests {
         let delays: Vec<u128> = backoff.by_ref().take(7).map(|d| d.as_millis()).collect();
         assert_eq!(delays, [100, 200, 400, 800, 1600, 2000, 2000]);
         backoff.failures = u32::MAX;
-        assert_eq!(backoff.next(), Some(WATCH_RETRY_CAP));
+        assert_eq!(backoff.next(), Some(WATCH_RETRY.cap));
         backoff.reset();
-        assert_eq!(backoff.next(), Some(WATCH_RETRY_BASE));
+        assert_eq!(backoff.next(), Some(WATCH_RETRY.first));
+    }
+
+    #[test]
+    fn a_doubling_backoff_doubles_from_its_first_delay_up_to_its_cap() {
+        let backoff = Doubling { first: Duration::from_secs(2), cap: Duration::from_secs(60) };
+        let delays: Vec<u64> = (1..=8).map(|attempt| backoff.delay(attempt).as_secs()).collect();
+        assert_eq!(delays, [2, 4, 8, 16, 32, 60, 60, 60]);
+        assert_eq!(backoff.delay(0), backoff.first);
+        assert_eq!(backoff.delay(u32::MAX), backoff.cap);
+        let long = Doubling { first: Duration::from_nanos(1), cap: Duration::MAX };
+        assert_eq!(long.delay(u32::MAX), Duration::from_nanos(1 << 15), "at most 15 doublings");
     }
 }

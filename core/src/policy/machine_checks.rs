@@ -95,15 +95,47 @@ pub const PENDING_PER_NODE: usize = 3;
 /// bootstrapper, or with `system:nodes` in its groups), created less than an hour before `now` and
 /// at most 10 s after it.
 pub fn counts_as_pending(sub: &Submission, rules: &MachinePolicy, now: Timestamp) -> bool {
-    let decidable = sub.signer_name == SERVING_SIGNER || (sub.signer_name == CLIENT_SIGNER && rules.client_approval);
-    let from_node = rules.bootstrapper.matches(&sub.username) || sub.groups.iter().any(|g| g == NODES_GROUP);
-    decidable
-        && from_node
-        && sub.decided.is_none()
-        && sub.created.is_some_and(|created| {
-            let age = now.duration_since(created);
-            age < PENDING_WINDOW && age >= -FUTURE_SKEW
-        })
+    let facts = PendingFacts {
+        signer_name: &sub.signer_name,
+        username: &sub.username,
+        groups: &sub.groups,
+        decided: sub.decided.is_some(),
+        created: sub.created,
+    };
+    facts.counts_as_pending(rules, now)
+}
+
+/// What [`counts_as_pending`] reads of a CSR, borrowed, so a count over many CSRs copies none of
+/// them.
+#[derive(Debug, Clone, Copy)]
+pub struct PendingFacts<'a, G> {
+    /// spec.signerName.
+    pub signer_name: &'a str,
+    /// spec.username.
+    pub username: &'a str,
+    /// spec.groups.
+    pub groups: &'a [G],
+    /// An Approved or Denied condition or an issued certificate is present.
+    pub decided: bool,
+    /// metadata.creationTimestamp, if known.
+    pub created: Option<Timestamp>,
+}
+
+impl<G: AsRef<str>> PendingFacts<'_, G> {
+    /// Whether the CSR counts towards the pending brake at `now` ([`counts_as_pending`]).
+    pub fn counts_as_pending(&self, rules: &MachinePolicy, now: Timestamp) -> bool {
+        let signer = self.signer_name;
+        let decidable = signer == SERVING_SIGNER || (signer == CLIENT_SIGNER && rules.client_approval);
+        let from_node =
+            rules.bootstrapper.matches(self.username) || self.groups.iter().any(|g| g.as_ref() == NODES_GROUP);
+        decidable
+            && from_node
+            && !self.decided
+            && self.created.is_some_and(|created| {
+                let age = now.duration_since(created);
+                age < PENDING_WINDOW && age >= -FUTURE_SKEW
+            })
+    }
 }
 
 /// What a pending CSR counts under, as read from the CSR alone (its request never changes, so this

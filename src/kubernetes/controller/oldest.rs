@@ -3,19 +3,17 @@
 //! human, or found not to be the approver's). Only a replica that writes reports it: a standby
 //! evaluates nothing, so it cannot tell a held CSR from a lost one.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use jiff::Timestamp;
 
 use super::Context;
-use super::reconcile_state::CsrKey;
 use crate::kubernetes::csr_cache::Cache;
 use crate::kubernetes::csr_object::CsrObject;
 use crate::policy::{KUBELET_CLIENT_SIGNER, KUBELET_SERVING_SIGNER};
 
-/// How often the age is computed (a scan of the cache) and forgotten CSRs are dropped from the reconcile state.
+/// How often the age is computed (a scan of the cache).
 const REPORT_PERIOD: Duration = Duration::from_secs(5);
 
 /// The age at `now` of the oldest CSR of `csrs` that is undecided, of a signer in `signers`,
@@ -39,20 +37,20 @@ pub(super) fn handled_signers(client_csrs: bool) -> &'static [&'static str] {
     if client_csrs { &[KUBELET_SERVING_SIGNER, KUBELET_CLIENT_SIGNER] } else { &[KUBELET_SERVING_SIGNER] }
 }
 
-/// Every [`REPORT_PERIOD`]: drops what the reconcile state holds of CSRs no longer cached, and sets the gauge
+/// Every [`REPORT_PERIOD`]: sets the gauge from `store`, leaving out the CSRs `excused` names
 /// (zero unless this replica writes).
-pub(super) async fn report<R, C>(ctx: Arc<Context<R, C>>, store: Cache<CsrObject>, client_csrs: bool) {
+pub(super) async fn report<R, C>(
+    ctx: Arc<Context<R, C>>,
+    store: Cache<CsrObject>,
+    client_csrs: bool,
+    excused: impl Fn(&CsrObject) -> bool,
+) {
     let signers = handled_signers(client_csrs);
     loop {
         tokio::time::sleep(REPORT_PERIOD).await;
-        let csrs = store.state();
-        if store.is_ready() {
-            let cached: HashMap<&str, &str> = csrs.iter().map(|csr| CsrKey::of(csr)).map(|k| (k.name, k.uid)).collect();
-            ctx.reconciles.retain(|key| cached.get(key.name) == Some(&key.uid));
-        }
         let age = if ctx.leadership.is_leader() && !ctx.dry_run {
-            let excused = |csr: &CsrObject| ctx.reconciles.is_excused(CsrKey::of(csr));
-            oldest_undecided_age(csrs.iter().map(AsRef::as_ref), signers, excused, Timestamp::now())
+            let csrs = store.state();
+            oldest_undecided_age(csrs.iter().map(AsRef::as_ref), signers, &excused, Timestamp::now())
         } else {
             Duration::ZERO
         };

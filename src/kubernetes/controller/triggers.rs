@@ -1,20 +1,90 @@
-//! What makes the controller look at a CSR. Live watch events name the CSR they changed; besides
-//! them, a *pass* reconciles every undecided CSR in the cache, after each completed list or relist
-//! of the watch (its objects reach the cache only when the list completes), whenever this replica
-//! becomes able to write, and every resync period. So the controller is level-triggered: a CSR
-//! whose event was missed, skipped or forgotten is found by the next pass.
+//! What makes the controller look at a CSR, as one stream of [`Trigger`]s ([`triggers`]). Live
+//! watch events name the CSR they changed; besides them, a *pass* reconciles every undecided CSR
+//! in the cache, after each completed list or relist of the watch (its objects reach the cache
+//! only when the list completes), whenever this replica becomes able to write, and every resync
+//! period; in machine mode a Machine or Node change makes one too while some CSR waits on the
+//! cluster. So the controller is level-triggered: a CSR whose event was missed or skipped is found
+//! by the next pass.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::{Stream, StreamExt};
+use futures::{Stream, StreamExt, TryStreamExt};
+use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
+use kube::Api;
 use kube::runtime::watcher::{self, Event};
 use tokio::sync::{Notify, oneshot};
 
-use super::dispatch::Trigger;
-use crate::kubernetes::csr_cache::Cache;
+use crate::kubernetes::csr_cache::{Cache, CacheWriter};
 use crate::kubernetes::csr_object::CsrObject;
+use crate::kubernetes::kube_watch;
+use crate::kubernetes::machines::MachineCache;
 use crate::metrics::{Metrics, PassTrigger};
+use crate::policy::KUBELET_SERVING_SIGNER;
+
+/// Machine and Node changes re-trigger waiting CSRs at most this often.
+const RETRIGGER_PERIOD: Duration = Duration::from_secs(1);
+
+/// What makes a CSR be reconciled: its name, its requester, and whether the trigger saw it decided.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Trigger {
+    /// metadata.name.
+    pub name: Arc<str>,
+    /// spec.username: whose turn it takes.
+    pub requester: Arc<str>,
+    /// A decided CSR needs no reconcile unless one is queued (it then ends at once).
+    pub decided: bool,
+}
+
+/// Where the triggers come from.
+pub(super) struct Sources<W, F> {
+    /// The CSRs, watched.
+    pub api: Api<CertificateSigningRequest>,
+    /// Machine mode decides client CSRs too: every CSR is watched, not only kubelet-serving ones.
+    pub client_csrs: bool,
+    /// The CSR cache the watch fills.
+    pub cache: CacheWriter<CsrObject>,
+    /// Told once the first list of the watch is complete.
+    pub synced: oneshot::Sender<()>,
+    /// Yields whenever this replica becomes able to write.
+    pub writable: W,
+    /// Every undecided CSR is reconciled again at this interval.
+    pub resync_period: Duration,
+    /// Where passes are counted.
+    pub metrics: Metrics,
+    /// Machine mode's Machines and Nodes.
+    pub machines: Option<MachineCache>,
+    /// Whether some CSR waits on a Machine, a Node or the pending brake.
+    pub waiting_on_cluster: F,
+}
+
+/// Every trigger of `sources`: live watch events, the passes, and Machine and Node changes.
+pub(super) fn triggers<W, F>(sources: Sources<W, F>) -> impl Stream<Item = Trigger> + Send
+where
+    W: Stream<Item = ()> + Send + 'static,
+    F: Fn() -> bool + Send + 'static,
+{
+    let Sources { api, client_csrs, mut cache, synced, writable, resync_period, metrics, machines, waiting_on_cluster } =
+        sources;
+    // A streaming list (WatchList, on by default since Kubernetes 1.34) sends what exists one
+    // object at a time, where a paged list holds up to 500 objects at once: a few hostile CSRs at
+    // the apiserver's maximum object size would be hundreds of MiB in one page.
+    let config = watcher::Config::default().streaming_lists();
+    let config = if client_csrs { config } else { config.fields(&format!("spec.signerName={KUBELET_SERVING_SIGNER}")) };
+    // The cache keeps only what decisions and the write need (`CsrObject`): no labels,
+    // annotations or managedFields, no PKCS#10 request once a CSR is decided. Every watch event
+    // carries the whole object, so nothing is lost.
+    let store = cache.reader();
+    let watch = kube_watch::stream(api, config).map_ok(move |event| cache.apply(event));
+    let relisted = Arc::new(Notify::new());
+    let live = live_triggers(watch, relisted.clone(), synced);
+    let passes = undecided_in_each_pass(passes(relisted, writable, resync_period), store.clone(), metrics);
+    let changes = match machines {
+        Some(machines) => on_cluster_change(machines.changes(), waiting_on_cluster, store).boxed(),
+        None => futures::stream::empty().boxed(),
+    };
+    futures::stream::select(live, futures::stream::select(passes, changes))
+}
 
 /// The trigger of `csr`: its name and requester shared with the cache, not copied.
 fn trigger_of(csr: &CsrObject) -> Trigger {
@@ -26,7 +96,7 @@ fn trigger_of(csr: &CsrObject) -> Trigger {
 /// they are in the cache only from then on, so a pass after it finds every one. Watch errors
 /// are logged (a warning when the watch starts failing, one line when it recovers) and dropped:
 /// the watch recovers by itself after its backoff.
-pub(super) fn live_triggers(
+fn live_triggers(
     events: impl Stream<Item = Result<Event<Arc<CsrObject>>, watcher::Error>> + Send,
     relisted: Arc<Notify>,
     synced: oneshot::Sender<()>,
@@ -66,7 +136,7 @@ pub(super) fn live_triggers(
 }
 
 /// The pass triggers: `relisted`, `writable` and every `resync` period.
-pub(super) fn passes(
+fn passes(
     relisted: Arc<Notify>,
     writable: impl Stream<Item = ()> + Send + 'static,
     resync: Duration,
@@ -84,7 +154,7 @@ pub(super) fn passes(
 
 /// For each pass of `triggers`, a trigger of every undecided CSR in `store` (counted in
 /// `metrics`). Decided CSRs stay in the cache until they are deleted, and are not looked at.
-pub(super) fn undecided_in_each_pass(
+fn undecided_in_each_pass(
     triggers: impl Stream<Item = PassTrigger> + Send + 'static,
     store: Cache<CsrObject>,
     metrics: Metrics,
@@ -98,6 +168,24 @@ pub(super) fn undecided_in_each_pass(
 }
 
 /// A trigger of every undecided CSR in `store`.
-pub(super) fn undecided(store: &Cache<CsrObject>) -> Vec<Trigger> {
+fn undecided(store: &Cache<CsrObject>) -> Vec<Trigger> {
     store.state().iter().filter(|csr| !csr.is_decided()).map(|csr| trigger_of(csr)).collect()
+}
+
+/// Yields every undecided CSR of `store` after a Machine or Node changed while some CSR waits on
+/// the cluster (`waiting`), at most once per [`RETRIGGER_PERIOD`] (changes in between are
+/// coalesced).
+fn on_cluster_change(
+    changes: tokio::sync::watch::Receiver<u64>,
+    waiting: impl Fn() -> bool + Send + 'static,
+    store: Cache<CsrObject>,
+) -> impl Stream<Item = Trigger> + Send {
+    futures::stream::unfold(changes, |mut changes| async move {
+        changes.changed().await.ok()?;
+        tokio::time::sleep(RETRIGGER_PERIOD).await;
+        changes.borrow_and_update();
+        Some(((), changes))
+    })
+    .filter(move |()| futures::future::ready(waiting()))
+    .flat_map(move |()| futures::stream::iter(undecided(&store)))
 }
