@@ -241,4 +241,19 @@ mod tests {
             .map(|failure| failure.to_string());
         assert_eq!(shown, ["timeout", "SERVFAIL", "REFUSED", "reset"]);
     }
+
+    /// An error with a cause, as a client's failed request has one.
+    #[derive(Debug, thiserror::Error)]
+    #[error("request failed")]
+    struct Failed(#[source] std::io::Error);
+
+    #[test]
+    fn a_request_error_keeps_the_causes_and_compares_by_what_it_reads() {
+        let error = RequestError::new(Failed(std::io::Error::other("connection reset")));
+        let cause = std::error::Error::source(&error).map(ToString::to_string);
+        assert_eq!(cause.as_deref(), Some("connection reset"));
+        assert_eq!(error.to_string(), "request failed");
+        assert_eq!(error, RequestError::from("request failed"), "the same text");
+        assert_ne!(error, RequestError::from("forbidden"), "another text");
+    }
 }
