@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Builds the release binary as the Dockerfile does (musl, symbols stripped) and checks that it is
-# fully static and runs. Installs the musl target and musl-gcc (for ring) when missing. Prints the
+# Builds the release binary as the Dockerfile does (musl, symbols stripped, link-time optimised)
+# and checks that it is fully static and runs. Installs the musl target and musl-gcc (for ring) when missing. Prints the
 # binary's absolute path (under $CARGO_TARGET_DIR when set) as the last line of stdout.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,7 +17,8 @@ if ! command -v musl-gcc >/dev/null; then
   fi
 fi
 started=${SECONDS}
-CARGO_PROFILE_RELEASE_STRIP=symbols cargo build --release --locked --target "${target}" --bin node-csr-approver >&2
+CARGO_PROFILE_RELEASE_STRIP=symbols CARGO_PROFILE_RELEASE_LTO=fat CARGO_PROFILE_RELEASE_CODEGEN_UNITS=1 \
+  cargo build --release --locked --target "${target}" --bin node-csr-approver >&2
 binary="$(realpath "${CARGO_TARGET_DIR:-target}/${target}/release/node-csr-approver")"
 if ! ldd "${binary}" 2>&1 | grep -qE 'statically linked|not a dynamic executable'; then
   echo "check-static-binary: ${binary} is dynamically linked:" >&2
