@@ -162,12 +162,11 @@ pub(crate) async fn storm(bench: &Bench, requests: &StormRequests, relist: bool)
     bench.progress.say(format_args!("{phase}: ready after {:.1}s", ready.as_secs_f64()));
     let (relisted, outage) = if relist {
         decisions.wait_count((total as f64 * RELIST_AT) as usize, decide_limit(total)).await?;
-        let stopped = Instant::now();
+        let (stopped, decided) = (Instant::now(), decisions.count());
         control_plane.restart_apiserver().await.context("restarting the apiserver")?;
         let outage = stopped.elapsed();
         bench.progress.say(format_args!(
-            "{phase}: apiserver restarted at {} decided, back after {:.1}s",
-            decisions.count(),
+            "{phase}: apiserver restarted at {decided} decisions seen, back after {:.1}s",
             outage.as_secs_f64()
         ));
         (Some(stopped), outage)

@@ -9,10 +9,11 @@ impl Report {
     pub fn table(&self) -> String {
         let mut out = String::new();
         let m = &self.machine;
+        let n = if self.bursts_ran() { format!("N = {}", self.n) } else { "storm only".to_owned() };
         let _ = writeln!(
             out,
-            "node-csr-approver burst benchmark: N = {}, concurrency = {}; {} CPUs, {} MiB, {}",
-            self.n, self.concurrency, m.nproc, m.memory_mib, m.cpu_model
+            "node-csr-approver burst benchmark: {n}, concurrency = {}; {} CPUs, {} MiB, {}",
+            self.concurrency, m.nproc, m.memory_mib, m.cpu_model
         );
         let _ = writeln!(out, "release binary: {:.1} MiB", self.binary_bytes as f64 / (1024.0 * 1024.0));
         if let Some(storm) = &self.storm {
