@@ -1,5 +1,5 @@
-//! The benchmark at N = 50, a storm of 50 nodes included, with the debug binary: every phase runs end to end, so the benchmark
-//! cannot rot. No timing is asserted.
+//! The benchmark at N = 50, a storm of 50 nodes included, with the debug binary: every phase runs
+//! end to end, so the benchmark cannot rot. No timing is asserted.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
