@@ -201,7 +201,7 @@ pub(crate) async fn storm(bench: &Bench, requests: &StormRequests, relist: bool)
         seconds,
         ratio: ratio(seconds),
         outage_seconds: outage.as_secs_f64(),
-        ratio_without_outage: ratio(seconds - outage.as_secs_f64()),
+        ratio_without_outage: ratio(seconds - outage_before(relisted, outage, last).as_secs_f64()),
         peak_mib: mib(peak),
         peak_before_relist_mib: mib(before),
         relist_peak_mib: mib(during),
@@ -215,6 +215,12 @@ pub(crate) async fn storm(bench: &Bench, requests: &StormRequests, relist: bool)
         figures.ratio, figures.peak_mib, figures.relist_peak_mib, figures.approved, figures.denied
     ));
     Ok(figures)
+}
+
+/// The part of the apiserver's outage (from `stopped`, lasting `outage`) before the last
+/// decision `last`: none when every CSR was decided before the restart took effect.
+fn outage_before(stopped: Option<Instant>, outage: Duration, last: Instant) -> Duration {
+    stopped.map_or(Duration::ZERO, |stopped| last.saturating_duration_since(stopped).min(outage))
 }
 
 /// `T_limit` at the storm's size and the controller's idle memory, on one fresh control plane:
