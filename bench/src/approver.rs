@@ -9,7 +9,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use testkit::approver::Process;
-use testkit::policy::{PREFIXES, REGEX};
+use testkit::policy::REGEX;
+
+use crate::csrs::NODE_PREFIXES;
 
 use crate::peer::Peer;
 
@@ -75,7 +77,7 @@ impl Approver {
     pub fn start(launch: &Launch) -> Result<Approver> {
         let (command, health) = match &launch.program {
             Program::Ours(binary) => {
-                let mut command = testkit::approver::command(binary, &launch.kubeconfig, REGEX, PREFIXES);
+                let mut command = testkit::approver::command(binary, &launch.kubeconfig, REGEX, NODE_PREFIXES);
                 command
                     .arg(format!("--dns-server={}", launch.dns))
                     .arg(format!("--concurrency={}", launch.concurrency))

@@ -16,6 +16,9 @@
 //! - **flood**: one node's N CSRs waiting when the controller starts, then 100 other nodes
 //!   creating one CSR each while it decides them; the others' latency ([`flood`]).
 //!
+//! - **storm** (`--storm N`, off by default): N nodes' CSRs and a tenth of them twice more, all
+//!   pending when the controller starts, the apiserver restarted once meanwhile ([`storm`]).
+//!
 //! Catch-up and live run with DNS checks and with `--bypass-dns-resolution`, for ours and then,
 //! when it is built and the bench runs as root, for the Go kubelet-csr-approver ([`peer`]) on the
 //! same DNS server. The controllers' resident memory (`VmRSS`, every 100 ms) and CPU time
@@ -30,7 +33,9 @@ pub mod peer;
 mod phases;
 pub mod report;
 mod setup;
+pub mod storm;
 mod table;
+pub mod targets;
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -65,6 +70,12 @@ pub struct Options {
     pub peer: Option<PathBuf>,
     /// Run the live phases (off: limit and catch-up only, e.g. to profile a catch-up).
     pub live: bool,
+    /// The storm's nodes; `None`: no storm.
+    pub storm: Option<usize>,
+    /// Restart the apiserver once during the storm, so the controller's watch relists.
+    pub storm_relist: bool,
+    /// Run the storm alone (no limit, catch-up, live, hostile or flood phase).
+    pub only_storm: bool,
 }
 
 impl Default for Options {
@@ -79,6 +90,9 @@ impl Default for Options {
             verbose: true,
             peer: None,
             live: true,
+            storm: None,
+            storm_relist: true,
+            only_storm: false,
         }
     }
 }
@@ -93,11 +107,26 @@ pub async fn run(options: &Options) -> Result<Report> {
         move || testkit::approver::binary(release)
     })
     .await??;
-    progress.say(format_args!("generating {} keys and PKCS#10 requests", options.n));
-    let n = options.n;
+    let n = if options.only_storm { 0 } else { options.n };
+    progress.say(format_args!("generating {n} keys and PKCS#10 requests"));
     let requests = tokio::task::spawn_blocking(move || csrs::generate(n)).await??;
+    let storm = match options.storm {
+        Some(nodes) => {
+            let started = Instant::now();
+            let storm = tokio::task::spawn_blocking(move || storm_requests(nodes)).await??;
+            progress.say(format_args!(
+                "storm: {} keys and requests generated in {:.1}s",
+                storm.total(),
+                started.elapsed().as_secs_f64()
+            ));
+            Some(storm)
+        }
+        None => None,
+    };
     let mut records = Records::new();
-    for request in &requests {
+    let storm_nodes = storm.as_ref().map(|s| s.newest.as_slice()).unwrap_or_default();
+    // A node of both has the same name and address in each: one record.
+    for request in requests.iter().chain(storm_nodes.iter().skip(requests.len())) {
         records = records.a(&request.dns, request.ip);
     }
     let logs = tempfile::Builder::new().prefix("bench-").tempdir()?;
@@ -117,6 +146,7 @@ pub async fn run(options: &Options) -> Result<Report> {
         ours: Program::Ours(binary.clone()),
         peer,
         requests,
+        storm,
         dns: dns.addr(),
         logs: logs.path().to_owned(),
         progress,
@@ -124,6 +154,15 @@ pub async fn run(options: &Options) -> Result<Report> {
     let report = phases::all(&bench).await?;
     progress.say(format_args!("done; {} DNS queries answered", dns.total_queries()));
     Ok(Report { binary_bytes: std::fs::metadata(&binary).map(|m| m.len()).unwrap_or(0), ..report })
+}
+
+/// The storm's requests: one for each of `nodes` nodes, and two older ones for every
+/// [`storm::DUPLICATE_EVERY`]th node (generation 0 of each, then generation 1).
+fn storm_requests(nodes: usize) -> Result<storm::StormRequests> {
+    let newest = csrs::generate(nodes)?;
+    let duplicated = storm::StormRequests::duplicated(nodes);
+    let older = csrs::generate_nodes(&[duplicated.as_slice(), duplicated.as_slice()].concat())?;
+    Ok(storm::StormRequests { newest, older })
 }
 
 /// The peer's release, from the name `scripts/build-peer.sh` gives its binary

@@ -39,6 +39,16 @@ struct Args {
     /// Skip the live phases (limit and catch-up only).
     #[arg(long)]
     no_live: bool,
+    /// Also run the renewal storm: this many nodes' CSRs (and a tenth of them twice more) pending
+    /// when ours starts, up to 130,000 [default: no storm].
+    #[arg(long)]
+    storm: Option<usize>,
+    /// No apiserver restart (no forced relist) during the storm.
+    #[arg(long, requires = "storm")]
+    storm_no_relist: bool,
+    /// Run the storm alone, none of the other phases.
+    #[arg(long, requires = "storm")]
+    only_storm: bool,
 }
 
 #[tokio::main]
@@ -69,6 +79,9 @@ async fn main() -> ExitCode {
         verbose: true,
         peer,
         live: !args.no_live,
+        storm: args.storm,
+        storm_relist: !args.storm_no_relist,
+        only_storm: args.only_storm,
     };
     let report = match bench::run(&options).await {
         Ok(report) => report,

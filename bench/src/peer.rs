@@ -11,7 +11,9 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 
 use anyhow::{Context, Result, bail};
-use testkit::policy::{PREFIXES, REGEX};
+use testkit::policy::REGEX;
+
+use crate::csrs::NODE_PREFIXES;
 
 /// Where the bench's DNS server listens when the peer runs: port 53 of a loopback address that
 /// no system resolver uses.
@@ -82,7 +84,7 @@ impl Peer {
             .arg(&self.binary)
             .arg(format!("--kubeconfig={}", kubeconfig.display()))
             .arg(format!("--provider-regex={REGEX}"))
-            .arg(format!("--provider-ip-prefixes={PREFIXES}"))
+            .arg(format!("--provider-ip-prefixes={NODE_PREFIXES}"))
             .arg(format!("--health-probe-bind-address=127.0.0.1:{health_port}"))
             .arg("--metrics-bind-address=0")
             .arg("--level=0")

@@ -16,9 +16,11 @@ use crate::cluster::{Decisions, EventCount, create_all, create_as_node, csr_name
 use crate::flood::flood;
 use crate::hostile::hostile;
 use crate::report::{
-    Catchup, CpuRatio, Latency, Limit, Live, Machine, Memory, Mode, PeerReport, Report, cpu_ms_per_decision, mib,
+    Catchup, CpuRatio, Latency, Limit, Live, Machine, Memory, Mode, PeerReport, Report, Targets, cpu_ms_per_decision,
+    mib,
 };
 use crate::setup::{Bench, control_plane, launch};
+use crate::storm::storm;
 
 /// The live phase's default rate is the measured approval rate divided by this: each live CSR
 /// costs the apiserver a create, an approval and an event.
@@ -27,8 +29,28 @@ const LIVE_SHARE: f64 = 4.0;
 /// How long memory settles after the last decision before "after" is read.
 const SETTLE: Duration = Duration::from_secs(3);
 
-/// Runs limit, then catch-up and live with and without DNS checks: ours, then the peer's.
+/// Runs the burst phases (unless `--only-storm`), then the storm when asked for.
 pub(crate) async fn all(bench: &Bench) -> Result<Report> {
+    let mut report = if bench.options.only_storm {
+        Report {
+            n: bench.options.n,
+            concurrency: bench.options.concurrency,
+            machine: Machine::current(),
+            ..Report::default()
+        }
+    } else {
+        bursts(bench).await?
+    };
+    if let Some(requests) = &bench.storm {
+        report.storm = Some(storm(bench, requests, bench.options.storm_relist).await?);
+    }
+    report.targets = Targets::of(&report);
+    Ok(report)
+}
+
+/// Runs limit, then catch-up and live with and without DNS checks: ours, then the peer's; the
+/// hostile and flood phases.
+async fn bursts(bench: &Bench) -> Result<Report> {
     let limit = limit(bench).await?;
     let rate = bench.options.live_rate.unwrap_or(limit.writes_per_second / LIVE_SHARE).max(1.0);
     let [dns, bypass_dns] = modes(bench, &bench.ours, &limit, rate).await?;
@@ -62,6 +84,7 @@ pub(crate) async fn all(bench: &Bench) -> Result<Report> {
         hostile,
         flood,
         peer,
+        ..Report::default()
     })
 }
 
@@ -129,7 +152,7 @@ async fn limit(bench: &Bench) -> Result<Limit> {
 /// One approval write exactly as the controller makes it ([`write_condition`]): the cached
 /// conditions plus the decision's, patched through the `approval` subresource, preconditioned on
 /// the resourceVersion, the metadata only in the reply.
-async fn approve(api: &Api<CertificateSigningRequest>, csr: &CertificateSigningRequest) -> Result<()> {
+pub(crate) async fn approve(api: &Api<CertificateSigningRequest>, csr: &CertificateSigningRequest) -> Result<()> {
     let username = csr.spec.username.clone().unwrap_or_default();
     let decision = Decision {
         kind: DecisionKind::Approve,

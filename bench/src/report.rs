@@ -4,6 +4,9 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+pub use crate::storm::Storm;
+pub use crate::targets::Targets;
+
 /// Everything one run measured.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Report {
@@ -29,6 +32,10 @@ pub struct Report {
     pub flood: Flood,
     /// The Go kubelet-csr-approver in the same run, when it ran.
     pub peer: Option<PeerReport>,
+    /// The renewal storm, when it ran (`--storm N`).
+    pub storm: Option<Storm>,
+    /// The figures the targets name, gathered from the above for scripts.
+    pub targets: Targets,
 }
 
 /// The Go kubelet-csr-approver measured exactly as ours, on its own fresh control planes with the

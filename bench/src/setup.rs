@@ -20,6 +20,8 @@ pub(crate) struct Bench {
     /// The Go kubelet-csr-approver and its release, when it runs too.
     pub(crate) peer: Option<(Program, String)>,
     pub(crate) requests: Vec<NodeRequest>,
+    /// The storm's CSRs, when it runs.
+    pub(crate) storm: Option<crate::storm::StormRequests>,
     pub(crate) dns: SocketAddr,
     pub(crate) logs: PathBuf,
     pub(crate) progress: Progress,

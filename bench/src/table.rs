@@ -2,19 +2,26 @@
 
 use std::fmt::Write;
 
-use crate::report::{Catchup, Mode, Report, cpu_ratio};
+use crate::report::{Catchup, Mode, Report, Storm, cpu_ratio};
 
 impl Report {
     /// The report as an aligned text table.
     pub fn table(&self) -> String {
         let mut out = String::new();
         let m = &self.machine;
+        let n = if self.bursts_ran() { format!("N = {}", self.n) } else { "storm only".to_owned() };
         let _ = writeln!(
             out,
-            "node-csr-approver burst benchmark: N = {}, concurrency = {}; {} CPUs, {} MiB, {}",
-            self.n, self.concurrency, m.nproc, m.memory_mib, m.cpu_model
+            "node-csr-approver burst benchmark: {n}, concurrency = {}; {} CPUs, {} MiB, {}",
+            self.concurrency, m.nproc, m.memory_mib, m.cpu_model
         );
         let _ = writeln!(out, "release binary: {:.1} MiB", self.binary_bytes as f64 / (1024.0 * 1024.0));
+        if let Some(storm) = &self.storm {
+            storm_lines(storm, &mut out);
+        }
+        if !self.bursts_ran() {
+            return out;
+        }
         let l = &self.limit;
         let _ = writeln!(
             out,
@@ -167,6 +174,11 @@ impl Report {
         }
     }
 
+    /// Whether the burst phases ran (not `--only-storm`).
+    fn bursts_ran(&self) -> bool {
+        self.storm.is_none() || self.limit.seconds > 0.0
+    }
+
     /// Whether the live phases ran (not `--no-live`).
     fn live_ran(&self) -> bool {
         self.dns.live.achieved_rate > 0.0
@@ -194,6 +206,49 @@ impl Report {
         }
         rows
     }
+}
+
+/// The storm's figures as three lines.
+fn storm_lines(s: &Storm, out: &mut String) {
+    let _ = writeln!(
+        out,
+        "storm: {} nodes ({} with three CSRs), {} CSRs created in {:.1} s; T_limit {:.2} s; ready {:.2} s; \
+         T_catchup {:.2} s, ratio {:.2} ({:.2} without the {:.1} s apiserver restart)",
+        s.nodes,
+        s.duplicated_nodes,
+        s.csrs,
+        s.create_seconds,
+        s.limit_seconds,
+        s.ready_seconds,
+        s.seconds,
+        s.ratio,
+        s.ratio_without_outage,
+        s.outage_seconds
+    );
+    let _ = writeln!(
+        out,
+        "storm RSS MiB: idle {:.1}, peak {:.1} (before the relist {:.1}, during it {:.1}), after {:.1}; \
+         {:.2} CPU s, {:.3} CPU ms per decision",
+        s.idle_mib,
+        s.peak_mib,
+        s.peak_before_relist_mib,
+        s.relist_peak_mib,
+        s.after_mib,
+        s.cpu_seconds,
+        s.cpu_ms_per_decision
+    );
+    let _ = writeln!(
+        out,
+        "storm at the end: {} approved, {} denied ({} Superseded), {} pending; approvals per node max {}, \
+         {} nodes approved more than once, {} not approved",
+        s.approved,
+        s.denied,
+        s.denied_superseded,
+        s.pending,
+        s.approvals_per_node_max,
+        s.nodes_approved_more_than_once,
+        s.nodes_not_approved
+    );
 }
 
 #[cfg(test)]

@@ -1,5 +1,5 @@
-//! The benchmark at N = 50 with the debug binary: every phase runs end to end, so the benchmark
-//! cannot rot. No timing is asserted.
+//! The benchmark at N = 50, a storm of 50 nodes included, with the debug binary: every phase runs
+//! end to end, so the benchmark cannot rot. No timing is asserted.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -20,6 +20,7 @@ async fn benchmark_runs_at_n_50() {
         live_rate: Some(100.0),
         verbose: true,
         peer: peer.clone(),
+        storm: Some(50),
         ..bench::Options::default()
     };
     let report = bench::run(&options).await.unwrap();
@@ -47,6 +48,13 @@ async fn benchmark_runs_at_n_50() {
         }
         assert!(peer.speedup_dns > 0.0);
     }
+    let storm = report.storm.as_ref().unwrap();
+    // Nodes 0, 10, 20, 30 and 40 have three CSRs each.
+    assert_eq!((storm.nodes, storm.duplicated_nodes, storm.csrs), (50, 5, 60), "{}", report.table());
+    assert_eq!((storm.approved + storm.denied, storm.pending), (60, 0), "{}", report.table());
+    assert_eq!(storm.approved, 50 + 10 - storm.denied_superseded, "{}", report.table());
+    assert!(storm.outage_seconds > 0.0 && storm.relist_peak_mib > 0.0, "{}", report.table());
+    assert_eq!(report.targets.storm.as_ref().unwrap().decided, 60);
     assert!(report.table().contains("T_catchup"));
     assert!(report.table().contains("CPU ms per decision"));
     serde_json::to_string(&report).unwrap();
