@@ -186,7 +186,8 @@ mod tests {
         assert!(Arc::ptr_eq(&after[0], &before[0]) && Arc::ptr_eq(&after[2], &before[2]), "held once");
         assert!(!Arc::ptr_eq(&after[1], &before[1]), "a changed object is the new one");
         assert_eq!(versions(&cache), [("a".into(), 1), ("b".into(), 2), ("c".into(), 1)]);
-        // The cache, `before` and `after` hold `a`; nothing else does.
+        // The cache, `before` and `after` hold `a`, and the event handed back; nothing else does.
+        drop(a);
         assert_eq!(Arc::strong_count(&before[0]), 3);
         // A live event of an unchanged object is the cached one too.
         let Event::Apply(c) = writer.apply(Event::Apply(object("c", 1))) else { panic!("not an apply") };
