@@ -71,6 +71,21 @@ impl CsrFacts {
         CsrFacts::from_der(&der)
     }
 
+    /// The DER inside `pem` when it is one canonical `CERTIFICATE REQUEST` block: the first gate
+    /// of [`CsrFacts::from_pem`], whose error it returns otherwise.
+    pub fn canonical_der(pem: &[u8]) -> Result<Vec<u8>, CsrError> {
+        canonical_pem::decode(pem)
+    }
+
+    /// The canonical block of `der` without whitespace around it: for every `pem` whose
+    /// [`CsrFacts::canonical_der`] is `der`, no longer than `pem` and read by
+    /// [`CsrFacts::from_pem`] as `pem` is.
+    pub fn canonical_block(der: &[u8]) -> String {
+        let mut block = canonical_pem::encode(der);
+        block.truncate(block.trim_end_matches('\n').len());
+        block
+    }
+
     /// Reads a DER-encoded PKCS#10 request: strict DER, one reading, a verifying self-signature.
     pub fn from_der(der: &[u8]) -> Result<CsrFacts, CsrError> {
         let request = strict_der::decode(der)?;

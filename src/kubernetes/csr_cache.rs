@@ -1,6 +1,7 @@
 //! The CSR cache, which the controller's watch fills: the objects by name, each behind an `Arc` shared with whoever reads
 //! it. A relist builds a new set beside the old one and swaps it in when complete, so readers see
-//! either the old state or the new, never half a list.
+//! either the old state or the new, never half a list. An object the relist finds unchanged is
+//! the cached one, shared by both sets: a relist holds a second copy only of what changed.
 
 use std::collections::HashMap;
 use std::sync::{Arc, PoisonError, RwLock};
@@ -20,6 +21,17 @@ struct State<T> {
     listing: Option<HashMap<Arc<str>, Arc<T>>>,
     /// A list has completed at least once.
     ready: bool,
+}
+
+impl<T: Named + PartialEq> State<T> {
+    /// `object` behind an `Arc`: the cached one when it is equal to it, so an unchanged object
+    /// (a relist, a watch restarted) is held once, whichever set holds it.
+    fn shared(&self, object: T) -> Arc<T> {
+        match self.objects.get(object.name()) {
+            Some(cached) if **cached == object => cached.clone(),
+            _ => Arc::new(object),
+        }
+    }
 }
 
 /// Reads the cache. Cheap to clone.
@@ -61,7 +73,7 @@ impl<T> Cache<T> {
     }
 }
 
-impl<T: Named> CacheWriter<T> {
+impl<T: Named + PartialEq> CacheWriter<T> {
     /// A reader of this writer's cache.
     pub fn reader(&self) -> Cache<T> {
         self.cache.clone()
@@ -73,7 +85,7 @@ impl<T: Named> CacheWriter<T> {
         let mut state = self.cache.state.write().unwrap_or_else(PoisonError::into_inner);
         match event {
             Event::Apply(object) => {
-                let object = Arc::new(object.into());
+                let object = state.shared(object.into());
                 state.objects.insert(object.name().clone(), object.clone());
                 Event::Apply(object)
             }
@@ -87,7 +99,7 @@ impl<T: Named> CacheWriter<T> {
                 Event::Init
             }
             Event::InitApply(object) => {
-                let object = Arc::new(object.into());
+                let object = state.shared(object.into());
                 state.listing.get_or_insert_default().insert(object.name().clone(), object.clone());
                 Event::InitApply(object)
             }
@@ -153,6 +165,33 @@ mod tests {
         writer.apply(Event::<Object>::InitDone);
         assert!(cache.state().is_empty());
         assert!(cache.is_ready());
+    }
+
+    #[test]
+    fn a_relist_shares_every_unchanged_object_with_the_cache_and_copies_only_what_changed() {
+        let (cache, mut writer) = cache::<Object>();
+        writer.apply(Event::<Object>::Init);
+        for name in ["a", "b", "c"] {
+            writer.apply(Event::InitApply(object(name, 1)));
+        }
+        writer.apply(Event::<Object>::InitDone);
+        let before: Vec<Arc<Object>> = ["a", "b", "c"].map(|name| cache.get(name).unwrap()).into();
+        writer.apply(Event::<Object>::Init);
+        let Event::InitApply(a) = writer.apply(Event::InitApply(object("a", 1))) else { panic!("not an init apply") };
+        writer.apply(Event::InitApply(object("b", 2)));
+        assert!(Arc::ptr_eq(&a, &before[0]), "an unchanged object is the cached one while the relist runs");
+        writer.apply(Event::InitApply(object("c", 1)));
+        writer.apply(Event::<Object>::InitDone);
+        let after: Vec<Arc<Object>> = ["a", "b", "c"].map(|name| cache.get(name).unwrap()).into();
+        assert!(Arc::ptr_eq(&after[0], &before[0]) && Arc::ptr_eq(&after[2], &before[2]), "held once");
+        assert!(!Arc::ptr_eq(&after[1], &before[1]), "a changed object is the new one");
+        assert_eq!(versions(&cache), [("a".into(), 1), ("b".into(), 2), ("c".into(), 1)]);
+        // The cache, `before` and `after` hold `a`, and the event handed back; nothing else does.
+        drop(a);
+        assert_eq!(Arc::strong_count(&before[0]), 3);
+        // A live event of an unchanged object is the cached one too.
+        let Event::Apply(c) = writer.apply(Event::Apply(object("c", 1))) else { panic!("not an apply") };
+        assert!(Arc::ptr_eq(&c, &before[2]));
     }
 
     #[test]

@@ -10,7 +10,7 @@ use k8s_openapi::api::certificates::v1::{CertificateSigningRequest, CertificateS
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::Resource;
 
-use crate::csr::MAX_REQUEST_BYTES;
+use crate::csr::{CsrFacts, MAX_REQUEST_BYTES};
 use crate::kubernetes::csr_cache::Named;
 use crate::kubernetes::csr_name::kept_name;
 use crate::policy::{KUBELET_CLIENT_SIGNER, KUBELET_SERVING_SIGNER, PendingFacts, Submission};
@@ -32,6 +32,20 @@ const COMMON_TEXT: &[&str] = &[
 
 /// A signer, group or usage as a CSR keeps it: one of [`COMMON_TEXT`], or its own copy.
 pub type Text = Cow<'static, str>;
+
+/// The groups of a node and the usages of a kubelet, in the order the apiserver and kubelets
+/// write them: a CSR whose groups or usages are one of these refers to it rather than keeping a
+/// list of its own.
+const COMMON_LISTS: &[&[Text]] = &[
+    &[Cow::Borrowed("system:nodes"), Cow::Borrowed("system:authenticated")],
+    &[Cow::Borrowed("digital signature"), Cow::Borrowed("server auth")],
+    &[Cow::Borrowed("digital signature"), Cow::Borrowed("key encipherment"), Cow::Borrowed("server auth")],
+    &[Cow::Borrowed("digital signature"), Cow::Borrowed("client auth")],
+    &[Cow::Borrowed("digital signature"), Cow::Borrowed("key encipherment"), Cow::Borrowed("client auth")],
+];
+
+/// Groups or usages as a CSR keeps them: one of [`COMMON_LISTS`], or a list of its own.
+pub type Texts = Cow<'static, [Text]>;
 
 /// `value` as a [`Text`]: borrowed from [`COMMON_TEXT`] when it is one of them.
 fn text(value: String) -> Text {
@@ -65,15 +79,14 @@ pub struct CsrObject {
     /// spec.username (empty when absent): whose turn a reconcile takes.
     pub username: Arc<str>,
     /// spec.groups (none kept once decided).
-    pub groups: Box<[Text]>,
+    pub groups: Texts,
     /// spec.usages (none kept once decided).
-    pub usages: Box<[Text]>,
+    pub usages: Texts,
     /// spec.expirationSeconds.
     pub expiration_seconds: Option<i32>,
-    /// spec.request: at most its first [`MAX_REQUEST_BYTES`] + 1 bytes (the canonical gate refuses
-    /// a longer one on its length alone); empty once decided, except for an approved client CSR
-    /// (one client certificate per Machine reads its common name).
-    pub request: Box<[u8]>,
+    /// spec.request ([`Request`]); empty once decided, except for an approved client CSR (one
+    /// client certificate per Machine reads its common name).
+    pub request: Request,
     /// status.conditions: whole while pending (the write sends them back), only their types once
     /// decided.
     pub conditions: Box<[CertificateSigningRequestCondition]>,
@@ -97,7 +110,7 @@ impl From<CertificateSigningRequest> for CsrObject {
             groups: texts(spec.groups),
             usages: texts(spec.usages),
             expiration_seconds: spec.expiration_seconds,
-            request: Box::default(),
+            request: Request::default(),
             conditions: status.conditions.unwrap_or_default().into(),
             certificate_issued: status.certificate.is_some_and(|certificate| !certificate.0.is_empty()),
         };
@@ -109,14 +122,13 @@ impl From<CertificateSigningRequest> for CsrObject {
             if object.name_cut || !(&*object.signer_name == KUBELET_CLIENT_SIGNER && object.is_approved()) {
                 request = Vec::new();
             }
-            (object.groups, object.usages) = (Box::default(), Box::default());
+            (object.groups, object.usages) = (Texts::default(), Texts::default());
             for condition in &mut object.conditions {
                 (condition.message, condition.reason) = (None, None);
                 (condition.last_update_time, condition.last_transition_time) = (None, None);
             }
         }
-        request.truncate(MAX_REQUEST_BYTES + 1);
-        object.request = request.into_boxed_slice();
+        object.request = Request::new(request);
         object
     }
 }
@@ -126,8 +138,64 @@ fn is_decision(condition: &CertificateSigningRequestCondition) -> bool {
     matches!(condition.type_.as_str(), "Approved" | "Denied")
 }
 
-fn texts(strings: Option<Vec<String>>) -> Box<[Text]> {
-    strings.unwrap_or_default().into_iter().map(text).collect()
+/// `strings` as [`Texts`]: borrowed from [`COMMON_LISTS`] when they are one of them.
+fn texts(strings: Option<Vec<String>>) -> Texts {
+    let texts: Vec<Text> = strings.unwrap_or_default().into_iter().map(text).collect();
+    match COMMON_LISTS.iter().find(|common| **common == texts) {
+        Some(common) => Cow::Borrowed(common),
+        None if texts.is_empty() => Texts::default(),
+        None => Cow::Owned(texts.into_boxed_slice().into_vec()),
+    }
+}
+
+/// spec.request as the cache keeps it. A request that passes the canonical PEM gate is kept as
+/// the DER inside it (1.37 × smaller than its base64) and handed to decisions as its canonical
+/// block, which every check of the core reads as it reads the request itself
+/// ([`CsrFacts::canonical_block`]); any other is kept as it came, so each check sees its bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Request {
+    /// The DER inside a request that is one canonical `CERTIFICATE REQUEST` block.
+    Canonical(Box<[u8]>),
+    /// Any other request: at most its first [`MAX_REQUEST_BYTES`] + 1 bytes (the canonical gate
+    /// refuses a longer one on its length alone).
+    Other(Box<[u8]>),
+}
+
+impl Default for Request {
+    fn default() -> Request {
+        Request::Other(Box::default())
+    }
+}
+
+impl Request {
+    /// `request` as kept: its DER when it passes the canonical gate, else its first bytes.
+    fn new(mut request: Vec<u8>) -> Request {
+        if request.is_empty() {
+            return Request::default();
+        }
+        match CsrFacts::canonical_der(&request) {
+            Ok(der) => Request::Canonical(der.into_boxed_slice()),
+            Err(_) => {
+                request.truncate(MAX_REQUEST_BYTES + 1);
+                Request::Other(request.into_boxed_slice())
+            }
+        }
+    }
+
+    /// The bytes decisions read as spec.request.
+    pub fn pem(&self) -> Vec<u8> {
+        match self {
+            Request::Canonical(der) => CsrFacts::canonical_block(der).into_bytes(),
+            Request::Other(bytes) => bytes.to_vec(),
+        }
+    }
+
+    /// True when nothing of the request is kept.
+    pub fn is_empty(&self) -> bool {
+        match self {
+            Request::Canonical(bytes) | Request::Other(bytes) => bytes.is_empty(),
+        }
+    }
 }
 
 impl Named for CsrObject {
@@ -148,7 +216,7 @@ impl CsrObject {
             groups: strings(&self.groups),
             usages: strings(&self.usages),
             expiration_seconds: self.expiration_seconds,
-            request: self.request.to_vec(),
+            request: self.request.pem(),
             decided: self.decided_by(),
             approved: self.is_approved(),
         }
@@ -299,10 +367,10 @@ mod tests {
             created: Some(Timestamp::UNIX_EPOCH),
             signer_name: "kubernetes.io/kubelet-serving".into(),
             username: "system:node:n".into(),
-            groups: ["system:nodes".into()].into(),
-            usages: ["server auth".into()].into(),
+            groups: Cow::Owned(vec!["system:nodes".into()]),
+            usages: Cow::Owned(vec!["server auth".into()]),
             expiration_seconds: Some(3600),
-            request: (*b"request").into(),
+            request: Request::Other((*b"request").into()),
             conditions: [condition("Other")].into(),
             certificate_issued: true,
         };
@@ -343,12 +411,12 @@ mod tests {
         let refused = |request: &[u8]| crate::csr::CsrFacts::from_pem(request).err();
         let oversized = with_request(1024 * 1024);
         let cached = CsrObject::from(oversized.clone());
-        assert_eq!(cached.request.len(), MAX_REQUEST_BYTES + 1);
-        assert_eq!(refused(&cached.request), Some(crate::csr::CsrError::TooLarge));
-        assert_eq!(refused(&cached.request), refused(&oversized.spec.request.0));
+        assert_eq!(cached.request.pem().len(), MAX_REQUEST_BYTES + 1);
+        assert_eq!(refused(&cached.request.pem()), Some(crate::csr::CsrError::TooLarge));
+        assert_eq!(refused(&cached.request.pem()), refused(&oversized.spec.request.0));
         // At the limit and one over, nothing is cut.
         for len in [MAX_REQUEST_BYTES, MAX_REQUEST_BYTES + 1] {
-            assert_eq!(CsrObject::from(with_request(len)).request.len(), len);
+            assert_eq!(CsrObject::from(with_request(len)).request.pem().len(), len);
         }
     }
 
@@ -374,10 +442,82 @@ mod tests {
             csr.spec.signer_name = KUBELET_CLIENT_SIGNER.into();
             CsrObject::from(csr).request
         };
-        assert_eq!(&*client(&["Approved"]), b"request");
+        assert_eq!(client(&["Approved"]).pem(), b"request");
         for conditions in [&["Denied"][..], &["Approved", "Failed"], &["Approved", "Denied"]] {
             assert!(client(conditions).is_empty(), "{conditions:?}");
         }
+    }
+
+    /// Every way of writing one request the gate tells apart: the canonical block with and without
+    /// whitespace around it, and what it refuses (several blocks, data before or after, headers,
+    /// CR LF, other line widths, another label).
+    fn requests() -> Vec<(&'static str, String)> {
+        let block = testkit::request::Request::node("node-1").pem();
+        let lines: Vec<&str> = block.lines().collect();
+        let body = lines[1..lines.len() - 1].concat();
+        let rewrapped: String = body.as_bytes().chunks(76).map(|line| String::from_utf8_lossy(line) + "\n").collect();
+        let (begin, end) = (lines[0], lines[lines.len() - 1]);
+        vec![
+            ("canonical", block.clone()),
+            ("without its final line feed", block.trim_end().to_owned()),
+            ("with whitespace around it", format!("\n \t\n{block}\n\n  ")),
+            ("twice", format!("{block}{block}")),
+            ("with data after it", format!("{block}trailing")),
+            ("with data before it", format!("leading\n{block}")),
+            ("with a header", block.replacen('\n', "\nProc-Type: 4,ENCRYPTED\n\n", 1)),
+            ("in CR LF lines", block.replace('\n', "\r\n")),
+            ("in 76-character lines", format!("{begin}\n{rewrapped}{end}\n")),
+            ("under another label", block.replace("CERTIFICATE REQUEST", "NEW CERTIFICATE REQUEST")),
+            ("empty", String::new()),
+        ]
+    }
+
+    #[test]
+    fn a_canonical_request_is_kept_as_its_der_and_any_other_as_it_came() {
+        for (case, pem) in requests() {
+            let mut csr = full(&[]);
+            csr.spec.request = ByteString(pem.clone().into_bytes());
+            let kept = CsrObject::from(csr).request;
+            match CsrFacts::canonical_der(pem.as_bytes()) {
+                Ok(der) => {
+                    assert_eq!(kept, Request::Canonical(der.clone().into()), "{case}");
+                    assert!(der.len() * 4 < pem.len() * 3, "{case}: the DER is smaller than its base64");
+                }
+                Err(_) => assert_eq!(kept, Request::Other(pem.clone().into_bytes().into()), "{case}"),
+            }
+        }
+    }
+
+    #[test]
+    fn every_check_of_the_core_reads_the_kept_request_as_the_request_itself() {
+        let mut canonical = 0;
+        for (case, pem) in requests() {
+            let mut csr = full(&[]);
+            csr.spec.request = ByteString(pem.clone().into_bytes());
+            let kept = CsrObject::from(csr).request.pem();
+            assert!(kept.len() <= pem.len(), "{case}: the gate's length limit reads no more bytes");
+            assert_eq!(CsrFacts::from_pem(&kept), CsrFacts::from_pem(pem.as_bytes()), "{case}");
+            assert_eq!(CsrFacts::canonical_der(&kept), CsrFacts::canonical_der(pem.as_bytes()), "{case}");
+            canonical += usize::from(CsrFacts::from_pem(&kept).is_ok());
+        }
+        assert_eq!(canonical, 3, "the canonical cases are read, every other one refused");
+    }
+
+    #[test]
+    fn the_common_groups_and_usages_are_shared_and_any_other_list_kept_as_it_is() {
+        for common in COMMON_LISTS {
+            let mut csr = full(&[]);
+            csr.spec.groups = Some(common.iter().map(|text| text.to_string()).collect());
+            let groups = CsrObject::from(csr).groups;
+            assert!(matches!(groups, Cow::Borrowed(_)) && groups == *common, "{common:?}");
+        }
+        let mut csr = full(&[]);
+        csr.spec.groups = Some(vec!["system:authenticated".into(), "system:nodes".into()]);
+        csr.spec.usages = Some(vec!["digital signature".into(), "server auth".into(), "client auth".into()]);
+        let cached = CsrObject::from(csr);
+        assert!(matches!(cached.groups, Cow::Owned(_)) && matches!(cached.usages, Cow::Owned(_)));
+        assert_eq!(cached.submission().groups, ["system:authenticated", "system:nodes"]);
+        assert_eq!(cached.submission().usages, ["digital signature", "server auth", "client auth"]);
     }
 
     #[test]
