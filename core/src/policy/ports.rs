@@ -1,6 +1,6 @@
 //! The ports of the decision core: the traits through which evidence arrives ([`Resolver`] for
 //! DNS, [`ClusterView`] for Nodes, Machines, the pending brake's counts, the apiserver's
-//! addresses and the Nodes that claim its advertise addresses, the approved client CSRs and the certificate a kubelet serves) and the types they return. The shell crate implements
+//! addresses and the Nodes that claim its advertise addresses, the approved client CSRs, a node's kubelet-serving CSRs and the certificate a kubelet serves) and the types they return. The shell crate implements
 //! them; nothing here does I/O.
 
 use std::future::Future;
@@ -224,6 +224,12 @@ pub trait ClusterView: Send + Sync {
     /// The names of the approved client CSRs whose certificate is for node `node`
     /// ([`super::issued_client_node`]).
     fn client_certificates(&self, node: &str) -> impl Future<Output = Result<Vec<String>, ClusterError>> + Send;
+
+    /// The kubelet-serving CSRs whose `spec.username` is `requester`, decided or not.
+    fn serving_csrs(
+        &self,
+        requester: &str,
+    ) -> impl Future<Output = Result<Vec<super::ServingCsr>, ClusterError>> + Send;
 
     /// The serving certificate the kubelet of Node `node` presents, dialled at that Node's
     /// InternalIP and `status.daemonEndpoints.kubeletEndpoint.Port` only, and only where
