@@ -22,7 +22,7 @@ use crate::kubelet_tls::read_chain;
 use crate::kubernetes::apiserver::{is_apiserver_service, is_apiserver_slice, service_addresses, slice_addresses};
 use crate::kubernetes::cluster::{KubeCluster, StaticCluster, node_info};
 use crate::kubernetes::connect::{ConnectError, connect};
-use crate::kubernetes::csr_ledger::CsrLedger;
+use crate::kubernetes::csr_ledger::{CsrLedger, serving_csr};
 use crate::kubernetes::csr_object::CsrObject;
 use crate::kubernetes::machines::{machine_from_json, pending_in};
 use crate::object_files::{Input, InputError, Object, read_objects};
@@ -53,13 +53,17 @@ pub fn read_inputs(args: &CheckArgs, source: Option<&MachineSource>) -> Result<I
         return Ok(Inputs { csrs: Vec::new(), cluster: StaticCluster::default() });
     };
     let input = Input::from_arg(file);
-    let csrs = read_objects(&input)?
+    let objects = read_objects(&input)?
         .iter()
         .map(|object| {
             expect_kind(&input, object, "CertificateSigningRequest")?;
-            object.parse::<CertificateSigningRequest>(&input).map(|csr| CsrObject::from(csr).submission())
+            object.parse::<CertificateSigningRequest>(&input).map(CsrObject::from)
         })
         .collect::<Result<Vec<_>, _>>()?;
+    // The CSRs of `--file` are all the serving CSRs a newer one is looked for among.
+    let serving =
+        objects.iter().filter_map(|csr| Some((String::from(&*csr.username), serving_csr(csr)?))).collect::<Vec<_>>();
+    let csrs: Vec<Submission> = objects.iter().map(CsrObject::submission).collect();
     let (mut nodes, mut machines, mut apiserver) = (Vec::new(), Vec::new(), ApiserverAddresses::default());
     if let Some(path) = &args.objects {
         let input = Input::from_arg(path);
@@ -85,6 +89,7 @@ pub fn read_inputs(args: &CheckArgs, source: Option<&MachineSource>) -> Result<I
     let issued = csrs.iter().filter_map(|csr| Some((issued_client_node(csr)?, csr.name.clone()))).collect::<Vec<_>>();
     let mut cluster =
         StaticCluster::new(nodes, machines, pending).with_apiserver(apiserver).with_client_certificates(issued);
+    cluster = cluster.with_serving_csrs(serving);
     if let Some(ca) = source.and_then(|source| source.kubelet_ca.clone()) {
         cluster = cluster.with_kubelet_certificates(kubelet_certificates(args)?, ca, now);
     }
@@ -161,16 +166,19 @@ pub async fn command(args: &CheckArgs, settings: &Settings, out: &mut impl Write
     }
     let connection = connect(settings.run.kubeconfig.as_deref(), settings.machines.as_ref()).await?;
     let csrs = fetch(connection.client.clone(), &args.names).await?;
+    // Every CSR of the cluster, listed once: the newer serving CSRs of a node, and in machine mode
+    // the brake's count and the approved client CSRs, as the controller's cache would hold them.
+    let rules = settings.machines.as_ref().map(|source| source.rules.clone());
+    let ledger = CsrLedger::listed(connection.client.clone(), rules).await?;
     let machines = match (connection.machines, settings.machines.as_ref()) {
-        (Some(cache), Some(source)) => {
-            let ledger = CsrLedger::listed(connection.client.clone(), source.rules.clone()).await?;
+        (Some(cache), Some(_)) => {
             cache.synced().await;
-            Some((cache, ledger))
+            Some(cache)
         }
         _ => None,
     };
     let kubelet_dial = settings.machines.as_ref().and_then(|source| source.kubelet_dial(policy));
-    let cluster = KubeCluster::new(connection.client, machines).with_kubelet_dial(kubelet_dial);
+    let cluster = KubeCluster::new(connection.client, machines, ledger).with_kubelet_dial(kubelet_dial);
     // Until listed, a CSR with an IP SAN is reported as a retry (ClusterUnavailable).
     cluster.apiserver_first_answer(APISERVER_SYNC).await;
     Ok(run(&csrs, policy, &resolver, &cluster, now, args.output, out).await?)
