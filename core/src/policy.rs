@@ -38,13 +38,13 @@ pub use machine_checks::{
 pub use one_client_certificate::{client_node, issued_client_node};
 pub use ports::{
     AddressClaim, ApiserverAddresses, BrakeInputs, ClusterError, ClusterView, DnsFailure, KubeletCertificate,
-    MachineInfo, NodeAddress, NodeInfo, RequestError, Resolution, Resolver,
+    MachineInfo, NodeAddress, NodeInfo, RequestError, Resolution, Resolver, ServingCsr,
 };
 pub use reason::Reason;
 pub use report::{CheckId, CheckResult, Consequence, Failure, Outcome};
 pub use reserved::reserved_address;
 pub use rules::{Bootstrapper, HostnameMatch, MachinePolicy, PolicyConfig};
-pub use superseded::{ServingCsr, serving_node};
+pub use superseded::serving_node;
 pub use user_rules::{RuleError, UserRule, UserRules, object_for_rules};
 
 use node_client::Requester;

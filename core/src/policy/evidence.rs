@@ -9,9 +9,8 @@ use std::sync::Arc;
 
 use super::ports::{
     AddressClaim, ApiserverAddresses, BrakeInputs, ClusterError, ClusterView, KubeletCertificate, MachineInfo,
-    NodeInfo, Resolution, Resolver,
+    NodeInfo, Resolution, Resolver, ServingCsr,
 };
-use super::superseded::ServingCsr;
 
 /// What a cluster lookup found.
 #[derive(Debug, Clone, PartialEq, Eq)]

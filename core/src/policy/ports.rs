@@ -193,6 +193,17 @@ impl ApiserverAddresses {
     }
 }
 
+/// A kubelet-serving CSR of one requester, as the superseded rule compares it with another.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServingCsr {
+    /// metadata.name.
+    pub name: String,
+    /// metadata.creationTimestamp, if known.
+    pub created: Option<Timestamp>,
+    /// A Denied or Failed condition is present: it supersedes nothing.
+    pub refused: bool,
+}
+
 /// Who claims an address: the names of the Nodes whose `status.addresses` carry it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AddressClaim {
@@ -226,10 +237,7 @@ pub trait ClusterView: Send + Sync {
     fn client_certificates(&self, node: &str) -> impl Future<Output = Result<Vec<String>, ClusterError>> + Send;
 
     /// The kubelet-serving CSRs whose `spec.username` is `requester`, decided or not.
-    fn serving_csrs(
-        &self,
-        requester: &str,
-    ) -> impl Future<Output = Result<Vec<super::ServingCsr>, ClusterError>> + Send;
+    fn serving_csrs(&self, requester: &str) -> impl Future<Output = Result<Vec<ServingCsr>, ClusterError>> + Send;
 
     /// The serving certificate the kubelet of Node `node` presents, dialled at that Node's
     /// InternalIP and `status.daemonEndpoints.kubeletEndpoint.Port` only, and only where

@@ -8,20 +8,9 @@
 use jiff::Timestamp;
 
 use super::identity::{NODE_USER_PREFIX, SERVING_SIGNER};
-use super::ports::ClusterError;
+use super::ports::{ClusterError, ServingCsr};
 use super::report::Failure;
 use super::{Reason, Submission};
-
-/// A kubelet-serving CSR of one requester, as the rule compares it with another.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ServingCsr {
-    /// metadata.name.
-    pub name: String,
-    /// metadata.creationTimestamp, if known.
-    pub created: Option<Timestamp>,
-    /// A Denied or Failed condition is present: it supersedes nothing.
-    pub refused: bool,
-}
 
 /// The node name of a kubelet-serving CSR whose requester is `system:node:<name>` (any other CSR:
 /// `None`). The controller decides the serving CSRs of one such node one at a time.
