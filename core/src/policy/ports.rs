@@ -1,7 +1,8 @@
 //! The ports of the decision core: the traits through which evidence arrives ([`Resolver`] for
 //! DNS, [`ClusterView`] for Nodes, Machines, the pending brake's counts, the apiserver's
-//! addresses and the Nodes that claim its advertise addresses, the approved client CSRs, a node's kubelet-serving CSRs and the certificate a kubelet serves) and the types they return. The shell crate implements
-//! them; nothing here does I/O.
+//! addresses and the Nodes that claim its advertise addresses, the approved client CSRs, a node's
+//! kubelet-serving CSRs and the certificate a kubelet serves) and the types they return. The
+//! shell crate implements them; nothing here does I/O.
 
 use std::future::Future;
 use std::net::IpAddr;
