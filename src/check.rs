@@ -22,7 +22,7 @@ use crate::kubelet_tls::read_chain;
 use crate::kubernetes::apiserver::{is_apiserver_service, is_apiserver_slice, service_addresses, slice_addresses};
 use crate::kubernetes::cluster::{KubeCluster, StaticCluster, node_info};
 use crate::kubernetes::connect::{ConnectError, connect};
-use crate::kubernetes::csr_ledger::{CsrLedger, serving_csr};
+use crate::kubernetes::csr_ledger::CsrLedger;
 use crate::kubernetes::csr_object::CsrObject;
 use crate::kubernetes::machines::{machine_from_json, pending_in};
 use crate::object_files::{Input, InputError, Object, read_objects};
@@ -53,17 +53,13 @@ pub fn read_inputs(args: &CheckArgs, source: Option<&MachineSource>) -> Result<I
         return Ok(Inputs { csrs: Vec::new(), cluster: StaticCluster::default() });
     };
     let input = Input::from_arg(file);
-    let objects = read_objects(&input)?
+    let csrs = read_objects(&input)?
         .iter()
         .map(|object| {
             expect_kind(&input, object, "CertificateSigningRequest")?;
-            object.parse::<CertificateSigningRequest>(&input).map(CsrObject::from)
+            object.parse::<CertificateSigningRequest>(&input).map(|csr| CsrObject::from(csr).submission())
         })
         .collect::<Result<Vec<_>, _>>()?;
-    // The CSRs of `--file` are all the serving CSRs a newer one is looked for among.
-    let serving =
-        objects.iter().filter_map(|csr| Some((String::from(&*csr.username), serving_csr(csr)?))).collect::<Vec<_>>();
-    let csrs: Vec<Submission> = objects.iter().map(CsrObject::submission).collect();
     let (mut nodes, mut machines, mut apiserver) = (Vec::new(), Vec::new(), ApiserverAddresses::default());
     if let Some(path) = &args.objects {
         let input = Input::from_arg(path);
@@ -89,7 +85,6 @@ pub fn read_inputs(args: &CheckArgs, source: Option<&MachineSource>) -> Result<I
     let issued = csrs.iter().filter_map(|csr| Some((issued_client_node(csr)?, csr.name.clone()))).collect::<Vec<_>>();
     let mut cluster =
         StaticCluster::new(nodes, machines, pending).with_apiserver(apiserver).with_client_certificates(issued);
-    cluster = cluster.with_serving_csrs(serving);
     if let Some(ca) = source.and_then(|source| source.kubelet_ca.clone()) {
         cluster = cluster.with_kubelet_certificates(kubelet_certificates(args)?, ca, now);
     }

@@ -170,8 +170,6 @@ pub struct StaticCluster {
     apiserver: ApiserverAddresses,
     /// `(node name, CSR name)` of each approved client CSR.
     client_certificates: Vec<(String, String)>,
-    /// `(requester, CSR)` of each kubelet-serving CSR.
-    serving_csrs: Vec<(String, ServingCsr)>,
     /// The certificate chain each node's kubelet serves, the bundle they are verified against
     /// and when.
     kubelets: Option<(HashMap<String, Vec<CertificateDer<'static>>>, KubeletServingCa, jiff::Timestamp)>,
@@ -190,7 +188,6 @@ impl StaticCluster {
             pending,
             apiserver: ApiserverAddresses::default(),
             client_certificates: Vec::new(),
-            serving_csrs: Vec::new(),
             kubelets: None,
         }
     }
@@ -215,11 +212,6 @@ impl StaticCluster {
     /// The same cluster with these approved client CSRs, as `(node name, CSR name)`.
     pub fn with_client_certificates(self, issued: impl IntoIterator<Item = (String, String)>) -> StaticCluster {
         StaticCluster { client_certificates: issued.into_iter().collect(), ..self }
-    }
-
-    /// The same cluster with these kubelet-serving CSRs, as `(requester, CSR)`.
-    pub fn with_serving_csrs(self, csrs: impl IntoIterator<Item = (String, ServingCsr)>) -> StaticCluster {
-        StaticCluster { serving_csrs: csrs.into_iter().collect(), ..self }
     }
 }
 
@@ -257,8 +249,9 @@ impl ClusterView for StaticCluster {
             .collect())
     }
 
-    async fn serving_csrs(&self, requester: &str) -> Result<Vec<ServingCsr>, ClusterError> {
-        Ok(self.serving_csrs.iter().filter(|(of, _)| of == requester).map(|(_, csr)| csr.clone()).collect())
+    /// None: `check --file` reads no cluster, so no CSR is superseded (docs/check.md).
+    async fn serving_csrs(&self, _: &str) -> Result<Vec<ServingCsr>, ClusterError> {
+        Ok(Vec::new())
     }
 
     async fn kubelet_certificate(&self, name: &str) -> Result<KubeletCertificate, ClusterError> {

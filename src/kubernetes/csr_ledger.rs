@@ -185,7 +185,7 @@ impl CsrLedger {
 /// `csr` as the superseded rule compares it, when it is a kubelet-serving CSR: its name, creation
 /// time and whether a Denied or Failed condition is present (conditions' types are kept once
 /// decided).
-pub fn serving_csr(csr: &CsrObject) -> Option<ServingCsr> {
+fn serving_csr(csr: &CsrObject) -> Option<ServingCsr> {
     if &*csr.signer_name != KUBELET_SERVING_SIGNER {
         return None;
     }
