@@ -161,16 +161,19 @@ pub async fn command(args: &CheckArgs, settings: &Settings, out: &mut impl Write
     }
     let connection = connect(settings.run.kubeconfig.as_deref(), settings.machines.as_ref()).await?;
     let csrs = fetch(connection.client.clone(), &args.names).await?;
+    // Every CSR of the cluster, listed once: the newer serving CSRs of a node, and in machine mode
+    // the brake's count and the approved client CSRs, as the controller's cache would hold them.
+    let rules = settings.machines.as_ref().map(|source| source.rules.clone());
+    let ledger = CsrLedger::listed(connection.client.clone(), rules).await?;
     let machines = match (connection.machines, settings.machines.as_ref()) {
-        (Some(cache), Some(source)) => {
-            let ledger = CsrLedger::listed(connection.client.clone(), source.rules.clone()).await?;
+        (Some(cache), Some(_)) => {
             cache.synced().await;
-            Some((cache, ledger))
+            Some(cache)
         }
         _ => None,
     };
     let kubelet_dial = settings.machines.as_ref().and_then(|source| source.kubelet_dial(policy));
-    let cluster = KubeCluster::new(connection.client, machines).with_kubelet_dial(kubelet_dial);
+    let cluster = KubeCluster::new(connection.client, machines, ledger).with_kubelet_dial(kubelet_dial);
     // Until listed, a CSR with an IP SAN is reported as a retry (ClusterUnavailable).
     cluster.apiserver_first_answer(APISERVER_SYNC).await;
     Ok(run(&csrs, policy, &resolver, &cluster, now, args.output, out).await?)

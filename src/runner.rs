@@ -51,10 +51,10 @@ pub async fn run(settings: Settings) -> Result<(), RunError> {
     // Registered first, so a signal during startup is seen once the controller runs.
     let signals = ShutdownSignals::register();
     let Connection { client, machines } = connect(cfg.kubeconfig.as_deref(), machine_source.as_ref()).await?;
-    // The CSR cache: the controller's watch fills it, machine mode's ledger reads it.
+    // The CSR cache: the controller's watch fills it, the ledger reads it.
     let (csr_cache, csrs) = csr_cache::cache();
     let kubelet_dial = machine_source.as_ref().and_then(|source| source.kubelet_dial(&policy));
-    let ledger = machine_source.map(|source| CsrLedger::new(csr_cache, source.rules));
+    let ledger = CsrLedger::new(csr_cache, machine_source.map(|source| source.rules));
     let metrics = Metrics::new();
     let readiness = Readiness::new();
     let servers = admin::Servers::start(
@@ -79,7 +79,7 @@ pub async fn run(settings: Settings) -> Result<(), RunError> {
         api: Api::all(client.clone()),
         policy,
         resolver,
-        cluster: KubeCluster::new(client.clone(), machines.clone().zip(ledger.clone())).with_kubelet_dial(kubelet_dial),
+        cluster: KubeCluster::new(client.clone(), machines.clone(), ledger.clone()).with_kubelet_dial(kubelet_dial),
         ledger,
         leadership,
         events,

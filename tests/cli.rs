@@ -65,7 +65,7 @@ fn json_reports_carry_every_check() {
     let legit = reports.iter().find(|r| r["name"] == "legit-n1").unwrap();
     assert!(legit["message"].as_str().unwrap().contains("system:node:n1"));
     let checks = legit["checks"].as_array().unwrap();
-    assert_eq!(checks.len(), 23);
+    assert_eq!(checks.len(), 24, "every built-in check, superseded last");
     let request = &legit["request"];
     assert_eq!(request["common_names"], serde_json::json!(["system:node:n1"]));
     assert_eq!(request["organizations"], serde_json::json!(["system:nodes"]));

@@ -22,7 +22,8 @@ async fn approves_and_denies_end_to_end_with_conditions_and_events() {
     let _serial = SERIAL.lock().await;
     let cp = control_plane().await;
     let admin = cp.admin_client().await.unwrap();
-    let node = unique("n");
+    // The forgeries are another node's: of one node's serving CSRs only the newest is approved.
+    let (node, rival) = (unique("n"), unique("n"));
     let dns = dns_for(&[(&node, 21)]);
     let mut approver = Approver::start(cp.kubeconfig_path(), &[&format!("--dns-server={}", dns.addr())], &[]);
     approver.wait_ready().await;
@@ -31,8 +32,8 @@ async fn approves_and_denies_end_to_end_with_conditions_and_events() {
     let (good, forged, outside, other_signer) =
         (csrs.name("good"), csrs.name("forged"), csrs.name("outside"), csrs.name("client"));
     create_serving_csr(cp, &good, &node, &legit(&node, 21)).await;
-    create_serving_csr(cp, &forged, &node, &Request::node(&node).dns("auth.evil.io")).await;
-    create_serving_csr(cp, &outside, &node, &legit(&node, 21).ip("192.168.0.9")).await;
+    create_serving_csr(cp, &forged, &rival, &Request::node(&rival).dns("auth.evil.io")).await;
+    create_serving_csr(cp, &outside, &rival, &legit(&rival, 21).ip("192.168.0.9")).await;
     let client_pem = Request::node(&node).pem();
     create_csr(
         cp,
@@ -89,7 +90,7 @@ async fn approves_and_denies_end_to_end_with_conditions_and_events() {
         approver.wait_ready().await;
         let (good, forged) = (csrs.name("good"), csrs.name("forged"));
         create_serving_csr(cp, &good, &node, &legit(&node, 21)).await;
-        create_serving_csr(cp, &forged, &node, &Request::node(&node).dns("auth.evil.io")).await;
+        create_serving_csr(cp, &forged, &rival, &Request::node(&rival).dns("auth.evil.io")).await;
         assert_eq!(wait_decided(&admin, &good, DECIDE).await[0].type_, "Approved");
         assert_eq!(wait_decided(&admin, &forged, DECIDE).await[0].type_, "Denied");
         if with_events {
@@ -147,10 +148,15 @@ async fn csrs_created_while_the_controller_is_down_are_decided_after_it_starts()
     }
     let mut approver = Approver::start(cp.kubeconfig_path(), &[&format!("--dns-server={}", dns.addr())], &[]);
     approver.wait_ready().await;
+    // Every one is decided: the node's newest approved, the older ones superseded by it.
+    let mut decisions = Vec::new();
     for name in &names {
         let decided = wait_decided(&admin, name, DECIDE).await;
-        assert_eq!(decided.first().map(|c| c.type_.as_str()), Some("Approved"), "{name}: {decided:?}");
+        decisions.push(decided.first().map(|c| (c.type_.clone(), c.reason.clone())));
     }
+    let approved = decisions.iter().filter(|d| matches!(d, Some((t, _)) if t == "Approved")).count();
+    let superseded = decisions.iter().filter(|d| matches!(d, Some((t, Some(r))) if t == "Denied" && r == "Superseded"));
+    assert_eq!((approved, superseded.count()), (1, names.len() - 1), "{decisions:?}");
 }
 
 /// Turns are shared between requesting nodes: with one reconcile at a time, a CSR another node
@@ -248,8 +254,9 @@ async fn check_fetches_named_csrs_from_the_cluster() {
     let node = unique("n");
     let csrs = Csrs::new(cp.kubeconfig_path());
     let (good, forged) = (csrs.name("check-good"), csrs.name("check-forged"));
-    create_serving_csr(cp, &good, &node, &legit(&node, 25)).await;
+    // The forgery first: the good CSR is the node's newest, so it is not superseded.
     create_serving_csr(cp, &forged, &node, &Request::node(&node).dns("auth.evil.io")).await;
+    create_serving_csr(cp, &good, &node, &legit(&node, 25)).await;
     let output = std::process::Command::new(env!("CARGO_BIN_EXE_node-csr-approver"))
         .env_clear()
         .arg("--kubeconfig")

@@ -135,9 +135,9 @@ async fn only_the_holder_writes_before_and_after_a_killed_holder_is_replaced() {
     let approvers = replicas(cp.kubeconfig_path(), &lease, &FAST_LEASE, &[vec![], vec![], vec![]]).await;
     let leader = wait_holder(&admin, &lease, None, Instant::now() + DECIDE).await.expect("a holder");
 
-    let node = unique("n");
+    // A node each: of one node's serving CSRs only the newest would be approved.
     let first: Vec<String> = (0..6).map(|_| unique("ha-a")).collect();
-    create_all(&cp, &first, &vec![node.clone(); first.len()]).await;
+    create_all(&cp, &first, &first.iter().map(|_| unique("n")).collect::<Vec<_>>()).await;
     assert_approved(&admin, &first, Instant::now() + DECIDE, || approvers[leader].logs()).await;
     assert_eq!(settled_writes(&approvers[leader], 6.0).await, [6.0, 0.0, 0.0, 0.0], "the holder wrote each once");
     for (i, standby) in approvers.iter().enumerate().filter(|(i, _)| *i != leader) {
@@ -148,7 +148,7 @@ async fn only_the_holder_writes_before_and_after_a_killed_holder_is_replaced() {
 
     let killed = approvers[leader].signal("KILL");
     let second: Vec<String> = (0..4).map(|_| unique("ha-b")).collect();
-    create_all(&cp, &second, &vec![node.clone(); second.len()]).await;
+    create_all(&cp, &second, &second.iter().map(|_| unique("n")).collect::<Vec<_>>()).await;
     // A standby acquires the Lease once it expires (6 s after the last renewal), then decides.
     let takeover = killed + Duration::from_secs(6) + DECIDE;
     assert_approved(&admin, &second, takeover, || approvers.iter().map(Approver::logs).collect()).await;
@@ -346,14 +346,16 @@ async fn csrs_around_an_apiserver_restart_are_all_decided() {
     let admin = cp.admin_client().await.unwrap();
     let mut approver = Approver::start(cp.kubeconfig_path(), &["--bypass-dns-resolution"], &[]);
     approver.wait_ready().await;
-    let node = unique("n");
+    // A node each: of one node's serving CSRs only the newest would be approved.
     let mut names = Vec::new();
     let before = unique("before");
+    let node = unique("n");
     create_serving_csr(&cp, &before, &node, &legit(&node, ADDRESS)).await;
     names.push(before);
     cp.restart_apiserver().await.unwrap();
     for _ in 0..3 {
         let after = unique("after");
+        let node = unique("n");
         create_serving_csr(&cp, &after, &node, &legit(&node, ADDRESS)).await;
         names.push(after);
     }

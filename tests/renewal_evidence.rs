@@ -18,7 +18,7 @@ use node_csr_approver::kubelet_tls::KubeletServingCa;
 use node_csr_approver::kubernetes::cluster::StaticCluster;
 use node_csr_approver::policy::{
     AddressClaim, ApiserverAddresses, BrakeInputs, ClusterError, ClusterView, DecisionKind, KubeletCertificate,
-    MachineInfo, NodeAddress, NodeInfo, PolicyConfig, Reason, evaluate,
+    MachineInfo, NodeAddress, NodeInfo, PolicyConfig, Reason, ServingCsr, evaluate,
 };
 use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
 
@@ -50,6 +50,10 @@ impl ClusterView for Counted {
     }
     async fn client_certificates(&self, node: &str) -> Result<Vec<String>, ClusterError> {
         self.cluster.client_certificates(node).await
+    }
+
+    async fn serving_csrs(&self, requester: &str) -> Result<Vec<ServingCsr>, ClusterError> {
+        self.cluster.serving_csrs(requester).await
     }
     async fn kubelet_certificate(&self, node: &str) -> Result<KubeletCertificate, ClusterError> {
         self.dials.fetch_add(1, Ordering::SeqCst);

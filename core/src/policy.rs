@@ -16,6 +16,7 @@ mod report;
 mod reserved;
 mod rule_checks;
 mod rules;
+mod superseded;
 mod user_rules;
 
 use std::time::Duration;
@@ -37,12 +38,13 @@ pub use machine_checks::{
 pub use one_client_certificate::{client_node, issued_client_node};
 pub use ports::{
     AddressClaim, ApiserverAddresses, BrakeInputs, ClusterError, ClusterView, DnsFailure, KubeletCertificate,
-    MachineInfo, NodeAddress, NodeInfo, RequestError, Resolution, Resolver,
+    MachineInfo, NodeAddress, NodeInfo, RequestError, Resolution, Resolver, ServingCsr,
 };
 pub use reason::Reason;
 pub use report::{CheckId, CheckResult, Consequence, Failure, Outcome};
 pub use reserved::reserved_address;
 pub use rules::{Bootstrapper, HostnameMatch, MachinePolicy, PolicyConfig};
+pub use superseded::serving_node;
 pub use user_rules::{RuleError, UserRule, UserRules, object_for_rules};
 
 use node_client::Requester;
@@ -232,6 +234,13 @@ fn finish(
     let rules = &cfg.user_rules;
     if let Some(facts) = request.as_deref().filter(|_| !rules.is_empty() && triage.first_failure().is_none()) {
         rule_checks::record(rules, rule_checks::RuleInputs::new(sub, facts, evidence, rules, client), &mut triage);
+    }
+    // Last: a CSR is superseded only once it passes every check of its own.
+    if !client {
+        match evidence.filter(|_| triage.first_failure().is_none()) {
+            Some(evidence) => triage.record(CheckId::Superseded, superseded::check(&evidence.serving_csrs, sub)),
+            None => triage.skip(CheckId::Superseded, "not looked up: an earlier check failed"),
+        }
     }
     Evaluation { request, ..conclude(triage, cfg, sub) }
 }

@@ -19,8 +19,8 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use node_csr_approver_core::policy::{
-    ApiserverAddresses, Bootstrapper, BrakeInputs, ClusterError, DecisionKind, Evidence, Lookup, MachineInfo, NodeInfo,
-    Reason, Submission,
+    ApiserverAddresses, Bootstrapper, BrakeInputs, CheckId, ClusterError, DecisionKind, Evidence, Lookup, MachineInfo,
+    NodeInfo, Reason, ServingCsr, Submission,
 };
 use rcgen::DnType;
 use support::table::{Case, assert_all};
@@ -57,7 +57,8 @@ fn node_n1_exists(evidence: &mut Evidence) {
     evidence.node = Some(Lookup::Found(NodeInfo { name: "n1".into(), addresses: Vec::new(), object: None }));
 }
 
-/// Evidence: no Node, one Machine for `n1` (InternalDNS n1, Hostname and IPs), a quiet cluster.
+/// Evidence: no Node, one Machine for `n1` (InternalDNS n1, Hostname and IPs), a quiet cluster, no
+/// other serving CSR of the node.
 fn evidence(machines: Vec<Arc<MachineInfo>>) -> Evidence {
     Evidence {
         node: Some(Lookup::Missing),
@@ -65,6 +66,7 @@ fn evidence(machines: Vec<Arc<MachineInfo>>) -> Evidence {
         machines: Some(Ok(machines)),
         apiserver: Some(Ok(ApiserverAddresses::default())),
         client_certificates: Some(Ok(Vec::new())),
+        serving_csrs: Some(Ok(Vec::new())),
         ..Evidence::default()
     }
 }
@@ -280,4 +282,17 @@ fn with_other_name(mut request: Request) -> Request {
     let upn = vec![1, 3, 6, 1, 4, 1, 311, 20, 2, 3];
     request.sans.push(rcgen::SanType::OtherName((upn, rcgen::OtherNameValue::Utf8String("n1@example.com".into()))));
     request
+}
+
+/// A bootstrap client CSR is never superseded: its requester is shared by every node that joins,
+/// so a newer CSR of the same username may be anyone's. It has no superseded row at all.
+#[test]
+fn a_client_csr_is_never_superseded() {
+    let newer = ServingCsr { name: "client-n1-newer".into(), created: Some(now()), refused: false };
+    let mut with_newer = evidence(vec![n1_machine(None)]);
+    with_newer.serving_csrs = Some(Ok(vec![newer]));
+    let evaluation =
+        case("a client csr with a newer one", client("n1", 60), with_newer, (Approve, Reason::AutoApproved)).evaluate();
+    assert_eq!((evaluation.decision.kind, evaluation.decision.reason), (Approve, Reason::AutoApproved));
+    assert!(evaluation.checks.iter().all(|row| row.check != CheckId::Superseded), "{:?}", evaluation.checks);
 }

@@ -51,7 +51,11 @@ fn a_denial_names_the_offending_value() {
 
 #[test]
 fn an_approval_reports_every_check_passed_or_deliberately_skipped() {
-    let evidence = Evidence { apiserver: Some(Ok(ApiserverAddresses::default())), ..Evidence::default() };
+    let evidence = Evidence {
+        apiserver: Some(Ok(ApiserverAddresses::default())),
+        serving_csrs: Some(Ok(Vec::new())),
+        ..Evidence::default()
+    };
     let evaluation = decide(&good_csr(), &config(), &evidence, minutes_after_creation(1));
     assert_eq!(evaluation.decision.kind, Approve);
     for row in &evaluation.checks {

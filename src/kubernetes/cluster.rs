@@ -17,28 +17,30 @@ use crate::kubernetes::machines::MachineCache;
 use crate::metrics::Metrics;
 use crate::policy::{
     AddressClaim, ApiserverAddresses, BrakeInputs, ClusterError, ClusterView, KubeletCertificate, KubeletDialRules,
-    MachineInfo, NodeAddress, NodeInfo, RequestError, brake_limit, kubelet_dial_not_owned, same_ip,
+    MachineInfo, NodeAddress, NodeInfo, RequestError, ServingCsr, brake_limit, kubelet_dial_not_owned, same_ip,
 };
 
 /// The live cluster: one GET per Node asked for; Machines and Nodes from the watched caches of
-/// machine mode, the pending CSRs and approved client CSRs from the CSR cache ([`CsrLedger`]);
+/// machine mode; a node's serving CSRs, and in machine mode the pending CSRs and approved client
+/// CSRs, from the CSR cache ([`CsrLedger`]);
 /// the apiserver's addresses from their own watch ([`ApiserverWatch`]); a kubelet's certificate
 /// from a GET of its Node and a dial of the address that Node gives, where the rules allow it.
 #[derive(Clone)]
 pub struct KubeCluster {
     nodes: kube::Api<Node>,
-    machines: Option<(MachineCache, CsrLedger)>,
+    machines: Option<MachineCache>,
+    ledger: CsrLedger,
     apiserver: ApiserverWatch,
     kubelet_dial: Option<(KubeletServingCa, KubeletDialRules)>,
 }
 
 impl KubeCluster {
-    /// Reads Nodes through `client`, and in machine mode Machines and Nodes from their caches and
+    /// Reads Nodes through `client`, in machine mode Machines and Nodes from their caches, and
     /// CSRs from the ledger; starts watching the apiserver's Service and EndpointSlices (so it must
     /// be called on a Tokio runtime).
-    pub fn new(client: kube::Client, machines: Option<(MachineCache, CsrLedger)>) -> KubeCluster {
+    pub fn new(client: kube::Client, machines: Option<MachineCache>, ledger: CsrLedger) -> KubeCluster {
         let apiserver = ApiserverWatch::start(client.clone());
-        KubeCluster { nodes: kube::Api::all(client), machines, apiserver, kubelet_dial: None }
+        KubeCluster { nodes: kube::Api::all(client), machines, ledger, apiserver, kubelet_dial: None }
     }
 
     /// The same view, dialling kubelets only where the rules allow and verifying the certificates
@@ -84,12 +86,12 @@ impl ClusterView for KubeCluster {
     }
 
     async fn machines(&self) -> Result<Vec<Arc<MachineInfo>>, ClusterError> {
-        Ok(self.machines.as_ref().map(|(cache, _)| cache.machines()).unwrap_or_default())
+        Ok(self.machines.as_ref().map(MachineCache::machines).unwrap_or_default())
     }
 
     async fn load(&self) -> Result<BrakeInputs, ClusterError> {
-        Ok(self.machines.as_ref().map_or(BrakeInputs::default(), |(cache, ledger)| BrakeInputs {
-            pending: ledger.pending(jiff::Timestamp::now(), &cache.machines()),
+        Ok(self.machines.as_ref().map_or(BrakeInputs::default(), |cache| BrakeInputs {
+            pending: self.ledger.pending(jiff::Timestamp::now(), &cache.machines()),
             machines: cache.machine_count(),
             nodes: cache.node_count(),
         }))
@@ -118,7 +120,11 @@ impl ClusterView for KubeCluster {
     }
 
     async fn client_certificates(&self, node: &str) -> Result<Vec<String>, ClusterError> {
-        Ok(self.machines.as_ref().map(|(_, ledger)| ledger.client_certificates(node)).unwrap_or_default())
+        Ok(self.machines.as_ref().map(|_| self.ledger.client_certificates(node)).unwrap_or_default())
+    }
+
+    async fn serving_csrs(&self, requester: &str) -> Result<Vec<ServingCsr>, ClusterError> {
+        Ok(self.ledger.serving_csrs(requester))
     }
 
     async fn kubelet_certificate(&self, name: &str) -> Result<KubeletCertificate, ClusterError> {
@@ -241,6 +247,11 @@ impl ClusterView for StaticCluster {
             .filter(|(issued_for, _)| issued_for == node)
             .map(|(_, csr)| csr.clone())
             .collect())
+    }
+
+    /// None: `check --file` reads no cluster, so no CSR is superseded (docs/check.md).
+    async fn serving_csrs(&self, _: &str) -> Result<Vec<ServingCsr>, ClusterError> {
+        Ok(Vec::new())
     }
 
     async fn kubelet_certificate(&self, name: &str) -> Result<KubeletCertificate, ClusterError> {

@@ -58,9 +58,10 @@ pub(crate) struct Context<R, C> {
     pub metrics: Metrics,
     /// Evaluate and record, but write nothing.
     pub dry_run: bool,
-    /// Machine mode's CSR ledger: client CSRs of one node name are decided one at a time, and an
-    /// approval counts there as soon as it is written.
-    pub ledger: Option<CsrLedger>,
+    /// The CSR ledger: the CSRs of one node (its serving CSRs; in machine mode the client CSRs of
+    /// its name) are decided one at a time, and a client approval counts there as soon as it is
+    /// written.
+    pub ledger: CsrLedger,
 }
 
 /// How the controller is run: concurrency, the pass triggers it does not make itself, and when to

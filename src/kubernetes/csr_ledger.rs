@@ -1,11 +1,12 @@
-//! What machine mode reads of the CSRs themselves: the pending brake's count and the approved
+//! What the policy reads of the CSRs themselves: a node's kubelet-serving CSRs (whether a newer
+//! one supersedes the CSR decided), and in machine mode the pending brake's count and the approved
 //! client CSRs of a node name. It reads the controller's CSR cache, which the runner creates and
 //! hands to both (or, for `check`, one list of the cluster's CSRs).
 //!
-//! One client certificate per Machine holds under concurrency too: the controller decides the
-//! client CSRs of one node name one at a time ([`CsrLedger::client_turn`]), and counts an approval
-//! from the moment its write returns ([`CsrLedger::record_approval`]), before the watch brings it
-//! into the cache.
+//! Both rules hold under concurrency too: the controller decides the client CSRs of one node name,
+//! and the serving CSRs of one node, one at a time ([`CsrLedger::node_turn`]), and counts a client
+//! approval from the moment its write returns ([`CsrLedger::record_approval`]), before the watch
+//! brings it into the cache.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -18,16 +19,16 @@ use kube::{Api, Client};
 use crate::kubernetes::csr_cache::{self, Cache};
 use crate::kubernetes::csr_object::CsrObject;
 use crate::policy::{
-    AwaitedNodes, KUBELET_CLIENT_SIGNER, MachineInfo, MachinePolicy, PendingKey, capped_pending, client_node,
-    counted_under, issued_client_node, pending_key,
+    AwaitedNodes, KUBELET_CLIENT_SIGNER, KUBELET_SERVING_SIGNER, MachineInfo, MachinePolicy, PendingKey, ServingCsr,
+    capped_pending, client_node, counted_under, issued_client_node, pending_key, serving_node,
 };
 
-/// Machine mode's view of the CSR cache. Cheap to clone.
+/// The policy's view of the CSR cache. Cheap to clone.
 #[derive(Clone)]
 pub struct CsrLedger {
     csrs: Cache<CsrObject>,
-    /// The rules the brake's count reads.
-    rules: Arc<MachinePolicy>,
+    /// The rules the brake's count reads (machine mode only: none, nothing is counted).
+    rules: Option<Arc<MachinePolicy>>,
     /// The key each pending CSR counts under, by uid (a request never changes), so a bootstrap
     /// request is read once, not on every count.
     pending_keys: Arc<Mutex<HashMap<String, PendingKey>>>,
@@ -37,19 +38,19 @@ pub struct CsrLedger {
     /// Client CSRs whose approval this process wrote, by uid: (node name, CSR name), counted until
     /// the cache shows them decided (then the cache counts them) or gone.
     written: Arc<Mutex<HashMap<String, (String, String)>>>,
-    /// One lock per node name whose client CSR is being decided.
+    /// One lock per node name whose client CSR or serving CSR is being decided.
     turns: Arc<Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>>,
 }
 
-/// The turn of one client CSR's decision: while it is held, no other client CSR for the same node
-/// name is decided.
-pub struct ClientTurn {
+/// The turn of one node's CSR decision: while it is held, no other client CSR for the same node
+/// name, and no other serving CSR of the same node, is decided.
+pub struct NodeTurn {
     ledger: CsrLedger,
     node: String,
     guard: Option<tokio::sync::OwnedMutexGuard<()>>,
 }
 
-impl Drop for ClientTurn {
+impl Drop for NodeTurn {
     fn drop(&mut self) {
         drop(self.guard.take());
         let mut turns = self.ledger.turns.lock().unwrap_or_else(PoisonError::into_inner);
@@ -61,11 +62,11 @@ impl Drop for ClientTurn {
 }
 
 impl CsrLedger {
-    /// Reads `csrs` (the controller's cache) under `rules`.
-    pub fn new(csrs: Cache<CsrObject>, rules: MachinePolicy) -> CsrLedger {
+    /// Reads `csrs` (the controller's cache), under machine mode's `rules` when given.
+    pub fn new(csrs: Cache<CsrObject>, rules: Option<MachinePolicy>) -> CsrLedger {
         CsrLedger {
             csrs,
-            rules: Arc::new(rules),
+            rules: rules.map(Arc::new),
             pending_keys: Arc::default(),
             issued_nodes: Arc::default(),
             written: Arc::default(),
@@ -73,9 +74,9 @@ impl CsrLedger {
         }
     }
 
-    /// Lists every CSR once (for `check`, which runs no watch), so the brake and one client
-    /// certificate per Machine read what the controller's cache would hold.
-    pub async fn listed(client: Client, rules: MachinePolicy) -> Result<CsrLedger, kube::Error> {
+    /// Lists every CSR once (for `check`, which runs no watch), so the superseded serving CSRs, the
+    /// brake and one client certificate per Machine read what the controller's cache would hold.
+    pub async fn listed(client: Client, rules: Option<MachinePolicy>) -> Result<CsrLedger, kube::Error> {
         let listed = Api::<CertificateSigningRequest>::all(client).list(&Default::default()).await?;
         let (store, mut writer) = csr_cache::cache();
         writer.apply(watcher::Event::<CsrObject>::Init);
@@ -88,20 +89,22 @@ impl CsrLedger {
 
     /// The brake's count at `now` with `machines`: the pending node CSRs ([`crate::policy::counts_as_pending`])
     /// under the name each counts under ([`counted_under`]), at most
-    /// [`crate::policy::PENDING_PER_NODE`] per name.
+    /// [`crate::policy::PENDING_PER_NODE`] per name; none outside machine mode.
     pub fn pending(&self, now: Timestamp, machines: &[Arc<MachineInfo>]) -> usize {
+        let Some(rules) = &self.rules else {
+            return 0;
+        };
         let awaited = AwaitedNodes::new(machines.iter().map(Arc::as_ref));
         let mut known = self.pending_keys.lock().unwrap_or_else(PoisonError::into_inner);
         let mut seen = HashMap::new();
         let mut pending = Vec::new();
         for csr in self.csrs.state() {
-            if !csr.pending_facts().counts_as_pending(&self.rules, now) {
+            if !csr.pending_facts().counts_as_pending(rules, now) {
                 continue;
             }
             let uid = Some(&*csr.uid).filter(|uid| !uid.is_empty());
             // Only a CSR counted for the first time is read whole (its request never changes).
-            let key =
-                uid.and_then(|uid| known.remove(uid)).unwrap_or_else(|| pending_key(&csr.submission(), &self.rules));
+            let key = uid.and_then(|uid| known.remove(uid)).unwrap_or_else(|| pending_key(&csr.submission(), rules));
             if let Some(name) = counted_under(&key, csr.created, &awaited) {
                 pending.push(name.to_owned());
             }
@@ -114,14 +117,22 @@ impl CsrLedger {
     }
 
     /// Waits for the turn to decide `csr` when it is a client CSR for a node name
-    /// ([`client_node`]): one such CSR per node name at a time, so the one client certificate
-    /// per Machine cannot be given twice by reconciles running at once. `None` (no wait) for any
-    /// other CSR.
-    pub async fn client_turn(&self, csr: &CsrObject) -> Option<ClientTurn> {
-        let node = client_node(&csr.submission())?;
+    /// ([`client_node`]) or a serving CSR of a node ([`serving_node`]): one such CSR per node
+    /// at a time, so the one client certificate per Machine cannot be given twice, nor two
+    /// serving CSRs of one node be judged against each other, by reconciles running at once.
+    /// `None` (no wait) for any other CSR.
+    pub async fn node_turn(&self, csr: &CsrObject) -> Option<NodeTurn> {
+        let sub = csr.submission();
+        let node = serving_node(&sub).map(str::to_owned).or_else(|| client_node(&sub))?;
         let lock = self.turns.lock().unwrap_or_else(PoisonError::into_inner).entry(node.clone()).or_default().clone();
         let guard = lock.lock_owned().await;
-        Some(ClientTurn { ledger: self.clone(), node, guard: Some(guard) })
+        Some(NodeTurn { ledger: self.clone(), node, guard: Some(guard) })
+    }
+
+    /// The kubelet-serving CSRs whose requester is `requester`, decided or not, as the superseded
+    /// rule compares them ([`serving_csr`]).
+    pub fn serving_csrs(&self, requester: &str) -> Vec<ServingCsr> {
+        self.csrs.state().iter().filter(|csr| &*csr.username == requester).filter_map(|csr| serving_csr(csr)).collect()
     }
 
     /// Counts `csr`'s approval as written (or perhaps written: its write failed without an
@@ -171,6 +182,17 @@ impl CsrLedger {
     }
 }
 
+/// `csr` as the superseded rule compares it, when it is a kubelet-serving CSR: its name, creation
+/// time and whether a Denied or Failed condition is present (conditions' types are kept once
+/// decided).
+fn serving_csr(csr: &CsrObject) -> Option<ServingCsr> {
+    if &*csr.signer_name != KUBELET_SERVING_SIGNER {
+        return None;
+    }
+    let refused = csr.conditions.iter().any(|c| matches!(c.type_.as_str(), "Denied" | "Failed"));
+    Some(ServingCsr { name: String::from(&*csr.name), created: csr.created, refused })
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
@@ -178,8 +200,10 @@ mod tests {
     use k8s_openapi::api::certificates::v1::{CertificateSigningRequestCondition, CertificateSigningRequestStatus};
     use testkit::request::Request;
 
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
     use super::*;
-    use crate::policy::{Bootstrapper, KUBELET_SERVING_SIGNER};
+    use crate::policy::Bootstrapper;
 
     fn ledger() -> (CsrLedger, csr_cache::CacheWriter<CsrObject>) {
         let (cache, mut writer) = csr_cache::cache();
@@ -192,7 +216,7 @@ mod tests {
             max_pending_delta: 100,
             serving_renewal: false,
         };
-        (CsrLedger::new(cache, rules), writer)
+        (CsrLedger::new(cache, Some(rules)), writer)
     }
 
     /// A client CSR `name` (uid `uid-<name>`) for node `node`, approved when `approved`.
@@ -214,22 +238,84 @@ mod tests {
     async fn client_csrs_of_one_node_name_take_turns_and_others_do_not_wait() {
         let (ledger, _writer) = ledger();
         let object = |csr: CertificateSigningRequest| CsrObject::from(csr);
-        let first = ledger.client_turn(&object(client("a", "n1", false))).await;
+        let first = ledger.node_turn(&object(client("a", "n1", false))).await;
         assert!(first.is_some());
         let second = object(client("b", "n1", false));
-        let waited = tokio::time::timeout(Duration::from_millis(50), ledger.client_turn(&second)).await;
+        let waited = tokio::time::timeout(Duration::from_millis(50), ledger.node_turn(&second)).await;
         assert!(waited.is_err(), "the same node name waits");
         let at_once = Duration::from_secs(5);
-        let other = tokio::time::timeout(at_once, ledger.client_turn(&object(client("c", "n2", false)))).await;
+        let other = tokio::time::timeout(at_once, ledger.node_turn(&object(client("c", "n2", false)))).await;
         assert!(other.as_ref().is_ok_and(Option::is_some), "another node name does not wait");
         let serving = object(testkit::csr::object("d", KUBELET_SERVING_SIGNER, &[], &Request::node("n1").pem()));
-        let no_turn = tokio::time::timeout(at_once, ledger.client_turn(&serving)).await;
-        assert!(no_turn.is_ok_and(|turn| turn.is_none()), "not a client CSR: no turn");
+        let no_turn = tokio::time::timeout(at_once, ledger.node_turn(&serving)).await;
+        assert!(no_turn.is_ok_and(|turn| turn.is_none()), "neither a client CSR nor a node's serving CSR: no turn");
         drop(first);
-        let second = tokio::time::timeout(Duration::from_secs(5), ledger.client_turn(&second)).await;
+        let second = tokio::time::timeout(Duration::from_secs(5), ledger.node_turn(&second)).await;
         assert!(second.is_ok_and(|turn| turn.is_some()), "the next one's turn");
         drop(other);
         assert!(ledger.turns.lock().unwrap_or_else(PoisonError::into_inner).is_empty(), "no lock is kept");
+    }
+
+    /// A serving CSR `name` of node `node`, created `second` seconds into the epoch, with a
+    /// condition of type `decided` when given.
+    fn serving(name: &str, node: &str, second: i64, decided: Option<&str>) -> CertificateSigningRequest {
+        let usages = ["digital signature", "server auth"];
+        let mut csr = testkit::csr::object(name, KUBELET_SERVING_SIGNER, &usages, &Request::node(node).pem());
+        csr.metadata.uid = Some(format!("uid-{name}"));
+        csr.metadata.creation_timestamp = Some(Time(Timestamp::from_second(second).unwrap_or_default()));
+        csr.spec.username = Some(format!("system:node:{node}"));
+        let condition = |type_: &str| CertificateSigningRequestCondition {
+            type_: type_.into(),
+            status: "True".into(),
+            ..Default::default()
+        };
+        csr.status = decided.map(|type_| CertificateSigningRequestStatus {
+            conditions: Some(vec![condition(type_)]),
+            ..Default::default()
+        });
+        csr
+    }
+
+    #[tokio::test]
+    async fn serving_csrs_of_one_node_take_turns_with_each_other_and_its_client_csrs() {
+        let (ledger, _writer) = ledger();
+        let first = ledger.node_turn(&CsrObject::from(serving("a", "n1", 1, None))).await;
+        assert!(first.is_some());
+        let wait = Duration::from_millis(50);
+        let second = CsrObject::from(serving("b", "n1", 2, None));
+        assert!(tokio::time::timeout(wait, ledger.node_turn(&second)).await.is_err(), "the same node waits");
+        let client = CsrObject::from(client("c", "n1", false));
+        assert!(tokio::time::timeout(wait, ledger.node_turn(&client)).await.is_err(), "its client CSR waits too");
+        let other = CsrObject::from(serving("d", "n2", 1, None));
+        let other = tokio::time::timeout(Duration::from_secs(5), ledger.node_turn(&other)).await;
+        assert!(other.is_ok_and(|turn| turn.is_some()), "another node does not wait");
+        drop(first);
+        let second = tokio::time::timeout(Duration::from_secs(5), ledger.node_turn(&second)).await;
+        assert!(second.is_ok_and(|turn| turn.is_some()), "the next one's turn");
+    }
+
+    #[test]
+    fn a_node_s_serving_csrs_are_read_with_their_time_and_whether_refused() {
+        let (ledger, mut writer) = ledger();
+        for csr in [
+            serving("pending", "n1", 1, None),
+            serving("approved", "n1", 2, Some("Approved")),
+            serving("denied", "n1", 3, Some("Denied")),
+            serving("failed", "n1", 4, Some("Failed")),
+            serving("other-node", "n2", 5, None),
+            client("client", "n1", false),
+        ] {
+            writer.apply(watcher::Event::Apply(csr));
+        }
+        let mut read = ledger.serving_csrs("system:node:n1");
+        read.sort_by(|a, b| a.name.cmp(&b.name));
+        let at = |second| Timestamp::from_second(second).ok();
+        let csr = |name: &str, second, refused| ServingCsr { name: name.into(), created: at(second), refused };
+        assert_eq!(
+            read,
+            [csr("approved", 2, false), csr("denied", 3, true), csr("failed", 4, true), csr("pending", 1, false)]
+        );
+        assert!(ledger.serving_csrs("n1").is_empty(), "the requester is the username, whole");
     }
 
     #[test]

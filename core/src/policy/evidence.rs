@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use super::ports::{
     AddressClaim, ApiserverAddresses, BrakeInputs, ClusterError, ClusterView, KubeletCertificate, MachineInfo,
-    NodeInfo, Resolution, Resolver,
+    NodeInfo, Resolution, Resolver, ServingCsr,
 };
 
 /// What a cluster lookup found.
@@ -45,6 +45,8 @@ pub struct Evidence {
     pub client_certificates: Option<Result<Vec<String>, ClusterError>>,
     /// The certificate the requester's kubelet serves, when asked for and no Machine claims the node.
     pub kubelet_certificate: Option<Result<KubeletCertificate, ClusterError>>,
+    /// The kubelet-serving CSRs of the requester, when asked for.
+    pub serving_csrs: Option<Result<Vec<ServingCsr>, ClusterError>>,
 }
 
 /// What must be gathered for one CSR.
@@ -63,6 +65,8 @@ pub struct EvidenceNeeded {
     pub client_certificates: Option<String>,
     /// The node whose kubelet's certificate is needed, should no Machine claim it.
     pub kubelet_certificate: Option<String>,
+    /// The requester (`spec.username`) whose kubelet-serving CSRs are needed.
+    pub serving_csrs: Option<String>,
 }
 
 /// Gathers `needs` concurrently: every DNS name, the Node, the Machines and the apiserver's
@@ -100,8 +104,12 @@ pub async fn gather<R: Resolver, C: ClusterView>(needs: &EvidenceNeeded, resolve
         let node = needs.client_certificates.as_ref()?;
         Some(cluster.client_certificates(node).await)
     };
-    let (dns, node, (machines, load), (apiserver, address_claims), client_certificates) =
-        futures::join!(lookups, node, machines, apiserver, client_certificates);
+    let serving_csrs = async {
+        let requester = needs.serving_csrs.as_ref()?;
+        Some(cluster.serving_csrs(requester).await)
+    };
+    let (dns, node, (machines, load), (apiserver, address_claims), client_certificates, serving_csrs) =
+        futures::join!(lookups, node, machines, apiserver, client_certificates, serving_csrs);
     let unclaimed = needs.kubelet_certificate.as_ref().filter(|name| match &machines {
         Some(Ok(machines)) => !machines.iter().any(|machine| machine.node_ref.as_ref() == Some(name)),
         _ => false,
@@ -119,5 +127,6 @@ pub async fn gather<R: Resolver, C: ClusterView>(needs: &EvidenceNeeded, resolve
         address_claims,
         client_certificates,
         kubelet_certificate,
+        serving_csrs,
     }
 }

@@ -121,6 +121,7 @@ impl ServingChecks {
             apiserver: parsed.facts.ip_addresses.clone(),
             client_certificates: None,
             kubelet_certificate: cfg.machine.as_ref().filter(|m| m.serving_renewal).map(|_| parsed.node.clone()),
+            serving_csrs: Some(format!("{NODE_USER_PREFIX}{}", parsed.node)),
         };
         Some(needs)
     }

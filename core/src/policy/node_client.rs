@@ -97,6 +97,7 @@ impl ClientChecks {
             apiserver: Vec::new(),
             client_certificates: Some(node.clone()),
             kubelet_certificate: None,
+            serving_csrs: None,
         })
     }
 

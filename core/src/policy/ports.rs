@@ -1,7 +1,8 @@
 //! The ports of the decision core: the traits through which evidence arrives ([`Resolver`] for
 //! DNS, [`ClusterView`] for Nodes, Machines, the pending brake's counts, the apiserver's
-//! addresses and the Nodes that claim its advertise addresses, the approved client CSRs and the certificate a kubelet serves) and the types they return. The shell crate implements
-//! them; nothing here does I/O.
+//! addresses and the Nodes that claim its advertise addresses, the approved client CSRs, a node's
+//! kubelet-serving CSRs and the certificate a kubelet serves) and the types they return. The
+//! shell crate implements them; nothing here does I/O.
 
 use std::future::Future;
 use std::net::IpAddr;
@@ -193,6 +194,17 @@ impl ApiserverAddresses {
     }
 }
 
+/// A kubelet-serving CSR of one requester, as the superseded rule compares it with another.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServingCsr {
+    /// metadata.name.
+    pub name: String,
+    /// metadata.creationTimestamp, if known.
+    pub created: Option<Timestamp>,
+    /// A Denied or Failed condition is present: it supersedes nothing.
+    pub refused: bool,
+}
+
 /// Who claims an address: the names of the Nodes whose `status.addresses` carry it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AddressClaim {
@@ -224,6 +236,9 @@ pub trait ClusterView: Send + Sync {
     /// The names of the approved client CSRs whose certificate is for node `node`
     /// ([`super::issued_client_node`]).
     fn client_certificates(&self, node: &str) -> impl Future<Output = Result<Vec<String>, ClusterError>> + Send;
+
+    /// The kubelet-serving CSRs whose `spec.username` is `requester`, decided or not.
+    fn serving_csrs(&self, requester: &str) -> impl Future<Output = Result<Vec<ServingCsr>, ClusterError>> + Send;
 
     /// The serving certificate the kubelet of Node `node` presents, dialled at that Node's
     /// InternalIP and `status.daemonEndpoints.kubeletEndpoint.Port` only, and only where

@@ -73,6 +73,8 @@ pub enum CheckId {
     OneClientCertificate,
     /// A rule of `--rules` holds (one row per rule, its name in the detail).
     Rule,
+    /// No newer kubelet-serving CSR of the same node is pending or approved.
+    Superseded,
 }
 
 impl CheckId {
@@ -113,6 +115,7 @@ impl CheckId {
             CheckId::CreationWindow => "creation-window",
             CheckId::OneClientCertificate => "one-client-certificate",
             CheckId::Rule => "rule",
+            CheckId::Superseded => "superseded",
         }
     }
 }

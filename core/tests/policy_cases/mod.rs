@@ -9,6 +9,7 @@ mod identity;
 pub mod rules;
 mod sans;
 mod spellings;
+mod superseded;
 
 use std::net::IpAddr;
 
@@ -24,10 +25,14 @@ use crate::support::{
 
 use DecisionKind::{Approve, Deny, Ignore};
 
-/// A case with the default configuration and no evidence but the apiserver's addresses (none),
-/// evaluated a minute after creation.
+/// A case with the default configuration and no evidence but the apiserver's addresses (none) and
+/// the node's serving CSRs (none), evaluated a minute after creation.
 pub fn case(name: &'static str, sub: Submission, expect: (DecisionKind, Reason)) -> Case {
-    let evidence = Evidence { apiserver: Some(Ok(ApiserverAddresses::default())), ..Evidence::default() };
+    let evidence = Evidence {
+        apiserver: Some(Ok(ApiserverAddresses::default())),
+        serving_csrs: Some(Ok(Vec::new())),
+        ..Evidence::default()
+    };
     Case::new(name, sub, config(), evidence, minutes_after_creation(1), expect)
 }
 
@@ -84,6 +89,7 @@ pub fn cases() -> Vec<Case> {
         advertise::cases(),
         evidence::cases(),
         rules::cases(),
+        superseded::cases(),
     ]
     .into_iter()
     .flatten()

@@ -249,14 +249,18 @@ fn a_node_too_large_for_the_rules_fails_every_rule_naming_the_bound() {
 fn every_rule_is_a_check_row_after_the_built_in_checks() {
     let evaluation =
         ruled("rows", (Approve, Reason::AutoApproved), &[("first", "true"), ("second", "true")]).evaluate();
-    let rows: Vec<(CheckId, Outcome)> = evaluation.checks.iter().map(|row| (row.check, row.outcome.clone())).collect();
+    let mut rows: Vec<(CheckId, Outcome)> =
+        evaluation.checks.iter().map(|row| (row.check, row.outcome.clone())).collect();
+    // Only whether a newer CSR of the node supersedes this one comes after them.
+    assert_eq!(rows.pop().map(|(check, _)| check), Some(CheckId::Superseded));
     let last_two = &rows[rows.len() - 2..];
     assert_eq!(
         last_two,
         [(CheckId::Rule, Outcome::Pass("first: holds".into())), (CheckId::Rule, Outcome::Pass("second: holds".into()))]
     );
     assert!(rows[..rows.len() - 2].iter().all(|(check, _)| *check != CheckId::Rule));
-    assert!(evaluation.decision.message.ends_with("expiration, rule, rule"), "{}", evaluation.decision.message);
+    let message = &evaluation.decision.message;
+    assert!(message.ends_with("expiration, rule, rule, superseded"), "{message}");
 }
 
 #[test]

@@ -114,12 +114,10 @@ impl<R: Resolver, C: ClusterView> Reconciler<R, C> {
             tracing::debug!(csr = %logged, "decision written on this version: waiting for the watch");
             return None;
         }
-        // Held until the decision is written: no other client CSR for the same node name is decided
-        // meanwhile, and the ledger counts this approval before the turn passes on.
-        let _turn = match &ctx.ledger {
-            Some(ledger) => ledger.client_turn(csr).await,
-            None => None,
-        };
+        // Held until the decision is written: no other client CSR for the same node name, nor serving
+        // CSR of the same node, is decided meanwhile, and the ledger counts a client approval
+        // before the turn passes on.
+        let _turn = ctx.ledger.node_turn(csr).await;
         let sub = csr.submission();
         let started = Instant::now();
         let evaluation = evaluate(&sub, &ctx.policy, &ctx.resolver, &ctx.cluster, Timestamp::now()).await;
@@ -184,11 +182,8 @@ impl<R: Resolver, C: ClusterView> Reconciler<R, C> {
         };
         ctx.metrics.record_write(result);
         // No answer does not mean not written: count it, so no second one follows.
-        if matches!(result, WriteResult::Success | WriteResult::Error)
-            && decision.kind == DecisionKind::Approve
-            && let Some(ledger) = &ctx.ledger
-        {
-            ledger.record_approval(csr);
+        if matches!(result, WriteResult::Success | WriteResult::Error) && decision.kind == DecisionKind::Approve {
+            ctx.ledger.record_approval(csr);
         }
         let retry_in = self.memory.settle(csr, Outcome::Write(result));
         if let Err(error) = written {
