@@ -2,6 +2,8 @@
 //! it. A relist builds a new set beside the old one and swaps it in when complete, so readers see
 //! either the old state or the new, never half a list. An object the relist finds unchanged is
 //! the cached one, shared by both sets: a relist holds a second copy only of what changed.
+//! Objects that name a group (a kubelet-serving CSR: its requester) are also indexed by it, so
+//! a reader asks for one group without a pass over the whole cache.
 
 use std::collections::HashMap;
 use std::sync::{Arc, PoisonError, RwLock};
@@ -12,13 +14,59 @@ use kube::runtime::watcher::Event;
 pub trait Named {
     /// The name the cache keys it by (shared, not copied, by the cache and its readers).
     fn name(&self) -> &Arc<str>;
+
+    /// The group the cache also indexes it by, if any ([`Cache::in_group`]).
+    fn group(&self) -> Option<&Arc<str>> {
+        None
+    }
+}
+
+/// One set of objects: by name, and the grouped ones by group.
+struct Objects<T> {
+    by_name: HashMap<Arc<str>, Arc<T>>,
+    by_group: HashMap<Arc<str>, Vec<Arc<T>>>,
+}
+
+impl<T> Default for Objects<T> {
+    fn default() -> Self {
+        Objects { by_name: HashMap::new(), by_group: HashMap::new() }
+    }
+}
+
+impl<T: Named> Objects<T> {
+    /// Adds `object`, replacing the one of its name.
+    fn insert(&mut self, object: Arc<T>) {
+        if let Some(replaced) = self.by_name.insert(object.name().clone(), object.clone()) {
+            self.ungroup(&replaced);
+        }
+        if let Some(group) = object.group() {
+            self.by_group.entry(group.clone()).or_default().push(object);
+        }
+    }
+
+    /// Removes the object named `name`.
+    fn remove(&mut self, name: &str) {
+        if let Some(removed) = self.by_name.remove(name) {
+            self.ungroup(&removed);
+        }
+    }
+
+    fn ungroup(&mut self, object: &Arc<T>) {
+        let Some(group) = object.group() else { return };
+        if let Some(members) = self.by_group.get_mut(group) {
+            members.retain(|member| !Arc::ptr_eq(member, object));
+            if members.is_empty() {
+                self.by_group.remove(group);
+            }
+        }
+    }
 }
 
 /// What the cache holds.
 struct State<T> {
-    objects: HashMap<Arc<str>, Arc<T>>,
+    objects: Objects<T>,
     /// The objects of a list under way, swapped in when it completes.
-    listing: Option<HashMap<Arc<str>, Arc<T>>>,
+    listing: Option<Objects<T>>,
     /// A list has completed at least once.
     ready: bool,
 }
@@ -27,7 +75,7 @@ impl<T: Named + PartialEq> State<T> {
     /// `object` behind an `Arc`: the cached one when it is equal to it, so an unchanged object
     /// (a relist, a watch restarted) is held once, whichever set holds it.
     fn shared(&self, object: T) -> Arc<T> {
-        match self.objects.get(object.name()) {
+        match self.objects.by_name.get(object.name()) {
             Some(cached) if **cached == object => cached.clone(),
             _ => Arc::new(object),
         }
@@ -52,19 +100,27 @@ pub struct CacheWriter<T> {
 
 /// A new empty cache: its reader and its writer.
 pub fn cache<T>() -> (Cache<T>, CacheWriter<T>) {
-    let cache = Cache { state: Arc::new(RwLock::new(State { objects: HashMap::new(), listing: None, ready: false })) };
+    let cache =
+        Cache { state: Arc::new(RwLock::new(State { objects: Objects::default(), listing: None, ready: false })) };
     (cache.clone(), CacheWriter { cache })
 }
 
 impl<T> Cache<T> {
     /// The object named `name`, if cached.
     pub fn get(&self, name: &str) -> Option<Arc<T>> {
-        self.state.read().unwrap_or_else(PoisonError::into_inner).objects.get(name).cloned()
+        self.state.read().unwrap_or_else(PoisonError::into_inner).objects.by_name.get(name).cloned()
     }
 
     /// Every cached object, in no particular order.
     pub fn state(&self) -> Vec<Arc<T>> {
-        self.state.read().unwrap_or_else(PoisonError::into_inner).objects.values().cloned().collect()
+        self.state.read().unwrap_or_else(PoisonError::into_inner).objects.by_name.values().cloned().collect()
+    }
+
+    /// `read` applied to the cached objects of group `group` ([`Named::group`]), in no
+    /// particular order, under the cache's read lock: nothing is copied.
+    pub fn in_group<R>(&self, group: &str, read: impl FnOnce(&[Arc<T>]) -> R) -> R {
+        let state = self.state.read().unwrap_or_else(PoisonError::into_inner);
+        read(state.objects.by_group.get(group).map_or(&[], Vec::as_slice))
     }
 
     /// True once a list has completed: the cache holds what existed then.
@@ -86,7 +142,7 @@ impl<T: Named + PartialEq> CacheWriter<T> {
         match event {
             Event::Apply(object) => {
                 let object = state.shared(object.into());
-                state.objects.insert(object.name().clone(), object.clone());
+                state.objects.insert(object.clone());
                 Event::Apply(object)
             }
             Event::Delete(object) => {
@@ -95,12 +151,12 @@ impl<T: Named + PartialEq> CacheWriter<T> {
                 Event::Delete(Arc::new(object))
             }
             Event::Init => {
-                state.listing = Some(HashMap::new());
+                state.listing = Some(Objects::default());
                 Event::Init
             }
             Event::InitApply(object) => {
                 let object = state.shared(object.into());
-                state.listing.get_or_insert_default().insert(object.name().clone(), object.clone());
+                state.listing.get_or_insert_default().insert(object.clone());
                 Event::InitApply(object)
             }
             Event::InitDone => {
@@ -117,16 +173,56 @@ mod tests {
     use super::*;
 
     #[derive(Debug, PartialEq)]
-    struct Object(Arc<str>, u32);
+    struct Object(Arc<str>, u32, Option<Arc<str>>);
 
     impl Named for Object {
         fn name(&self) -> &Arc<str> {
             &self.0
         }
+
+        fn group(&self) -> Option<&Arc<str>> {
+            self.2.as_ref()
+        }
     }
 
     fn object(name: &str, version: u32) -> Object {
-        Object(name.into(), version)
+        Object(name.into(), version, None)
+    }
+
+    fn grouped(name: &str, version: u32, group: &str) -> Object {
+        Object(name.into(), version, Some(group.into()))
+    }
+
+    fn group(cache: &Cache<Object>, group: &str) -> Vec<(String, u32)> {
+        let mut members: Vec<(String, u32)> =
+            cache.in_group(group, |objects| objects.iter().map(|o| (o.0.to_string(), o.1)).collect());
+        members.sort();
+        members
+    }
+
+    #[test]
+    fn a_group_holds_exactly_the_cached_objects_that_name_it() {
+        let (cache, mut writer) = cache::<Object>();
+        writer.apply(Event::Apply(grouped("a", 1, "g")));
+        writer.apply(Event::Apply(grouped("b", 1, "g")));
+        writer.apply(Event::Apply(grouped("c", 1, "h")));
+        writer.apply(Event::Apply(object("d", 1)));
+        assert_eq!(group(&cache, "g"), [("a".into(), 1), ("b".into(), 1)]);
+        writer.apply(Event::Apply(grouped("a", 2, "g")));
+        writer.apply(Event::Apply(grouped("b", 1, "g")));
+        assert_eq!(group(&cache, "g"), [("a".into(), 2), ("b".into(), 1)], "replaced, unchanged: once each");
+        writer.apply(Event::Delete(grouped("a", 3, "g")));
+        assert_eq!(group(&cache, "g"), [("b".into(), 1)]);
+        assert_eq!(group(&cache, "h"), [("c".into(), 1)]);
+        assert!(group(&cache, "d").is_empty(), "an object without a group is in none");
+        writer.apply(Event::<Object>::Init);
+        writer.apply(Event::InitApply(grouped("e", 1, "g")));
+        assert_eq!(group(&cache, "g"), [("b".into(), 1)], "a list under way is not seen");
+        writer.apply(Event::<Object>::InitDone);
+        assert_eq!(group(&cache, "g"), [("e".into(), 1)]);
+        assert!(group(&cache, "h").is_empty(), "a relist's groups replace the old ones");
+        writer.apply(Event::Delete(grouped("e", 1, "g")));
+        assert!(cache.state.read().unwrap().objects.by_group.is_empty(), "an emptied group is dropped");
     }
 
     fn versions(cache: &Cache<Object>) -> Vec<(String, u32)> {

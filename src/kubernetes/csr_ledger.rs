@@ -129,10 +129,18 @@ impl CsrLedger {
         Some(NodeTurn { ledger: self.clone(), node, guard: Some(guard) })
     }
 
-    /// The kubelet-serving CSRs whose requester is `requester`, decided or not, as the superseded
-    /// rule compares them ([`serving_csr`]).
+    /// What the superseded rule reads of the kubelet-serving CSRs whose requester is `requester`:
+    /// the newest one not denied or failed, if any ([`serving_csr`]). One pass over that
+    /// requester's CSRs in the cache, none over the others.
     pub fn serving_csrs(&self, requester: &str) -> Vec<ServingCsr> {
-        self.csrs.state().iter().filter(|csr| &*csr.username == requester).filter_map(|csr| serving_csr(csr)).collect()
+        self.csrs.in_group(requester, |csrs| {
+            csrs.iter()
+                .filter_map(|csr| serving_csr(csr))
+                .filter(|csr| !csr.refused)
+                .max_by(|a, b| (a.created, &a.name).cmp(&(b.created, &b.name)))
+                .into_iter()
+                .collect()
+        })
     }
 
     /// Counts `csr`'s approval as written (or perhaps written: its write failed without an
@@ -295,7 +303,7 @@ mod tests {
     }
 
     #[test]
-    fn a_node_s_serving_csrs_are_read_with_their_time_and_whether_refused() {
+    fn a_node_s_newest_serving_csr_not_refused_is_read_from_its_own_group() {
         let (ledger, mut writer) = ledger();
         for csr in [
             serving("pending", "n1", 1, None),
@@ -307,15 +315,18 @@ mod tests {
         ] {
             writer.apply(watcher::Event::Apply(csr));
         }
-        let mut read = ledger.serving_csrs("system:node:n1");
-        read.sort_by(|a, b| a.name.cmp(&b.name));
         let at = |second| Timestamp::from_second(second).ok();
-        let csr = |name: &str, second, refused| ServingCsr { name: name.into(), created: at(second), refused };
-        assert_eq!(
-            read,
-            [csr("approved", 2, false), csr("denied", 3, true), csr("failed", 4, true), csr("pending", 1, false)]
-        );
+        let csr = |name: &str, second| vec![ServingCsr { name: name.into(), created: at(second), refused: false }];
+        assert_eq!(ledger.serving_csrs("system:node:n1"), csr("approved", 2), "denied and failed ones are skipped");
         assert!(ledger.serving_csrs("n1").is_empty(), "the requester is the username, whole");
+        assert_eq!(ledger.serving_csrs("system:node:n2"), csr("other-node", 5));
+        writer.apply(watcher::Event::Apply(serving("b-newer", "n1", 6, None)));
+        writer.apply(watcher::Event::Apply(serving("a-newer", "n1", 6, None)));
+        assert_eq!(ledger.serving_csrs("system:node:n1"), csr("b-newer", 6), "the same second: the greater name");
+        writer.apply(watcher::Event::Apply(serving("b-newer", "n1", 6, Some("Denied"))));
+        assert_eq!(ledger.serving_csrs("system:node:n1"), csr("a-newer", 6), "a replaced object leaves its group");
+        writer.apply(watcher::Event::Delete(serving("a-newer", "n1", 6, None)));
+        assert_eq!(ledger.serving_csrs("system:node:n1"), csr("approved", 2), "a deleted object leaves its group");
     }
 
     #[test]

@@ -202,6 +202,12 @@ impl Named for CsrObject {
     fn name(&self) -> &Arc<str> {
         &self.name
     }
+
+    /// A kubelet-serving CSR is grouped by its requester: the superseded rule reads a node's
+    /// serving CSRs.
+    fn group(&self) -> Option<&Arc<str>> {
+        (&*self.signer_name == KUBELET_SERVING_SIGNER).then_some(&self.username)
+    }
 }
 
 impl CsrObject {

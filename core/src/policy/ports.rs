@@ -237,7 +237,9 @@ pub trait ClusterView: Send + Sync {
     /// ([`super::issued_client_node`]).
     fn client_certificates(&self, node: &str) -> impl Future<Output = Result<Vec<String>, ClusterError>> + Send;
 
-    /// The kubelet-serving CSRs whose `spec.username` is `requester`, decided or not.
+    /// The kubelet-serving CSRs whose `spec.username` is `requester`, decided or not. All the
+    /// superseded rule reads is the newest one that is not refused: an implementation may answer
+    /// that one alone.
     fn serving_csrs(&self, requester: &str) -> impl Future<Output = Result<Vec<ServingCsr>, ClusterError>> + Send;
 
     /// The serving certificate the kubelet of Node `node` presents, dialled at that Node's
