@@ -12,7 +12,7 @@ const OUTAGE: Duration = Duration::from_secs(15);
 #[tokio::test]
 async fn csrs_created_around_an_apiserver_outage_are_all_decided_after_it_returns() {
     let _serial = SERIAL.lock().await;
-    let Scenario { cp, admin, lease_name: _, lease, replicas, leader: _, nodes } = Scenario::start(1, 8).await;
+    let Scenario { cp, admin, lease_name: _, lease, replicas, leader: _, nodes } = Scenario::start(1).await;
 
     // Created before the outage, and during it: those wait for the apiserver and are created the
     // moment it is back.

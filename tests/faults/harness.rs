@@ -7,7 +7,8 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use kube::api::PostParams;
-use kube::{Api, Client};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Api, Client, Config};
 use testenv::{ControlPlane, FaultProxy};
 use tokio::task::JoinSet;
 
@@ -56,14 +57,14 @@ pub struct Scenario {
 }
 
 impl Scenario {
-    /// Starts a control plane of its own, `replicas` replicas (see [`replicas`]) and `nodes` nodes.
-    pub async fn start(replicas: usize, nodes: usize) -> Scenario {
+    /// Starts a control plane of its own, `replicas` replicas (see [`replicas`]) and its nodes.
+    pub async fn start(replicas: usize) -> Scenario {
         let cp = ControlPlane::start().await.unwrap();
         let admin = cp.admin_client().await.unwrap();
         let lease_name = unique("faults");
         let lease = LeaseLog::start(&admin, &lease_name);
         let (replicas, leader) = self::replicas(&cp, &lease_name, replicas, &[]).await;
-        let nodes = Nodes::new(&cp, nodes).await;
+        let nodes = Nodes::new(&cp).await;
         Scenario { cp, admin, lease_name, lease, replicas, leader, nodes }
     }
 }
@@ -137,23 +138,23 @@ pub struct Created {
 }
 
 /// Node identities creating CSRs through impersonation, straight at the apiserver (never through
-/// a proxy). Cheap to clone.
+/// a proxy): each CSR is of a node of its own (`<base>-<number>`, with a DNS name and an address
+/// of its own), as of one node's serving CSRs only the newest is approved. Cheap to clone.
 #[derive(Clone)]
 pub struct Nodes {
-    nodes: Arc<Vec<(String, Client)>>,
+    /// The admin's connection to the apiserver, which each node's client impersonates the node on.
+    admin: Arc<Config>,
+    /// What every node name starts with.
+    base: Arc<str>,
     next: Arc<AtomicUsize>,
 }
 
 impl Nodes {
-    /// `count` nodes of unique names.
-    pub async fn new(cp: &ControlPlane, count: usize) -> Nodes {
-        let mut nodes = Vec::new();
-        for _ in 0..count {
-            let node = unique("n");
-            let client = cp.impersonated_client(&format!("system:node:{node}"), &["system:nodes"]).await.unwrap();
-            nodes.push((node, client));
-        }
-        Nodes { nodes: Arc::new(nodes), next: Arc::default() }
+    /// Nodes of `cp`, of unique names.
+    pub async fn new(cp: &ControlPlane) -> Nodes {
+        let kubeconfig = Kubeconfig::read_from(cp.kubeconfig_path()).unwrap();
+        let admin = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await.unwrap();
+        Nodes { admin: Arc::new(admin), base: unique("n").into(), next: Arc::default() }
     }
 
     /// Creates CSR `name` as `expect` says: the node's own request, or one for a hostname not of
@@ -172,17 +173,33 @@ impl Nodes {
         self.create_numbered(i, &format!("{prefix}-{i:04}"), expect).await
     }
 
-    /// Creates CSR number `i` (its node is the `i`th, round robin).
+    /// Creates CSR number `i` as node number `i`: its own request names the node's DNS name and
+    /// address.
     async fn create_numbered(&self, i: usize, name: &str, expect: Expect) -> Created {
-        let (node, client) = &self.nodes[i % self.nodes.len()];
+        let node = format!("{}-{i:04}", self.base);
         let request = match expect {
-            Expect::Approved => Request::node(node).dns(&format!("{node}.nodes.example.com")).ip("10.0.0.31"),
-            Expect::Denied => Request::node(node).dns("auth.evil.io"),
+            Expect::Approved => Request::node(&node).dns(&format!("{node}.nodes.example.com")).ip(&address(i)),
+            Expect::Denied => Request::node(&node).dns("auth.evil.io"),
         };
         let usages = &crate::support::SERVING_USAGES;
-        create_object(client, &testkit::csr::object(name, testkit::csr::SERVING_SIGNER, usages, &request.pem())).await;
+        let csr = testkit::csr::object(name, testkit::csr::SERVING_SIGNER, usages, &request.pem());
+        create_object(&self.client(&node), &csr).await;
         Created { name: name.to_owned(), expect }
     }
+
+    /// A client acting as `node` (user `system:node:<node>`, group `system:nodes`).
+    fn client(&self, node: &str) -> Client {
+        let mut config = Config::clone(&self.admin);
+        config.auth_info.impersonate = Some(format!("system:node:{node}"));
+        config.auth_info.impersonate_groups = Some(vec!["system:nodes".to_owned()]);
+        Client::try_from(config).unwrap()
+    }
+}
+
+/// The address of node number `i`, its own, inside the provider prefixes of the other tests
+/// ([`testkit::policy::PREFIXES`], 10.0.0.0/16).
+fn address(i: usize) -> String {
+    format!("10.0.{}.{}", 1 + i / 254, 1 + i % 254)
 }
 
 /// Creates `csr`, retrying for [`CREATE_DEADLINE`] while the apiserver cannot be reached or is

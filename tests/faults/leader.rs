@@ -19,7 +19,7 @@ const STALLS: usize = 2;
 /// resuming it and checking that every CSR is decided within [`RECOVERY`] of its resumption.
 async fn stalled_leader(count: usize) {
     let _serial = SERIAL.lock().await;
-    let Scenario { cp, admin, lease_name, lease, replicas, mut leader, nodes } = Scenario::start(count, 8).await;
+    let Scenario { cp, admin, lease_name, lease, replicas, mut leader, nodes } = Scenario::start(count).await;
     let _signer = cp.start_signer().await.unwrap();
 
     let warm = burst(&nodes, "leading", 6, 6).await;
@@ -56,7 +56,7 @@ async fn a_leader_of_three_stalled_past_its_renew_deadline_leaves_every_csr_deci
 #[tokio::test]
 async fn a_leader_killed_mid_burst_leaves_every_csr_decided_once() {
     let _serial = SERIAL.lock().await;
-    let Scenario { cp, admin, lease_name, lease, replicas, leader, nodes } = Scenario::start(3, 8).await;
+    let Scenario { cp, admin, lease_name, lease, replicas, leader, nodes } = Scenario::start(3).await;
     let _signer = cp.start_signer().await.unwrap();
 
     let creator = Creator::start(&nodes, "burst", 4, None);

@@ -24,7 +24,7 @@ const WATCHED: Duration = Duration::from_secs(30);
 #[tokio::test]
 async fn hostile_csr_names_are_each_decided_once_and_touch_no_other_csr() {
     let _serial = SERIAL.lock().await;
-    let Scenario { cp: _cp, admin, lease_name: _, lease, replicas, leader: _, nodes } = Scenario::start(1, 4).await;
+    let Scenario { cp: _cp, admin, lease_name: _, lease, replicas, leader: _, nodes } = Scenario::start(1).await;
     let approver = &replicas[0].approver;
     let base = unique("h");
 

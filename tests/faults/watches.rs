@@ -18,7 +18,7 @@ const RELIST_DELAY: Duration = Duration::from_secs(3);
 #[tokio::test]
 async fn csrs_created_while_the_watch_is_down_are_decided_after_a_410_relist() {
     let _serial = SERIAL.lock().await;
-    let Scenario { cp: _cp, admin, lease_name: _, lease, replicas, leader: _, nodes } = Scenario::start(1, 8).await;
+    let Scenario { cp: _cp, admin, lease_name: _, lease, replicas, leader: _, nodes } = Scenario::start(1).await;
     let proxy = &replicas[0].proxy;
 
     let mut created = burst(&nodes, "watched", 4, 4).await;

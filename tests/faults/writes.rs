@@ -17,7 +17,7 @@ const ATTEMPTS_PER_CSR: usize = 8;
 /// them pass.
 async fn failing_writes(fault: WriteFault) {
     let _serial = SERIAL.lock().await;
-    let Scenario { cp: _cp, admin, lease_name: _, lease, replicas, leader: _, nodes } = Scenario::start(1, 8).await;
+    let Scenario { cp: _cp, admin, lease_name: _, lease, replicas, leader: _, nodes } = Scenario::start(1).await;
     let proxy = &replicas[0].proxy;
     let scenario = format!("approval writes failing ({fault:?})");
 
