@@ -24,7 +24,10 @@ async fn approves_and_denies_end_to_end_with_conditions_and_events() {
     let admin = cp.admin_client().await.unwrap();
     // The forgeries are another node's: of one node's serving CSRs only the newest is approved.
     let (node, rival) = (unique("n"), unique("n"));
-    let dns = dns_for(&[(&node, 21)]);
+    // Each approver below approves a node of its own: two serving CSRs of one node created within
+    // the same second would be ordered by name, not by when they were created.
+    let (node_all, node_none) = (unique("n"), unique("n"));
+    let dns = dns_for(&[(&node, 21), (&node_all, 22), (&node_none, 23)]);
     let mut approver = Approver::start(cp.kubeconfig_path(), &[&format!("--dns-server={}", dns.addr())], &[]);
     approver.wait_ready().await;
 
@@ -84,12 +87,12 @@ async fn approves_and_denies_end_to_end_with_conditions_and_events() {
     drop(approver);
 
     // --events=all adds the approvals' events; --events=none publishes nothing.
-    for (level, with_events) in [("all", true), ("none", false)] {
+    for (level, with_events, node, n) in [("all", true, &node_all, 22), ("none", false, &node_none, 23)] {
         let flags = [format!("--dns-server={}", dns.addr()), format!("--events={level}")];
         let mut approver = Approver::start(cp.kubeconfig_path(), &[&flags[0], &flags[1]], &[]);
         approver.wait_ready().await;
         let (good, forged) = (csrs.name("good"), csrs.name("forged"));
-        create_serving_csr(cp, &good, &node, &legit(&node, 21)).await;
+        create_serving_csr(cp, &good, node, &legit(node, n)).await;
         create_serving_csr(cp, &forged, &rival, &Request::node(&rival).dns("auth.evil.io")).await;
         assert_eq!(wait_decided(&admin, &good, DECIDE).await[0].type_, "Approved");
         assert_eq!(wait_decided(&admin, &forged, DECIDE).await[0].type_, "Denied");

@@ -86,8 +86,13 @@ impl Judge {
     pub fn judge(&mut self, input: &Input) -> Result<Verdict, testenv::Error> {
         let go = self.oracle.read(&input.request)?;
         let ours = CsrFacts::from_pem(&input.request);
-        // The apiserver has no addresses here: only the reading of the request decides.
-        let evidence = Evidence { apiserver: Some(Ok(ApiserverAddresses::default())), ..Evidence::default() };
+        // The apiserver has no addresses and the node no other serving CSR here: only the reading
+        // of the request decides.
+        let evidence = Evidence {
+            apiserver: Some(Ok(ApiserverAddresses::default())),
+            serving_csrs: Some(Ok(Vec::new())),
+            ..Evidence::default()
+        };
         let evaluation = decide(&submission(&input.request), &self.policy, &evidence, jiff::Timestamp::now());
         let approved = evaluation.decision.kind == DecisionKind::Approve;
         let mut what = ours.as_ref().ok().and_then(|facts| parser_difference(facts, &go));

@@ -1,6 +1,6 @@
 //! The real signer: kube-controller-manager signs what the approver approves. Every corpus entry the
-//! apiserver accepts is created as node `n1`, `check` reports it while pending, then the controller
-//! decides: an approved request gets a certificate whose subject and SANs are exactly what `check`
+//! apiserver accepts is created as node `n1`, one at a time: `check` reports it while pending, then
+//! the controller decides it: an approved request gets a certificate whose subject and SANs are exactly what `check`
 //! reported, and every attack shape is denied and never gets a certificate.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -137,8 +137,13 @@ async fn approved_requests_get_exactly_the_reported_certificate_and_attacks_get_
     let csrs = Api::<CertificateSigningRequest>::all(admin.clone());
     let as_node = Api::<CertificateSigningRequest>::all(node);
     let seeds = Seeds::new().unwrap();
+    let binary = approver_binary();
+    // One CSR at a time: `check` reports it while pending, then a controller decides it (and the
+    // signer signs it) before the next is created: of a node's serving CSRs pending together only
+    // the newest would be approved (the others `Superseded`), and every entry here is node n1's.
     let mut created = Vec::new();
     let mut refused_by_apiserver = Vec::new();
+    let mut approved = 0;
     for (i, entry) in corpus(&seeds).into_iter().enumerate() {
         let name = format!("signer-{i}");
         let csr = CertificateSigningRequest {
@@ -152,35 +157,31 @@ async fn approved_requests_get_exactly_the_reported_certificate_and_attacks_get_
             status: None,
         };
         match as_node.create(&PostParams::default(), &csr).await {
-            Ok(_) => created.push((name, entry)),
-            Err(kube::Error::Api(status)) if status.code == 422 => refused_by_apiserver.push(entry.name),
+            Ok(_) => {}
+            Err(kube::Error::Api(status)) if status.code == 422 => {
+                refused_by_apiserver.push(entry.name);
+                continue;
+            }
             Err(error) => panic!("{}: {error}", entry.name),
         }
-    }
-    println!("created {} CSRs; the apiserver refused {refused_by_apiserver:?}", created.len());
-    assert!(created.iter().any(|(_, e)| e.name.starts_with("end and begin")), "the finding must reach the approver");
-
-    let binary = approver_binary();
-    let names: Vec<String> = created.iter().map(|(name, _)| name.clone()).collect();
-    let reports = check(&binary, cp, &names).await;
-    let mut controller = tokio::process::Command::new(&binary)
-        .arg("--kubeconfig")
-        .arg(cp.kubeconfig_path())
-        .args(ARGS)
-        .args(["--health-probe-bind-address=127.0.0.1:0", "--metrics-bind-address=0"])
-        .stdin(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-
-    let deadline = Instant::now() + DECIDE;
-    let mut approved = 0;
-    for ((name, entry), (reported_name, decision, request)) in created.iter().zip(&reports) {
-        assert_eq!(name, reported_name);
+        // `check` reads it from the cluster as the controller will, every older CSR of n1 decided.
+        let reports = check(&binary, cp, std::slice::from_ref(&name)).await;
+        let [(reported_name, decision, request)] = reports.as_slice() else { panic!("{}: {reports:?}", entry.name) };
+        assert_eq!(&name, reported_name);
         let expected = if entry.expect == Expect::Approve { "approve" } else { "deny" };
         assert_eq!(decision, expected, "{}: check decided {decision}", entry.name);
+        let mut controller = tokio::process::Command::new(&binary)
+            .arg("--kubeconfig")
+            .arg(cp.kubeconfig_path())
+            .args(ARGS)
+            .args(["--health-probe-bind-address=127.0.0.1:0", "--metrics-bind-address=0"])
+            .stdin(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + DECIDE;
         loop {
-            let csr = csrs.get(name).await.unwrap();
+            let csr = csrs.get(&name).await.unwrap();
             let status = csr.status.unwrap_or_default();
             let condition = status.conditions.unwrap_or_default().into_iter().next().map(|c| c.type_);
             match (entry.expect, condition.as_deref(), status.certificate) {
@@ -199,7 +200,11 @@ async fn approved_requests_get_exactly_the_reported_certificate_and_attacks_get_
                 }
             }
         }
+        controller.kill().await.unwrap();
+        created.push((name, entry));
     }
+    println!("created {} CSRs; the apiserver refused {refused_by_apiserver:?}", created.len());
+    assert!(created.iter().any(|(_, e)| e.name.starts_with("end and begin")), "the finding must reach the approver");
     assert!(approved >= 4, "too few approvals reached the signer: {approved}");
     // A denied CSR is never signed, however long the signer runs.
     tokio::time::sleep(Duration::from_secs(3)).await;
@@ -207,5 +212,4 @@ async fn approved_requests_get_exactly_the_reported_certificate_and_attacks_get_
         let status = csrs.get(name).await.unwrap().status.unwrap_or_default();
         assert!(status.certificate.is_none(), "{}: a denied request was signed", entry.name);
     }
-    controller.kill().await.unwrap();
 }
