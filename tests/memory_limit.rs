@@ -105,6 +105,9 @@ async fn under_the_charts_memory_limit_hundreds_of_csrs_with_huge_names_cost_lit
     let created: Vec<_> = futures::stream::iter(0..LONG_CSRS).map(create).buffer_unordered(8).collect().await;
     created.into_iter().collect::<Result<(), _>>().unwrap();
     println!("{LONG_CSRS} CSRs of {LONG_NAME}-character names created in {:?}", started.elapsed());
+    // The legitimate CSR below comes at least a second later, so that it is the node's newest
+    // serving CSR by creation time, not only by name (the long-named ones are the same node's).
+    let legit_after = tokio::time::Instant::now() + Duration::from_millis(1100);
 
     let cgroup = MemoryCgroup::create(LIMIT_BYTES);
     let dns = DnsServer::start_on_thread(Records::new().a(&format!("{node}.nodes.example.com"), "10.0.0.31")).unwrap();
@@ -123,6 +126,7 @@ async fn under_the_charts_memory_limit_hundreds_of_csrs_with_huge_names_cost_lit
     approver.wait_ready().await;
 
     let name = unique("legit");
+    tokio::time::sleep_until(legit_after).await;
     create_serving_csr(cp, &name, &node, &request).await;
     let decided = wait_decided(&admin, &name, Duration::from_secs(30)).await;
     let (peak, failcnt, kills) =
