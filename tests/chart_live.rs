@@ -103,8 +103,9 @@ async fn the_chart_rbac_and_container_env_approve_a_real_csr_and_deny_a_forgery(
     let legit = unique("chart-legit");
     let forged = unique("chart-forged");
     let request = Request::node(&node).dns(&format!("{node}.nodes.example.com")).ip("10.0.0.31");
-    create_serving_csr(cp, &legit, &node, &request).await;
+    // The forgery first: of a node's serving CSRs pending together only the newest is approved.
     create_serving_csr(cp, &forged, &node, &Request::node(&node).dns("evil.nodes.example.com")).await;
+    create_serving_csr(cp, &legit, &node, &request).await;
     for (name, want) in [(&legit, "Approved"), (&forged, "Denied")] {
         let decided = wait_decided(&admin, name, Duration::from_secs(30)).await;
         assert_eq!(decided.first().map(|c| c.type_.as_str()), Some(want), "{name}:\n{}", approver.logs());

@@ -78,8 +78,9 @@ async fn the_decision_write_changes_only_the_conditions() {
     let node = unique("n");
     let dns = dns_for(&[(&node, 29)]);
     let (good, forged) = (csrs.name("kept-good"), csrs.name("kept-forged"));
-    create_serving_csr(cp, &good, &node, &legit(&node, 29)).await;
+    // The forgery first: of a node's serving CSRs pending together only the newest is approved.
     create_serving_csr(cp, &forged, &node, &Request::node(&node).dns("auth.evil.io")).await;
+    create_serving_csr(cp, &good, &node, &legit(&node, 29)).await;
     // What others keep on a CSR: the approval subresource takes metadata from the body.
     let api = Api::<CertificateSigningRequest>::all(admin.clone());
     let metadata = serde_json::json!({"metadata": {
