@@ -20,7 +20,7 @@ use std::sync::Arc;
 
 use node_csr_approver_core::policy::{
     ApiserverAddresses, Bootstrapper, BrakeInputs, CheckId, ClusterError, DecisionKind, Evidence, Lookup, MachineInfo,
-    NodeInfo, Reason, ServingCsr, Submission,
+    NodeInfo, Reason, ServingCsr, ServingCsrState, Submission,
 };
 use rcgen::DnType;
 use support::table::{Case, assert_all};
@@ -288,11 +288,18 @@ fn with_other_name(mut request: Request) -> Request {
 /// so a newer CSR of the same username may be anyone's. It has no superseded row at all.
 #[test]
 fn a_client_csr_is_never_superseded() {
-    let newer = ServingCsr { name: "client-n1-newer".into(), created: Some(now()), refused: false };
-    let mut with_newer = evidence(vec![n1_machine(None)]);
-    with_newer.serving_csrs = Some(Ok(vec![newer]));
-    let evaluation =
-        case("a client csr with a newer one", client("n1", 60), with_newer, (Approve, Reason::AutoApproved)).evaluate();
-    assert_eq!((evaluation.decision.kind, evaluation.decision.reason), (Approve, Reason::AutoApproved));
-    assert!(evaluation.checks.iter().all(|row| row.check != CheckId::Superseded), "{:?}", evaluation.checks);
+    for state in [ServingCsrState::Approved, ServingCsrState::Pending] {
+        let newer = ServingCsr { name: "client-n1-newer".into(), created: Some(now()), state };
+        let mut with_newer = evidence(vec![n1_machine(None)]);
+        with_newer.serving_csrs = Some(Ok(vec![newer]));
+        let evaluation =
+            case("a client csr with a newer one", client("n1", 60), with_newer, (Approve, Reason::AutoApproved))
+                .evaluate();
+        assert_eq!(
+            (evaluation.decision.kind, evaluation.decision.reason),
+            (Approve, Reason::AutoApproved),
+            "{state:?}"
+        );
+        assert!(evaluation.checks.iter().all(|row| row.check != CheckId::Superseded), "{:?}", evaluation.checks);
+    }
 }

@@ -8,7 +8,7 @@ use clap::Args;
 
 use super::values::{Checked, duration, given, is_dns_label, keyword, namespace_or_empty, number, path, shared};
 use super::{BindAddress, ConfigError, Flag, ValueError};
-use crate::policy::{DecisionKind, is_dns_subdomain};
+use crate::policy::{DecisionKind, Reason, is_dns_subdomain};
 
 /// Where the service account's namespace is mounted in a pod.
 pub(super) const POD_NAMESPACE_FILE: &str = "/var/run/secrets/kubernetes.io/serviceaccount/namespace";
@@ -23,7 +23,7 @@ pub struct RunArgs {
     /// CSRs evaluated and written at once, 1..=1000
     #[arg(long, env = "CONCURRENCY", default_value = "32", value_parser = number::<u16>(1..=1000))]
     pub concurrency: u16,
-    /// Which decisions are also published as Events: all; problems (denials, holds and retries, not approvals, whose Approved condition is their record); or none
+    /// Which decisions are also published as Events: all; problems (denials, holds and retries, not approvals, whose Approved condition is their record, nor a node's older serving CSRs denied Superseded or waiting for its newer one); or none
     #[arg(long, env = "EVENTS", default_value = "problems", value_parser = keyword(EVENT_LEVELS))]
     pub events: EventLevel,
     /// Evaluate and record (events, metrics, logs) but write no condition
@@ -104,19 +104,26 @@ pub enum LogFormat {
 pub enum EventLevel {
     /// Every decision.
     All,
-    /// Every decision but approvals: an approval's Approved condition already carries its reason
-    /// and message, and its Event would double the writes of a burst.
+    /// Every decision but approvals and a node's older serving CSRs denied `Superseded` or waiting
+    /// for its newer one (`NewerServingCSRPending`): none is a problem to act on, their condition
+    /// (or the decision that follows) carries reason and message, and their Events would double
+    /// the writes of a burst or a renewal storm.
     Problems,
     /// None.
     None,
 }
 
 impl EventLevel {
-    /// Whether a decision of `kind` is published.
-    pub fn publishes(self, kind: DecisionKind) -> bool {
+    /// Whether a decision of `kind` for `reason` is published.
+    pub fn publishes(self, kind: DecisionKind, reason: Reason) -> bool {
         match self {
             EventLevel::All => true,
-            EventLevel::Problems => kind != DecisionKind::Approve,
+            EventLevel::Problems => !matches!(
+                (kind, reason),
+                (DecisionKind::Approve, _)
+                    | (DecisionKind::Deny, Reason::Superseded)
+                    | (DecisionKind::Retry, Reason::NewerServingCSRPending)
+            ),
             EventLevel::None => false,
         }
     }
@@ -254,10 +261,24 @@ mod tests {
         }
         use DecisionKind::{Approve, Deny, Hold, Ignore, Retry};
         for kind in [Approve, Deny, Hold, Retry, Ignore] {
-            assert!(EventLevel::All.publishes(kind), "{kind:?}");
-            assert_eq!(EventLevel::Problems.publishes(kind), kind != Approve, "{kind:?}");
-            assert!(!EventLevel::None.publishes(kind), "{kind:?}");
+            for reason in [Reason::AutoApproved, Reason::HostnameMismatch, Reason::DNSUnavailable] {
+                assert!(EventLevel::All.publishes(kind, reason), "{kind:?}");
+                assert_eq!(EventLevel::Problems.publishes(kind, reason), kind != Approve, "{kind:?} {reason}");
+                assert!(!EventLevel::None.publishes(kind, reason), "{kind:?}");
+            }
         }
+    }
+
+    #[test]
+    fn a_node_s_superseded_and_waiting_serving_csrs_are_published_only_with_all() {
+        use DecisionKind::{Deny, Hold, Retry};
+        for routine in [(Deny, Reason::Superseded), (Retry, Reason::NewerServingCSRPending)] {
+            assert!(EventLevel::All.publishes(routine.0, routine.1), "{routine:?}");
+            assert!(!EventLevel::Problems.publishes(routine.0, routine.1), "{routine:?}");
+        }
+        // Held for a human (--skip-deny-step): a human acts on it, so it is a problem.
+        assert!(EventLevel::Problems.publishes(Hold, Reason::Superseded));
+        assert!(EventLevel::Problems.publishes(Retry, Reason::ClusterUnavailable));
     }
 
     #[test]

@@ -249,7 +249,8 @@ impl ClusterView for StaticCluster {
             .collect())
     }
 
-    /// None: `check --file` reads no cluster, so no CSR is superseded (docs/check.md).
+    /// None: `check --file` reads no cluster, so no CSR is superseded or waits for a newer one
+    /// (docs/check.md).
     async fn serving_csrs(&self, _: &str) -> Result<Vec<ServingCsr>, ClusterError> {
         Ok(Vec::new())
     }

@@ -20,7 +20,7 @@ use crate::kubernetes::csr_cache::{self, Cache};
 use crate::kubernetes::csr_object::CsrObject;
 use crate::policy::{
     AwaitedNodes, KUBELET_CLIENT_SIGNER, KUBELET_SERVING_SIGNER, MachineInfo, MachinePolicy, PendingKey, ServingCsr,
-    capped_pending, client_node, counted_under, issued_client_node, pending_key, serving_node,
+    ServingCsrState, capped_pending, client_node, counted_under, issued_client_node, pending_key, serving_node,
 };
 
 /// The policy's view of the CSR cache. Cheap to clone.
@@ -130,16 +130,22 @@ impl CsrLedger {
     }
 
     /// What the superseded rule reads of the kubelet-serving CSRs whose requester is `requester`:
-    /// the newest one not denied or failed, if any ([`serving_csr`]). One pass over that
-    /// requester's CSRs in the cache, none over the others.
+    /// the newest approved one and the newest pending one, if any ([`serving_csr`]); refused ones
+    /// are left out. One pass over that requester's CSRs in the cache, none over the others.
     pub fn serving_csrs(&self, requester: &str) -> Vec<ServingCsr> {
         self.csrs.in_group(requester, |csrs| {
-            csrs.iter()
-                .filter_map(|csr| serving_csr(csr))
-                .filter(|csr| !csr.refused)
-                .max_by(|a, b| (a.created, &a.name).cmp(&(b.created, &b.name)))
-                .into_iter()
-                .collect()
+            let (mut approved, mut pending): (Option<ServingCsr>, Option<ServingCsr>) = (None, None);
+            for csr in csrs.iter().filter_map(|csr| serving_csr(csr)) {
+                let newest = match csr.state {
+                    ServingCsrState::Approved => &mut approved,
+                    ServingCsrState::Pending => &mut pending,
+                    ServingCsrState::Refused => continue,
+                };
+                if newest.as_ref().is_none_or(|was| (csr.created, &csr.name) > (was.created, &was.name)) {
+                    *newest = Some(csr);
+                }
+            }
+            approved.into_iter().chain(pending).collect()
         })
     }
 
@@ -191,14 +197,20 @@ impl CsrLedger {
 }
 
 /// `csr` as the superseded rule compares it, when it is a kubelet-serving CSR: its name, creation
-/// time and whether a Denied or Failed condition is present (conditions' types are kept once
-/// decided).
+/// time and state (refused: a Denied or Failed condition; otherwise approved once decided, by an
+/// Approved condition or an issued certificate; otherwise pending).
 fn serving_csr(csr: &CsrObject) -> Option<ServingCsr> {
     if &*csr.signer_name != KUBELET_SERVING_SIGNER {
         return None;
     }
-    let refused = csr.conditions.iter().any(|c| matches!(c.type_.as_str(), "Denied" | "Failed"));
-    Some(ServingCsr { name: String::from(&*csr.name), created: csr.created, refused })
+    let state = if csr.is_refused() {
+        ServingCsrState::Refused
+    } else if csr.is_decided() {
+        ServingCsrState::Approved
+    } else {
+        ServingCsrState::Pending
+    };
+    Some(ServingCsr { name: String::from(&*csr.name), created: csr.created, state })
 }
 
 #[cfg(test)]
@@ -303,11 +315,13 @@ mod tests {
     }
 
     #[test]
-    fn a_node_s_newest_serving_csr_not_refused_is_read_from_its_own_group() {
+    fn a_node_s_newest_approved_and_newest_pending_serving_csrs_are_read_from_its_own_group() {
         let (ledger, mut writer) = ledger();
         for csr in [
             serving("pending", "n1", 1, None),
             serving("approved", "n1", 2, Some("Approved")),
+            serving("older-pending", "n1", 0, None),
+            serving("older-approved", "n1", 0, Some("Approved")),
             serving("denied", "n1", 3, Some("Denied")),
             serving("failed", "n1", 4, Some("Failed")),
             serving("other-node", "n2", 5, None),
@@ -316,17 +330,23 @@ mod tests {
             writer.apply(watcher::Event::Apply(csr));
         }
         let at = |second| Timestamp::from_second(second).ok();
-        let csr = |name: &str, second| vec![ServingCsr { name: name.into(), created: at(second), refused: false }];
-        assert_eq!(ledger.serving_csrs("system:node:n1"), csr("approved", 2), "denied and failed ones are skipped");
+        let csr = |name: &str, second, state| ServingCsr { name: name.into(), created: at(second), state };
+        let (approved, pending) = (ServingCsrState::Approved, ServingCsrState::Pending);
+        let n1 = || ledger.serving_csrs("system:node:n1");
+        assert_eq!(n1(), [csr("approved", 2, approved), csr("pending", 1, pending)], "denied and failed are left out");
         assert!(ledger.serving_csrs("n1").is_empty(), "the requester is the username, whole");
-        assert_eq!(ledger.serving_csrs("system:node:n2"), csr("other-node", 5));
+        assert_eq!(ledger.serving_csrs("system:node:n2"), [csr("other-node", 5, pending)]);
         writer.apply(watcher::Event::Apply(serving("b-newer", "n1", 6, None)));
         writer.apply(watcher::Event::Apply(serving("a-newer", "n1", 6, None)));
-        assert_eq!(ledger.serving_csrs("system:node:n1"), csr("b-newer", 6), "the same second: the greater name");
+        assert_eq!(n1()[1], csr("b-newer", 6, pending), "the same second: the greater name");
         writer.apply(watcher::Event::Apply(serving("b-newer", "n1", 6, Some("Denied"))));
-        assert_eq!(ledger.serving_csrs("system:node:n1"), csr("a-newer", 6), "a replaced object leaves its group");
-        writer.apply(watcher::Event::Delete(serving("a-newer", "n1", 6, None)));
-        assert_eq!(ledger.serving_csrs("system:node:n1"), csr("approved", 2), "a deleted object leaves its group");
+        assert_eq!(n1()[1], csr("a-newer", 6, pending), "a replaced object leaves its group");
+        writer.apply(watcher::Event::Apply(serving("a-newer", "n1", 6, Some("Approved"))));
+        assert_eq!(n1(), [csr("a-newer", 6, approved), csr("pending", 1, pending)], "approved, it moves over");
+        writer.apply(watcher::Event::Apply(serving("a-newer", "n1", 6, Some("Failed"))));
+        assert_eq!(n1()[0], csr("approved", 2, approved), "failed: refused, it supersedes nothing");
+        writer.apply(watcher::Event::Delete(serving("pending", "n1", 1, None)));
+        assert_eq!(n1()[1], csr("older-pending", 0, pending), "a deleted object leaves its group");
     }
 
     #[test]

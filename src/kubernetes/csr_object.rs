@@ -245,6 +245,11 @@ impl CsrObject {
         types().any(|t| t == "Approved") && !types().any(|t| t == "Denied" || t == "Failed")
     }
 
+    /// True when a Denied or Failed condition is present.
+    pub fn is_refused(&self) -> bool {
+        self.conditions.iter().any(|c| matches!(c.type_.as_str(), "Denied" | "Failed"))
+    }
+
     /// What an Event about this CSR refers to: its kind, name and uid.
     pub fn object_ref(&self) -> ObjectReference {
         ObjectReference {

@@ -201,8 +201,19 @@ pub struct ServingCsr {
     pub name: String,
     /// metadata.creationTimestamp, if known.
     pub created: Option<Timestamp>,
+    /// Whether it is decided, and how.
+    pub state: ServingCsrState,
+}
+
+/// Where a kubelet-serving CSR stands, as the superseded rule reads it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ServingCsrState {
+    /// Undecided: an older CSR of the same requester waits for it.
+    Pending,
+    /// Approved (or its certificate issued), neither denied nor failed: it supersedes every older one.
+    Approved,
     /// A Denied or Failed condition is present: it supersedes nothing.
-    pub refused: bool,
+    Refused,
 }
 
 /// Who claims an address: the names of the Nodes whose `status.addresses` carry it.
@@ -238,8 +249,8 @@ pub trait ClusterView: Send + Sync {
     fn client_certificates(&self, node: &str) -> impl Future<Output = Result<Vec<String>, ClusterError>> + Send;
 
     /// The kubelet-serving CSRs whose `spec.username` is `requester`, decided or not. All the
-    /// superseded rule reads is the newest one that is not refused: an implementation may answer
-    /// that one alone.
+    /// superseded rule reads is the newest approved one and the newest pending one: an
+    /// implementation may answer those two alone (refused ones are never read).
     fn serving_csrs(&self, requester: &str) -> impl Future<Output = Result<Vec<ServingCsr>, ClusterError>> + Send;
 
     /// The serving certificate the kubelet of Node `node` presents, dialled at that Node's

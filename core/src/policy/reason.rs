@@ -123,8 +123,10 @@ reasons! {
     CreatedOutsideMachineWindow,
     /// Machine mode: an approved node-client CSR for the same node name still exists (removed an hour after issue): one client certificate per Machine; held.
     ClientCertificateIssued,
-    /// A newer kubelet-serving CSR of the same node (later creationTimestamp, then greater name) is pending or approved; the message names the newest. Only a node's newest serving CSR is signed.
+    /// A newer kubelet-serving CSR of the same node (later creationTimestamp, then greater name) is approved; the message names the newest approved one. Only a node's newest serving CSR that passes is signed.
     Superseded,
+    /// A newer kubelet-serving CSR of the same node is still undecided: this one, which passes every other check, is retried until that one is decided (denied Superseded once it is approved, approved once it is denied or failed); never denied for it.
+    NewerServingCSRPending,
     /// A rule of --rules evaluated to false or could not be evaluated (the message names the rule and says why); denied, or held for node-client CSRs and under --skip-deny-step.
     RuleFailed,
 }

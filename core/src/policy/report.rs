@@ -73,7 +73,7 @@ pub enum CheckId {
     OneClientCertificate,
     /// A rule of `--rules` holds (one row per rule, its name in the detail).
     Rule,
-    /// No newer kubelet-serving CSR of the same node is pending or approved.
+    /// No newer kubelet-serving CSR of the same node is approved (else denied) or pending (else retried).
     Superseded,
 }
 

@@ -77,7 +77,7 @@ where
     let store = cache.reader();
     let watch = kube_watch::stream(api, config).map_ok(move |event| cache.apply(event));
     let relisted = Arc::new(Notify::new());
-    let live = live_triggers(watch, relisted.clone(), synced);
+    let live = live_triggers(watch, relisted.clone(), synced, store.clone());
     let passes = undecided_in_each_pass(passes(relisted, writable, resync_period), store.clone(), metrics);
     let changes = match machines {
         Some(machines) => on_cluster_change(machines.changes(), waiting_on_cluster, store).boxed(),
@@ -91,7 +91,21 @@ fn trigger_of(csr: &CsrObject) -> Trigger {
     Trigger { name: csr.name.clone(), requester: csr.username.clone(), decided: csr.is_decided() }
 }
 
-/// The triggers of live watch events, from `events` as the cache applied them. A completed list
+/// The triggers of an applied `csr`: its own and, when it is a decided kubelet-serving CSR, those
+/// of its requester's undecided serving CSRs in `store`. An older one waits while a newer one is
+/// undecided (`NewerServingCSRPending`), so it is decided as soon as that one is, not after its
+/// retry backoff (up to a minute).
+fn applied(csr: &CsrObject, store: &Cache<CsrObject>) -> Vec<Trigger> {
+    let mut triggers = vec![trigger_of(csr)];
+    if csr.is_decided() && &*csr.signer_name == KUBELET_SERVING_SIGNER {
+        store.in_group(&csr.username, |csrs| {
+            triggers.extend(csrs.iter().filter(|waiting| !waiting.is_decided()).map(|waiting| trigger_of(waiting)));
+        });
+    }
+    triggers
+}
+
+/// The triggers of live watch events, from `events` as the cache applied them ([`applied`]). A completed list
 /// or relist signals `relisted` (and `synced`, the first time) instead of yielding its objects:
 /// they are in the cache only from then on, so a pass after it finds every one. Watch errors
 /// are logged (a warning when the watch starts failing, one line when it recovers) and dropped:
@@ -100,39 +114,42 @@ fn live_triggers(
     events: impl Stream<Item = Result<Event<Arc<CsrObject>>, watcher::Error>> + Send,
     relisted: Arc<Notify>,
     synced: oneshot::Sender<()>,
+    store: Cache<CsrObject>,
 ) -> impl Stream<Item = Trigger> + Send {
     let mut synced = Some(synced);
     let mut failing = false;
-    events.filter_map(move |event| {
-        let object = match event {
-            Err(error) => {
-                if !std::mem::replace(&mut failing, true) {
-                    tracing::warn!(%error, "watching CSRs failed; retrying");
-                } else {
-                    tracing::debug!(%error, "watching CSRs failed again; retrying");
-                }
-                None
-            }
-            Ok(event) => {
-                if std::mem::replace(&mut failing, false) {
-                    tracing::info!("watching CSRs again");
-                }
-                match event {
-                    Event::Apply(csr) => Some(trigger_of(&csr)),
-                    Event::InitDone => {
-                        tracing::debug!("CSR list complete: every undecided CSR is evaluated");
-                        relisted.notify_one();
-                        if let Some(synced) = synced.take() {
-                            let _ = synced.send(());
-                        }
-                        None
+    events
+        .filter_map(move |event| {
+            let object = match event {
+                Err(error) => {
+                    if !std::mem::replace(&mut failing, true) {
+                        tracing::warn!(%error, "watching CSRs failed; retrying");
+                    } else {
+                        tracing::debug!(%error, "watching CSRs failed again; retrying");
                     }
-                    Event::Init | Event::InitApply(_) | Event::Delete(_) => None,
+                    None
                 }
-            }
-        };
-        futures::future::ready(object)
-    })
+                Ok(event) => {
+                    if std::mem::replace(&mut failing, false) {
+                        tracing::info!("watching CSRs again");
+                    }
+                    match event {
+                        Event::Apply(csr) => Some(applied(&csr, &store)),
+                        Event::InitDone => {
+                            tracing::debug!("CSR list complete: every undecided CSR is evaluated");
+                            relisted.notify_one();
+                            if let Some(synced) = synced.take() {
+                                let _ = synced.send(());
+                            }
+                            None
+                        }
+                        Event::Init | Event::InitApply(_) | Event::Delete(_) => None,
+                    }
+                }
+            };
+            futures::future::ready(object)
+        })
+        .flat_map(futures::stream::iter)
 }
 
 /// The pass triggers: `relisted`, `writable` and every `resync` period.

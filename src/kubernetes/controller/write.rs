@@ -264,10 +264,11 @@ impl Events {
     }
 
     /// Queues an event about `regarding` carrying the decision's reason code, its message after
-    /// `prefix`, when the level publishes decisions of its kind; waits only while the queue is full.
+    /// `prefix`, when the level publishes decisions of its kind and reason; waits only while the queue
+    /// is full.
     /// Failures are logged, never fatal.
     pub(super) async fn publish(&self, regarding: ObjectReference, decision: &Decision, prefix: &str) {
-        if !self.level.publishes(decision.kind) {
+        if !self.level.publishes(decision.kind, decision.reason) {
             return;
         }
         let event = PendingEvent {
