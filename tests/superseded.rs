@@ -2,6 +2,8 @@
 //! approver starts, decided by the real binary against a real kube-apiserver, signed by
 //! kube-controller-manager's signer. Only the newest is approved and issued; the older two are
 //! denied `Superseded`, naming it. Another node's CSR is approved all the same: one per node.
+//! And the newest that passes is the one signed: a newer forged CSR is denied for its own reason
+//! and the node's older legitimate one approved and issued.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -12,7 +14,7 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use kube::{Api, Client};
 use support::Request;
-use support::cluster::{Approver, Csrs, SERIAL, create_serving_csr, unique, wait_decided};
+use support::cluster::{Approver, Csrs, SERIAL, create_serving_csr, events_for, unique, wait_decided, wait_event};
 use testenv::ControlPlane;
 
 const DECIDE: Duration = Duration::from_secs(20);
@@ -80,10 +82,10 @@ async fn of_three_serving_csrs_of_one_node_only_the_newest_is_approved_and_issue
     create_serving_csr(cp, &other, &other_node, &asks(&other_node, "10.0.0.82")).await;
     let (oldest, middle, newest) = (&names[0], &names[1], &names[2]);
 
-    // `check NAME` reads the cluster's CSRs and gives the verdict the controller will.
+    // `check NAME` reads the cluster's CSRs and gives the verdict the controller will: the older
+    // ones wait while the newest is pending.
     let reports = check(cp, &[oldest, newest]);
-    let verdict = |report: &serde_json::Value| (report["decision"].clone(), report["reason"].clone());
-    assert_eq!(verdict(&reports[0]), ("deny".into(), "Superseded".into()), "{}", reports[0]);
+    assert_eq!(verdict(&reports[0]), ("retry".into(), "NewerServingCSRPending".into()), "{}", reports[0]);
     assert!(reports[0]["message"].as_str().unwrap().contains(&format!("{newest:?}")), "{}", reports[0]);
     assert_eq!(verdict(&reports[1]), ("approve".into(), "AutoApproved".into()), "{}", reports[1]);
 
@@ -111,4 +113,51 @@ async fn of_three_serving_csrs_of_one_node_only_the_newest_is_approved_and_issue
     }
     let denied = approver.metric(r#"node_csr_approver_decisions_total{decision="deny",reason="Superseded"}"#).await;
     assert_eq!(denied, Some(2.0), "{}", approver.metrics().await);
+    // Under the default --events=problems a superseded duplicate is no problem: no Event.
+    for older in [oldest, middle] {
+        let reasons: Vec<_> = events_for(&admin, older).await.into_iter().filter_map(|e| e.reason).collect();
+        assert!(reasons.is_empty(), "{older}: {reasons:?}");
+    }
+}
+
+/// `report`'s decision and reason.
+fn verdict(report: &serde_json::Value) -> (serde_json::Value, serde_json::Value) {
+    (report["decision"].clone(), report["reason"].clone())
+}
+
+#[tokio::test]
+async fn a_newer_forged_csr_is_denied_for_its_own_reason_and_the_older_legitimate_one_is_signed() {
+    let _serial = SERIAL.lock().await;
+    let cp = ControlPlane::shared_with_signer().await.unwrap();
+    let admin = cp.admin_client().await.unwrap();
+    let csrs = Csrs::new(cp.kubeconfig_path());
+    let node = unique("n");
+    let (legitimate, forged) = (csrs.name("dup-legit"), csrs.name("dup-forged"));
+    create_serving_csr(cp, &legitimate, &node, &asks(&node, "10.0.0.83")).await;
+    // A second later, so the forgery is the node's newest: an IP SAN outside the prefixes.
+    tokio::time::sleep(Duration::from_millis(1050)).await;
+    create_serving_csr(cp, &forged, &node, &asks(&node, "192.0.2.83")).await;
+
+    let reports = check(cp, &[&legitimate, &forged]);
+    assert_eq!(verdict(&reports[0]), ("retry".into(), "NewerServingCSRPending".into()), "{}", reports[0]);
+    assert!(reports[0]["message"].as_str().unwrap().contains(&format!("{forged:?}")), "{}", reports[0]);
+    assert_eq!(verdict(&reports[1]), ("deny".into(), "IPNotInPrefixes".into()), "{}", reports[1]);
+
+    let mut approver = Approver::start(cp.kubeconfig_path(), &["--bypass-dns-resolution"], &[]);
+    approver.wait_ready().await;
+    let decided = wait_decided(&admin, &forged, DECIDE).await;
+    let got: Vec<_> = decided.iter().map(|c| (c.type_.as_str(), c.reason.as_deref())).collect();
+    assert_eq!(got, [("Denied", Some("IPNotInPrefixes"))], "{}", approver.logs());
+    let decided = wait_decided(&admin, &legitimate, DECIDE).await;
+    let got: Vec<_> = decided.iter().map(|c| (c.type_.as_str(), c.reason.as_deref())).collect();
+    assert_eq!(got, [("Approved", Some("AutoApproved"))], "{}", approver.logs());
+    assert!(wait_issued(&admin, &legitimate, DECIDE).await, "the signer issued nothing for the legitimate CSR");
+    tokio::time::sleep(SIGNER_GRACE).await;
+    assert!(!issued(&admin, &forged).await, "a certificate was issued for the forgery");
+    // The forgery is a problem (an Event); the legitimate one's wait, if it waited, is not.
+    assert!(wait_event(&admin, &forged, "IPNotInPrefixes", DECIDE).await.is_some(), "no event for the forgery");
+    let reasons: Vec<_> = events_for(&admin, &legitimate).await.into_iter().filter_map(|e| e.reason).collect();
+    assert!(reasons.is_empty(), "{legitimate}: {reasons:?}");
+    let superseded = approver.metric(r#"node_csr_approver_decisions_total{decision="deny",reason="Superseded"}"#).await;
+    assert_eq!(superseded.unwrap_or(0.0), 0.0, "{}", approver.metrics().await);
 }

@@ -206,3 +206,54 @@ fn on_cluster_change(
     .filter(move |()| futures::future::ready(waiting()))
     .flat_map(move |()| futures::stream::iter(undecided(&store)))
 }
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::certificates::v1::{CertificateSigningRequestCondition, CertificateSigningRequestStatus};
+    use testkit::request::Request;
+
+    use super::*;
+    use crate::kubernetes::csr_cache;
+
+    /// A kubelet-serving CSR `name` of `node`, with a condition of type `decided` when given.
+    fn serving(name: &str, node: &str, decided: Option<&str>) -> CertificateSigningRequest {
+        let usages = ["digital signature", "server auth"];
+        let mut csr = testkit::csr::object(name, KUBELET_SERVING_SIGNER, &usages, &Request::node(node).pem());
+        csr.spec.username = Some(format!("system:node:{node}"));
+        let condition = |type_: &str| CertificateSigningRequestCondition {
+            type_: type_.into(),
+            status: "True".into(),
+            ..Default::default()
+        };
+        csr.status = decided.map(|type_| CertificateSigningRequestStatus {
+            conditions: Some(vec![condition(type_)]),
+            ..Default::default()
+        });
+        csr
+    }
+
+    #[test]
+    fn a_decided_serving_csr_triggers_the_undecided_ones_of_its_node() {
+        let (store, mut writer) = csr_cache::cache();
+        writer.apply(Event::<CsrObject>::Init);
+        for csr in [
+            serving("older", "n1", None),
+            serving("newer", "n1", Some("Denied")),
+            serving("approved", "n1", Some("Approved")),
+            serving("other-node", "n2", None),
+        ] {
+            writer.apply(Event::InitApply(csr));
+        }
+        writer.apply(Event::<CsrObject>::InitDone);
+        let names = |csr: CertificateSigningRequest| {
+            let mut names: Vec<String> =
+                applied(&CsrObject::from(csr), &store).iter().map(|t| String::from(&*t.name)).collect();
+            names.sort();
+            names
+        };
+        assert_eq!(names(serving("newer", "n1", Some("Denied"))), ["newer", "older"], "denied: its node's waiting one");
+        assert_eq!(names(serving("approved", "n1", Some("Approved"))), ["approved", "older"]);
+        assert_eq!(names(serving("fresh", "n1", None)), ["fresh"], "an undecided CSR triggers only itself");
+        assert_eq!(names(serving("other", "n3", Some("Approved"))), ["other"], "a node with nothing waiting");
+    }
+}
