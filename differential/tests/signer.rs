@@ -140,7 +140,8 @@ async fn approved_requests_get_exactly_the_reported_certificate_and_attacks_get_
     let binary = approver_binary();
     // One CSR at a time: `check` reports it while pending, then a controller decides it (and the
     // signer signs it) before the next is created: of a node's serving CSRs pending together only
-    // the newest would be approved (the others `Superseded`), and every entry here is node n1's.
+    // the newest that passes would be approved (the older ones wait for it, then are `Superseded`),
+    // and every entry here is node n1's.
     let mut created = Vec::new();
     let mut refused_by_apiserver = Vec::new();
     let mut approved = 0;
