@@ -1,5 +1,5 @@
 //! What the policy reads of the CSRs themselves: a node's kubelet-serving CSRs (whether a newer
-//! one supersedes the CSR decided), and in machine mode the pending brake's count and the approved
+//! one supersedes the CSR decided or holds it back), and in machine mode the pending brake's count and the approved
 //! client CSRs of a node name. It reads the controller's CSR cache, which the runner creates and
 //! hands to both (or, for `check`, one list of the cluster's CSRs).
 //!
@@ -130,22 +130,28 @@ impl CsrLedger {
     }
 
     /// What the superseded rule reads of the kubelet-serving CSRs whose requester is `requester`:
-    /// the newest approved one and the newest pending one, if any ([`serving_csr`]); refused ones
-    /// are left out. One pass over that requester's CSRs in the cache, none over the others.
+    /// the newest approved one and the newest pending one, if any ([`serving_state`]); refused
+    /// ones are left out. One pass over that requester's CSRs in the cache, none over the others,
+    /// copying only the two answered.
     pub fn serving_csrs(&self, requester: &str) -> Vec<ServingCsr> {
         self.csrs.in_group(requester, |csrs| {
-            let (mut approved, mut pending): (Option<ServingCsr>, Option<ServingCsr>) = (None, None);
-            for csr in csrs.iter().filter_map(|csr| serving_csr(csr)) {
-                let newest = match csr.state {
+            let (mut approved, mut pending): (Option<&CsrObject>, Option<&CsrObject>) = (None, None);
+            for csr in csrs.iter().filter(|csr| &*csr.signer_name == KUBELET_SERVING_SIGNER) {
+                let newest = match serving_state(csr) {
                     ServingCsrState::Approved => &mut approved,
                     ServingCsrState::Pending => &mut pending,
                     ServingCsrState::Refused => continue,
                 };
-                if newest.as_ref().is_none_or(|was| (csr.created, &csr.name) > (was.created, &was.name)) {
+                if newest.is_none_or(|was| (csr.created, &*csr.name) > (was.created, &*was.name)) {
                     *newest = Some(csr);
                 }
             }
-            approved.into_iter().chain(pending).collect()
+            [(approved, ServingCsrState::Approved), (pending, ServingCsrState::Pending)]
+                .into_iter()
+                .filter_map(|(csr, state)| {
+                    csr.map(|csr| ServingCsr { name: String::from(&*csr.name), created: csr.created, state })
+                })
+                .collect()
         })
     }
 
@@ -196,21 +202,17 @@ impl CsrLedger {
     }
 }
 
-/// `csr` as the superseded rule compares it, when it is a kubelet-serving CSR: its name, creation
-/// time and state (refused: a Denied or Failed condition; otherwise approved once decided, by an
-/// Approved condition or an issued certificate; otherwise pending).
-fn serving_csr(csr: &CsrObject) -> Option<ServingCsr> {
-    if &*csr.signer_name != KUBELET_SERVING_SIGNER {
-        return None;
-    }
-    let state = if csr.is_refused() {
+/// Where a kubelet-serving CSR stands for the superseded rule: refused with a Denied or Failed
+/// condition; otherwise approved once decided (an Approved condition or an issued certificate);
+/// otherwise pending.
+fn serving_state(csr: &CsrObject) -> ServingCsrState {
+    if csr.is_refused() {
         ServingCsrState::Refused
     } else if csr.is_decided() {
         ServingCsrState::Approved
     } else {
         ServingCsrState::Pending
-    };
-    Some(ServingCsr { name: String::from(&*csr.name), created: csr.created, state })
+    }
 }
 
 #[cfg(test)]
