@@ -91,17 +91,31 @@ fn trigger_of(csr: &CsrObject) -> Trigger {
     Trigger { name: csr.name.clone(), requester: csr.username.clone(), decided: csr.is_decided() }
 }
 
-/// The triggers of an applied `csr`: its own and, when it is a decided kubelet-serving CSR, those
-/// of its requester's undecided serving CSRs in `store`. An older one waits while a newer one is
-/// undecided (`NewerServingCSRPending`), so it is decided as soon as that one is, not after its
-/// retry backoff (up to a minute).
+/// The triggers of an applied `csr`: its own and, when it is a decided kubelet-serving CSR that
+/// can release its node's older ones, those of its requester's undecided serving CSRs in `store`
+/// that are older than it. An older one waits while a newer one is undecided
+/// (`NewerServingCSRPending`), so it is decided as soon as that one is, not after its retry
+/// backoff (up to a minute). Only an approval, or a refusal with no newer CSR of the node
+/// undecided or approved (the one the others waited on), can release them: a `Superseded` denial
+/// (an approved one is newer) triggers nothing more, so a node's flood of duplicates is not
+/// triggered again at each of its denials.
 fn applied(csr: &CsrObject, store: &Cache<CsrObject>) -> Vec<Trigger> {
     let mut triggers = vec![trigger_of(csr)];
-    if csr.is_decided() && &*csr.signer_name == KUBELET_SERVING_SIGNER {
-        store.in_group(&csr.username, |csrs| {
-            triggers.extend(csrs.iter().filter(|waiting| !waiting.is_decided()).map(|waiting| trigger_of(waiting)));
-        });
+    if !csr.is_decided() || &*csr.signer_name != KUBELET_SERVING_SIGNER {
+        return triggers;
     }
+    /// Newer: a later creation time, then a greater name (the superseded rule's order).
+    fn age(of: &CsrObject) -> (Option<jiff::Timestamp>, &str) {
+        (of.created, &of.name)
+    }
+    let decided = age(csr);
+    store.in_group(&csr.username, |csrs| {
+        let releases = !csr.is_refused() || !csrs.iter().any(|other| !other.is_refused() && age(other) > decided);
+        if releases {
+            let waiting = csrs.iter().filter(|other| !other.is_decided() && age(other) < decided);
+            triggers.extend(waiting.map(|other| trigger_of(other)));
+        }
+    });
     triggers
 }
 
@@ -210,16 +224,19 @@ fn on_cluster_change(
 #[cfg(test)]
 mod tests {
     use k8s_openapi::api::certificates::v1::{CertificateSigningRequestCondition, CertificateSigningRequestStatus};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
     use testkit::request::Request;
 
     use super::*;
     use crate::kubernetes::csr_cache;
 
-    /// A kubelet-serving CSR `name` of `node`, with a condition of type `decided` when given.
-    fn serving(name: &str, node: &str, decided: Option<&str>) -> CertificateSigningRequest {
+    /// A kubelet-serving CSR `name` of `node` created `second` seconds into the epoch, with a
+    /// condition of type `decided` when given.
+    fn serving(name: &str, node: &str, second: i64, decided: Option<&str>) -> CertificateSigningRequest {
         let usages = ["digital signature", "server auth"];
         let mut csr = testkit::csr::object(name, KUBELET_SERVING_SIGNER, &usages, &Request::node(node).pem());
         csr.spec.username = Some(format!("system:node:{node}"));
+        csr.metadata.creation_timestamp = Some(Time(jiff::Timestamp::from_second(second).unwrap_or_default()));
         let condition = |type_: &str| CertificateSigningRequestCondition {
             type_: type_.into(),
             status: "True".into(),
@@ -232,28 +249,36 @@ mod tests {
         csr
     }
 
-    #[test]
-    fn a_decided_serving_csr_triggers_the_undecided_ones_of_its_node() {
+    /// The names `applied` triggers for `csr` among `cached`, sorted.
+    fn triggered(cached: Vec<CertificateSigningRequest>, csr: CertificateSigningRequest) -> Vec<String> {
         let (store, mut writer) = csr_cache::cache();
         writer.apply(Event::<CsrObject>::Init);
-        for csr in [
-            serving("older", "n1", None),
-            serving("newer", "n1", Some("Denied")),
-            serving("approved", "n1", Some("Approved")),
-            serving("other-node", "n2", None),
-        ] {
+        for csr in cached {
             writer.apply(Event::InitApply(csr));
         }
         writer.apply(Event::<CsrObject>::InitDone);
-        let names = |csr: CertificateSigningRequest| {
-            let mut names: Vec<String> =
-                applied(&CsrObject::from(csr), &store).iter().map(|t| String::from(&*t.name)).collect();
-            names.sort();
-            names
-        };
-        assert_eq!(names(serving("newer", "n1", Some("Denied"))), ["newer", "older"], "denied: its node's waiting one");
-        assert_eq!(names(serving("approved", "n1", Some("Approved"))), ["approved", "older"]);
-        assert_eq!(names(serving("fresh", "n1", None)), ["fresh"], "an undecided CSR triggers only itself");
-        assert_eq!(names(serving("other", "n3", Some("Approved"))), ["other"], "a node with nothing waiting");
+        let mut names: Vec<String> =
+            applied(&CsrObject::from(csr), &store).iter().map(|t| String::from(&*t.name)).collect();
+        names.sort();
+        names
+    }
+
+    #[test]
+    fn a_decided_serving_csr_triggers_the_older_undecided_ones_of_its_node_it_releases() {
+        let older = || serving("older", "n1", 1, None);
+        let other_node = || serving("other-node", "n2", 1, None);
+        let newest = |decided| serving("newest", "n1", 3, decided);
+        let approved = newest(Some("Approved"));
+        let cached = || vec![older(), serving("middle", "n1", 2, None), newest(None), other_node()];
+        assert_eq!(triggered(cached(), approved.clone()), ["middle", "newest", "older"], "approved: its older ones");
+        assert_eq!(triggered(cached(), newest(Some("Denied"))), ["middle", "newest", "older"], "the one waited on");
+        let middle_denied = serving("middle", "n1", 2, Some("Denied"));
+        let cached = vec![older(), middle_denied.clone(), approved.clone(), other_node()];
+        assert_eq!(triggered(cached, middle_denied.clone()), ["middle"], "superseded: an approved one is newer");
+        let cached = vec![older(), middle_denied.clone(), newest(None)];
+        assert_eq!(triggered(cached, middle_denied), ["middle"], "a newer one is still pending");
+        let fresh = serving("fresh", "n1", 4, None);
+        assert_eq!(triggered(vec![older(), fresh.clone()], fresh), ["fresh"], "an undecided CSR: itself only");
+        assert_eq!(triggered(vec![serving("lone", "n3", 1, Some("Approved"))], approved), ["newest"], "none waits");
     }
 }
