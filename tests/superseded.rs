@@ -4,6 +4,7 @@
 //! denied `Superseded`, naming it. Another node's CSR is approved all the same: one per node.
 //! And the newest that passes is the one signed: a newer forged CSR is denied for its own reason
 //! and the node's older legitimate one approved and issued.
+//! A superseded denial is no problem: an Event only under `--events=all`.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -160,4 +161,23 @@ async fn a_newer_forged_csr_is_denied_for_its_own_reason_and_the_older_legitimat
     assert!(reasons.is_empty(), "{legitimate}: {reasons:?}");
     let superseded = approver.metric(r#"node_csr_approver_decisions_total{decision="deny",reason="Superseded"}"#).await;
     assert_eq!(superseded.unwrap_or(0.0), 0.0, "{}", approver.metrics().await);
+}
+
+#[tokio::test]
+async fn with_events_all_a_superseded_denial_is_published() {
+    let _serial = SERIAL.lock().await;
+    let cp = ControlPlane::shared_with_signer().await.unwrap();
+    let admin = cp.admin_client().await.unwrap();
+    let csrs = Csrs::new(cp.kubeconfig_path());
+    let node = unique("n");
+    let (older, newer) = (csrs.name("dup-older"), csrs.name("dup-newer"));
+    create_serving_csr(cp, &older, &node, &asks(&node, "10.0.0.84")).await;
+    tokio::time::sleep(Duration::from_millis(1050)).await;
+    create_serving_csr(cp, &newer, &node, &asks(&node, "10.0.0.84")).await;
+    let mut approver = Approver::start(cp.kubeconfig_path(), &["--bypass-dns-resolution", "--events=all"], &[]);
+    approver.wait_ready().await;
+    let decided = wait_decided(&admin, &older, DECIDE).await;
+    assert_eq!(decided.first().and_then(|c| c.reason.as_deref()), Some("Superseded"), "{}", approver.logs());
+    let event = wait_event(&admin, &older, "Superseded", DECIDE).await;
+    assert!(event.is_some_and(|e| e.note.unwrap_or_default().contains(&format!("{newer:?}"))), "no Superseded event");
 }
