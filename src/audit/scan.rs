@@ -1,0 +1,177 @@
+//! The scan: each Node's kubelet dialled where serving renewal would dial it (the address comes
+//! in already chosen by the dial rules, or the reason it is not dialled), a bounded number at
+//! once, each within its time limit, so one unreachable kubelet never stalls the rest; what it
+//! presents is read without trusting it and judged by [`judge`].
+
+use std::collections::BTreeSet;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use futures::StreamExt;
+use jiff::Timestamp;
+use rustls::pki_types::{CertificateDer, UnixTime};
+
+use super::certificate::ServedCertificate;
+use super::view::AuditView;
+use super::{Finding, NodeAudit, PolicyVerdict, state_name};
+use crate::kubelet_tls::KubeletServingCa;
+use crate::kubelet_tls::presented::{Presented, presented_chain};
+use crate::policy::{
+    ClusterView, DecisionKind, KUBELET_SERVING_SIGNER, NODE_USER_PREFIX, NODES_GROUP, Outcome, PolicyConfig, Resolver,
+    Submission, evaluate_names,
+};
+
+/// How a scan dials and judges.
+#[derive(Debug, Clone)]
+pub struct ScanSettings {
+    /// `--kubelet-serving-ca-file`: the bundle chains are checked against, when given.
+    pub ca: Option<KubeletServingCa>,
+    /// How long the connection and the handshake with one kubelet may take together.
+    pub dial_limit: Duration,
+    /// How many kubelets are dialled at once (at least 1).
+    pub concurrency: usize,
+    /// A certificate whose notAfter is closer than this is expiring.
+    pub expiring_within: Duration,
+}
+
+/// A Node to audit: its name and where its kubelet is dialled, or why it is not.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeTarget {
+    /// The Node's name.
+    pub node: String,
+    /// The address the dial rules give, or why they give none.
+    pub target: Result<SocketAddr, String>,
+}
+
+/// What judging needs besides the chain: the settings, the policy and its ports, the time.
+pub struct Judge<'a, R, C> {
+    /// How to dial and judge.
+    pub settings: &'a ScanSettings,
+    /// Today's policy.
+    pub policy: &'a PolicyConfig,
+    /// DNS, for the policy.
+    pub resolver: &'a R,
+    /// The cluster, for the policy.
+    pub cluster: &'a C,
+    /// The time of the audit.
+    pub now: Timestamp,
+}
+
+impl<R: Resolver, C: ClusterView> Judge<'_, R, C> {
+    /// Audits every target, at most `concurrency` at once; the reports sorted by Node name.
+    pub async fn scan(&self, targets: Vec<NodeTarget>) -> Vec<NodeAudit> {
+        let limit = self.settings.concurrency.max(1);
+        let mut reports: Vec<NodeAudit> = futures::stream::iter(targets.iter().map(|target| self.scan_node(target)))
+            .buffer_unordered(limit)
+            .collect()
+            .await;
+        reports.sort_by(|a, b| a.node.cmp(&b.node));
+        reports
+    }
+
+    /// Audits one Node: dials its kubelet (when the rules give an address) and judges the chain.
+    pub async fn scan_node(&self, target: &NodeTarget) -> NodeAudit {
+        let address = match &target.target {
+            Ok(address) => *address,
+            Err(why) => return NodeAudit::without_certificate(&target.node, None, Finding::NotDialled, why.clone()),
+        };
+        match presented_chain(address, self.settings.dial_limit).await {
+            Presented::Unreachable(why) => NodeAudit::without_certificate(
+                &target.node,
+                Some(address),
+                Finding::Unreachable,
+                format!("{address}: {why}"),
+            ),
+            Presented::Proven(chain) => self.judge(&target.node, address, &chain, None).await,
+            Presented::Unproven(chain, why) => self.judge(&target.node, address, &chain, Some(why)).await,
+        }
+    }
+
+    /// Judges the chain (leaf first) that the kubelet of `node` presented at `address`;
+    /// `unproven` says why the kubelet did not prove it holds the leaf's key, if it did not.
+    pub async fn judge(
+        &self,
+        node: &str,
+        address: SocketAddr,
+        chain: &[CertificateDer<'_>],
+        unproven: Option<String>,
+    ) -> NodeAudit {
+        let (certificate, names) = match ServedCertificate::read(chain) {
+            Ok(read) => read,
+            Err(why) => return NodeAudit::without_certificate(node, Some(address), Finding::Malformed, why),
+        };
+        let mut findings = BTreeSet::new();
+        if unproven.is_some() {
+            findings.insert(Finding::Malformed);
+        }
+        let verification = self.settings.ca.as_ref().map(|ca| ca.verify(chain, address.ip(), unix_time(self.now)));
+        let verified = verification.as_ref().map(Result::is_ok);
+        if verified != Some(true) && certificate.self_issued_chain {
+            findings.insert(Finding::SelfSigned);
+        } else if verified == Some(false) {
+            findings.insert(Finding::Untrusted);
+        }
+        let seconds_left = certificate.not_after.as_second().saturating_sub(self.now.as_second());
+        if seconds_left <= 0 || certificate.not_before > self.now {
+            findings.insert(Finding::Expired);
+        } else if seconds_left.unsigned_abs() < self.settings.expiring_within.as_secs() {
+            findings.insert(Finding::Expiring);
+        }
+        let (policy, decision) = self.verdict(node, &names).await;
+        match decision {
+            DecisionKind::Approve => {}
+            DecisionKind::Deny | DecisionKind::Hold => {
+                findings.insert(Finding::NonCompliant);
+            }
+            DecisionKind::Retry | DecisionKind::Ignore => {
+                findings.insert(Finding::Undetermined);
+            }
+        }
+        NodeAudit {
+            node: node.to_owned(),
+            state: state_name(&findings),
+            findings,
+            address: Some(address),
+            detail: unproven,
+            cn_is_node: Some(certificate.cn_is_node(node)),
+            certificate: Some(certificate),
+            verified,
+            verify_error: verification.and_then(Result::err).map(|error| error.to_string()),
+            seconds_left: Some(seconds_left),
+            policy: Some(policy),
+        }
+    }
+
+    /// What today's policy says of a serving CSR of `node` asking for `names`.
+    async fn verdict(&self, node: &str, names: &crate::csr::CsrFacts) -> (PolicyVerdict, DecisionKind) {
+        let submission = Submission {
+            name: format!("served by {node}"),
+            signer_name: KUBELET_SERVING_SIGNER.to_owned(),
+            username: format!("{NODE_USER_PREFIX}{node}"),
+            groups: vec![NODES_GROUP.to_owned(), "system:authenticated".to_owned()],
+            usages: vec!["digital signature".to_owned(), "server auth".to_owned()],
+            ..Submission::default()
+        };
+        let view = AuditView { cluster: self.cluster };
+        let evaluation = evaluate_names(&submission, names, self.policy, self.resolver, &view, self.now).await;
+        let failed = evaluation.checks.iter().filter_map(|row| match &row.outcome {
+            Outcome::Fail(failure) => {
+                Some(format!("{}: {} ({})", row.check.as_str(), failure.message, failure.reason.as_str()))
+            }
+            _ => None,
+        });
+        let decision = evaluation.decision;
+        let verdict = PolicyVerdict {
+            decision: decision.kind.as_str(),
+            reason: decision.reason.as_str(),
+            message: decision.message,
+            failed: failed.collect(),
+        };
+        (verdict, decision.kind)
+    }
+}
+
+/// `now` as rustls reads the time.
+fn unix_time(now: Timestamp) -> UnixTime {
+    UnixTime::since_unix_epoch(Duration::from_secs(now.as_second().max(0).unsigned_abs()))
+}
