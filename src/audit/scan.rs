@@ -104,7 +104,10 @@ impl<R: Resolver, C: ClusterView> Judge<'_, R, C> {
         if unproven.is_some() {
             findings.insert(Finding::Malformed);
         }
-        let verification = self.settings.ca.as_ref().map(|ca| ca.verify(chain, address.ip(), unix_time(self.now)));
+        // Verified at a time the leaf is valid, so that an expired certificate is `expired`, not
+        // also `untrusted`.
+        let at = unix_time(self.now.clamp(certificate.not_before, certificate.not_after));
+        let verification = self.settings.ca.as_ref().map(|ca| ca.verify(chain, address.ip(), at));
         let verified = verification.as_ref().map(Result::is_ok);
         if verified != Some(true) && certificate.self_issued_chain {
             findings.insert(Finding::SelfSigned);
@@ -174,4 +177,102 @@ impl<R: Resolver, C: ClusterView> Judge<'_, R, C> {
 /// `now` as rustls reads the time.
 fn unix_time(now: Timestamp) -> UnixTime {
     UnixTime::since_unix_epoch(Duration::from_secs(now.as_second().max(0).unsigned_abs()))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+    use crate::kubernetes::cluster::StaticCluster;
+    use crate::policy::Resolution;
+
+    /// DNS that knows no name (the policy here bypasses DNS resolution).
+    struct NoDns;
+
+    impl Resolver for NoDns {
+        async fn resolve(&self, _name: &str) -> Resolution {
+            Resolution::NotFound
+        }
+    }
+
+    const NODE: &str = "n-1.nodes.example.com";
+
+    /// A CA, and a leaf it issues for NODE naming `ip`, valid from `from` to `until`.
+    fn issued(ip: &str, from: Timestamp, until: Timestamp) -> (rcgen::Certificate, Vec<CertificateDer<'static>>) {
+        let ca_key = rcgen::KeyPair::generate().unwrap();
+        let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        ca_params.distinguished_name.push(rcgen::DnType::CommonName, "kubernetes");
+        let ca = ca_params.self_signed(&ca_key).unwrap();
+        let mut params = rcgen::CertificateParams::new(vec![NODE.to_owned(), ip.to_owned()]).unwrap();
+        params.distinguished_name.push(rcgen::DnType::CommonName, format!("system:node:{NODE}"));
+        params.distinguished_name.push(rcgen::DnType::OrganizationName, "system:nodes");
+        let time =
+            |t: Timestamp| rcgen::date_time_ymd(1970, 1, 1) + std::time::Duration::from_secs(t.as_second() as u64);
+        (params.not_before, params.not_after) = (time(from), time(until));
+        let leaf = params.signed_by(&rcgen::KeyPair::generate().unwrap(), &rcgen::Issuer::new(ca_params, ca_key));
+        (ca, vec![leaf.unwrap().der().clone()])
+    }
+
+    fn ca_of(ca: &rcgen::Certificate, dir: &tempfile::TempDir) -> KubeletServingCa {
+        let path = dir.path().join("ca.crt");
+        std::fs::write(&path, ca.pem()).unwrap();
+        KubeletServingCa::read(&path).unwrap()
+    }
+
+    async fn findings(chain: &[CertificateDer<'_>], ca: Option<KubeletServingCa>, now: Timestamp) -> NodeAudit {
+        let settings = ScanSettings {
+            ca,
+            dial_limit: Duration::from_secs(1),
+            concurrency: 1,
+            expiring_within: Duration::from_secs(7 * 86_400),
+        };
+        let policy = testkit::policy::config();
+        let judge =
+            Judge { settings: &settings, policy: &policy, resolver: &NoDns, cluster: &StaticCluster::default(), now };
+        judge.judge(NODE, "10.0.0.7:10250".parse().unwrap(), chain, None).await
+    }
+
+    fn names(audit: &NodeAudit) -> Vec<&'static str> {
+        audit.findings.iter().map(|finding| finding.as_str()).collect()
+    }
+
+    #[tokio::test]
+    async fn a_certificate_is_judged_by_its_issuer_its_validity_and_todays_policy() {
+        let dir = tempfile::tempdir().unwrap();
+        let now: Timestamp = "2026-06-01T00:00:00Z".parse().unwrap();
+        let day = jiff::SignedDuration::from_hours(24);
+        let (ca, chain) = issued("10.0.0.7", now - day, now + day * 30);
+        let good = findings(&chain, Some(ca_of(&ca, &dir)), now).await;
+        assert_eq!((good.state, good.verified, good.cn_is_node), ("compliant", Some(true), Some(true)), "{good:#?}");
+        assert_eq!(good.seconds_left, Some(30 * 86_400));
+        assert_eq!(good.policy.as_ref().map(|p| p.decision), Some("approve"));
+        assert_eq!(names(&findings(&chain, None, now).await), Vec::<&str>::new(), "no bundle: nothing to verify");
+
+        let soon = findings(&chain, Some(ca_of(&ca, &dir)), now + day * 25).await;
+        assert_eq!(names(&soon), ["expiring"]);
+        let late = findings(&chain, Some(ca_of(&ca, &dir)), now + day * 31).await;
+        assert_eq!((names(&late), late.verified), (vec!["expired"], Some(true)), "{late:#?}");
+        let early = findings(&chain, Some(ca_of(&ca, &dir)), now - day * 2).await;
+        assert_eq!(names(&early), ["expired"]);
+
+        let (other_ca, _) = issued("10.0.0.7", now - day, now + day * 30);
+        let foreign = findings(&chain, Some(ca_of(&other_ca, &dir)), now).await;
+        assert_eq!((names(&foreign), foreign.verified), (vec!["untrusted"], Some(false)));
+        assert!(foreign.verify_error.is_some(), "{foreign:#?}");
+        let (ca, elsewhere) = issued("10.0.0.8", now - day, now + day * 30);
+        let wrong_address = findings(&elsewhere, Some(ca_of(&ca, &dir)), now).await;
+        assert_eq!(names(&wrong_address), ["untrusted"], "issued for another address than the one dialled");
+
+        let (ca, outside) = issued("192.0.2.7", now - day, now + day * 30);
+        let denied = findings(&outside, None, now).await;
+        assert_eq!(names(&denied), ["non-compliant"]);
+        let policy = denied.policy.unwrap();
+        assert_eq!((policy.decision, policy.reason), ("deny", "IPNotInPrefixes"), "{policy:#?}");
+        drop(ca);
+
+        let garbage = findings(&[CertificateDer::from(vec![0x30, 0x03, 0x02, 0x01, 0x01])], None, now).await;
+        assert_eq!((names(&garbage), garbage.certificate), (vec!["malformed"], None));
+    }
 }
