@@ -275,4 +275,30 @@ mod tests {
         let garbage = findings(&[CertificateDer::from(vec![0x30, 0x03, 0x02, 0x01, 0x01])], None, now).await;
         assert_eq!((names(&garbage), garbage.certificate), (vec!["malformed"], None));
     }
+
+    #[tokio::test]
+    async fn a_certificates_names_are_judged_as_a_request_for_them_is() {
+        use testkit::request::{Request, legit};
+        let node = "n-2";
+        let requests = [
+            legit(node, 7),
+            legit(node, 7).ip("192.0.2.7"),
+            legit(node, 7).dns("other.nodes.example.com"),
+            Request::node("n-3").dns("n-2.nodes.example.com"),
+            Request::node(node).ip("10.0.0.1").ip("169.254.169.254"),
+            Request::node(node),
+        ];
+        let (policy, cluster, now) = (testkit::policy::config(), StaticCluster::default(), Timestamp::now());
+        for request in requests {
+            let sub = testkit::policy::serving(node, &request.pem());
+            let by_request = crate::policy::evaluate(&sub, &policy, &NoDns, &cluster, now).await;
+            let names = crate::csr::CsrFacts::from_pem(&sub.request).unwrap();
+            let by_names = evaluate_names(&sub, &names, &policy, &NoDns, &cluster, now).await;
+            let outcome = |evaluation: &crate::policy::Evaluation| {
+                let rows = evaluation.checks.iter().filter(|row| row.check != crate::policy::CheckId::Request);
+                (evaluation.decision.clone(), rows.cloned().collect::<Vec<_>>())
+            };
+            assert_eq!(outcome(&by_names), outcome(&by_request), "{request:?}");
+        }
+    }
 }
