@@ -64,7 +64,7 @@ pub struct NodeAudit {
 }
 
 impl NodeAudit {
-    /// A report with `findings` and nothing read.
+    /// A report with one finding, `detail` saying why, and no certificate read.
     fn without_certificate(node: &str, address: Option<SocketAddr>, finding: Finding, detail: String) -> NodeAudit {
         let findings = BTreeSet::from([finding]);
         NodeAudit {

@@ -9,6 +9,7 @@ use std::io::Write;
 
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Node;
+use kube::api::ListParams;
 
 use super::NodeAudit;
 use super::output;
@@ -26,6 +27,10 @@ use crate::policy::KubeletDialRules;
 /// How long the audit waits for the apiserver's addresses before dialling anyway (a kubelet whose
 /// address cannot be told apart from the apiserver's is then not dialled).
 const APISERVER_SYNC: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// How many Nodes one list request reads: each page is reduced to the Nodes' names and dial
+/// targets before the next is read.
+const NODES_PAGE: u32 = 500;
 
 /// The kubelet flags the audit reads whether machine mode is on or not.
 #[derive(Debug, Clone)]
@@ -65,7 +70,7 @@ pub async fn command(
 ) -> Result<Vec<NodeAudit>, AuditError> {
     let resolver = HickoryResolver::new(settings.dns.servers.as_deref(), settings.dns.timeout)?;
     let connection = connect(settings.run.kubeconfig.as_deref(), settings.machines.as_ref()).await?;
-    let nodes = read_nodes(connection.client.clone(), &args.nodes).await?;
+    let nodes_api: kube::Api<Node> = kube::Api::all(connection.client.clone());
     let rules = settings.machines.as_ref().map(|source| source.rules.clone());
     let ledger = CsrLedger::listed(connection.client.clone(), rules).await?;
     let machines = match (connection.machines, settings.machines.as_ref()) {
@@ -78,14 +83,23 @@ pub async fn command(
     let cluster = KubeCluster::new(connection.client, machines, ledger);
     cluster.apiserver_first_answer(APISERVER_SYNC).await;
     let dial_rules = KubeletDialRules { prefixes: settings.policy.ip_prefixes.clone(), port: kubelet.port };
-    let mut targets = Vec::with_capacity(nodes.len());
-    for node in &nodes {
-        let info = node_info(node);
-        let target = match undialled_apiserver_addresses(&cluster, &info.name, &info.addresses).await {
-            Ok(apiserver) => dial_target(node, &info.addresses, &dial_rules, &apiserver),
-            Err(error) => Err(format!("the kubelet is not dialled: the apiserver's addresses: {error}")),
-        };
-        targets.push(NodeTarget { node: info.name, target });
+    let mut targets = Vec::new();
+    if args.nodes.is_empty() {
+        let mut page = ListParams::default().limit(NODES_PAGE);
+        loop {
+            let nodes = nodes_api.list(&page).await?;
+            for node in &nodes.items {
+                targets.push(target(&cluster, node, &dial_rules).await);
+            }
+            match nodes.metadata.continue_ {
+                Some(token) if !token.is_empty() => page = page.continue_token(&token),
+                _ => break,
+            }
+        }
+    }
+    for name in &args.nodes {
+        let node = nodes_api.get_opt(name).await?.ok_or_else(|| AuditError::NoSuchNode(name.clone()))?;
+        targets.push(target(&cluster, &node, &dial_rules).await);
     }
     let scan = ScanSettings {
         ca: kubelet.ca,
@@ -105,15 +119,12 @@ pub async fn command(
     Ok(reports)
 }
 
-/// Every Node, or those named (each must exist).
-async fn read_nodes(client: kube::Client, names: &[String]) -> Result<Vec<Node>, AuditError> {
-    let api: kube::Api<Node> = kube::Api::all(client);
-    if names.is_empty() {
-        return Ok(api.list(&Default::default()).await?.items);
-    }
-    let mut nodes = Vec::with_capacity(names.len());
-    for name in names {
-        nodes.push(api.get_opt(name).await?.ok_or_else(|| AuditError::NoSuchNode(name.clone()))?);
-    }
-    Ok(nodes)
+/// Node `node` and where its kubelet is dialled, or why it is not.
+async fn target(cluster: &KubeCluster, node: &Node, rules: &KubeletDialRules) -> NodeTarget {
+    let info = node_info(node);
+    let target = match undialled_apiserver_addresses(cluster, &info.name, &info.addresses).await {
+        Ok(apiserver) => dial_target(node, &info.addresses, rules, &apiserver),
+        Err(error) => Err(format!("the kubelet is not dialled: the apiserver's addresses: {error}")),
+    };
+    NodeTarget { node: info.name, target }
 }
