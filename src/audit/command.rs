@@ -97,7 +97,8 @@ pub async fn command(
             }
         }
     }
-    for name in &args.nodes {
+    let mut named = std::collections::BTreeSet::new();
+    for name in args.nodes.iter().filter(|name| named.insert(name.as_str())) {
         let node = nodes_api.get_opt(name).await?.ok_or_else(|| AuditError::NoSuchNode(name.clone()))?;
         targets.push(target(&cluster, &node, &dial_rules).await);
     }

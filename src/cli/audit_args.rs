@@ -10,7 +10,7 @@ use crate::audit::findings::{FailOn, Finding};
 /// Arguments of `audit`.
 #[derive(Debug, Clone, Args)]
 pub struct AuditArgs {
-    /// Nodes to audit [default: every Node]
+    /// Nodes to audit, each once [default: every Node]
     #[arg(value_name = "NODE")]
     pub nodes: Vec<String>,
     /// Exit 3 when a Node has one of these findings: comma-separated unreachable, not-dialled, malformed, self-signed, untrusted, non-compliant, undetermined, expired, expiring[=DURATION] (expiring within DURATION, 7d when not given; also fails expired ones)
