@@ -196,6 +196,15 @@ mod tests {
         }
     }
 
+    /// DNS that never answers in time.
+    struct DnsDown;
+
+    impl Resolver for DnsDown {
+        async fn resolve(&self, _name: &str) -> Resolution {
+            Resolution::Unavailable(crate::policy::DnsFailure::Timeout)
+        }
+    }
+
     const NODE: &str = "n-1.nodes.example.com";
 
     /// A CA, and a leaf it issues for NODE naming `ip`, valid from `from` to `until`.
@@ -271,6 +280,28 @@ mod tests {
         let policy = denied.policy.unwrap();
         assert_eq!((policy.decision, policy.reason), ("deny", "IPNotInPrefixes"), "{policy:#?}");
         drop(ca);
+
+        let mut resolving = testkit::policy::config();
+        resolving.bypass_dns_resolution = false;
+        let settings = ScanSettings {
+            ca: None,
+            dial_limit: Duration::from_secs(1),
+            concurrency: 1,
+            expiring_within: day.unsigned_abs(),
+        };
+        let judge = Judge {
+            settings: &settings,
+            policy: &resolving,
+            resolver: &DnsDown,
+            cluster: &StaticCluster::default(),
+            now,
+        };
+        let unknown = judge.judge(NODE, "10.0.0.7:10250".parse().unwrap(), &chain, None).await;
+        assert_eq!(
+            (names(&unknown), unknown.policy.unwrap().decision),
+            (vec!["undetermined"], "retry"),
+            "DNS did not answer"
+        );
 
         let garbage = findings(&[CertificateDer::from(vec![0x30, 0x03, 0x02, 0x01, 0x01])], None, now).await;
         assert_eq!((names(&garbage), garbage.certificate), (vec!["malformed"], None));
