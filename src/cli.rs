@@ -1,5 +1,6 @@
 //! The command line: global policy and controller flags, and the subcommands.
 
+mod audit_args;
 mod check_args;
 pub mod go_flags;
 
@@ -9,6 +10,7 @@ use clap::{Arg, CommandFactory, FromArgMatches, Parser, Subcommand};
 
 use crate::config::{MachineArgs, PolicyArgs, RunArgs};
 
+pub use audit_args::{AuditArgError, AuditArgs};
 pub use check_args::{CheckArgError, CheckArgs, Format};
 
 /// Decides on the certificate signing requests kubelets create.
@@ -57,4 +59,6 @@ pub enum Command {
     Run,
     /// Evaluate CSRs from a file or the cluster and print the decision and every check's result.
     Check(CheckArgs),
+    /// Dial every Node's kubelet (or those named) and report the serving certificate it presents: issuer, expiry, key, and whether today's policy would approve its names. Read-only.
+    Audit(AuditArgs),
 }

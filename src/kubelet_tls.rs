@@ -1,8 +1,10 @@
 //! The kubelet-serving CA bundle (`--kubelet-serving-ca-file`) and what it verifies: a chain a
 //! kubelet presents, for server auth, at a given time, naming the address it was reached at.
-//! [`dial`] reads that chain from a kubelet over TLS, within a time limit.
+//! [`dial`] reads that chain from a kubelet over TLS, within a time limit; [`presented`] reads
+//! whatever chain a kubelet presents, trusting none, for the audit.
 
 pub mod dial;
+pub mod presented;
 
 use std::net::IpAddr;
 use std::path::Path;

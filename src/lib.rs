@@ -6,10 +6,11 @@
 //! implemented by [`dns`] and [`kubernetes::cluster`]. [`kubernetes`] holds every adapter to the
 //! apiserver (watches, the cluster view, leader election, the controller and its writes); the
 //! application around it is [`cli`] and [`config`] (flags), [`runner`] (`run`), [`check`],
-//! [`admin`] (health and metrics endpoints), [`metrics`], [`logging`] and [`display`].
+//! [`audit`] (the serving certificates kubelets present, judged), [`admin`] (health and metrics endpoints), [`metrics`], [`logging`] and [`display`].
 //! The public modules are what the binary, the tests and the benchmark use; see ARCHITECTURE.md.
 
 pub mod admin;
+pub mod audit;
 pub mod check;
 pub mod cli;
 pub mod config;

@@ -2,6 +2,7 @@
 
 use std::process::ExitCode;
 
+use node_csr_approver::audit::command::{self as audit, AuditError, KubeletFlags};
 use node_csr_approver::check::{self, CheckError};
 use node_csr_approver::cli::{Cli, Command};
 use node_csr_approver::config::{self, LogFormat};
@@ -18,9 +19,12 @@ static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 const USAGE: u8 = 2;
 /// Exit code for an input that cannot be read, or a controller that stopped abnormally.
 const FAILURE: u8 = 1;
+/// Exit code of `audit` when a Node has a finding `--fail-on` names.
+const AUDIT_FINDINGS: u8 = 3;
 
 fn main() -> ExitCode {
     let cli = Cli::parse_go_style(std::env::args_os());
+    let kubelet = KubeletFlags { ca: cli.machine.kubelet_serving_ca_file.clone(), port: cli.machine.kubelet_port };
     let settings = match config::validate(cli.policy, cli.run, cli.machine) {
         Ok(settings) => settings,
         Err(error) => {
@@ -29,7 +33,7 @@ fn main() -> ExitCode {
             return ExitCode::from(USAGE);
         }
     };
-    if matches!(cli.command, Some(Command::Check(_))) {
+    if matches!(cli.command, Some(Command::Check(_) | Command::Audit(_))) {
         logging::init(LogFormat::Text, "warn");
         for warning in &settings.warnings {
             eprintln!("warning: {}", Escaped(&warning.0));
@@ -50,6 +54,23 @@ fn main() -> ExitCode {
             match runtime.block_on(check::command(&args, &settings, &mut std::io::stdout().lock())) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(error @ CheckError::Dns(_)) => exit(USAGE, error),
+                Err(error) => exit(FAILURE, error),
+            }
+        }
+        Some(Command::Audit(args)) => {
+            let out = &mut std::io::stdout().lock();
+            match runtime.block_on(audit::command(&args, &settings, kubelet, out)) {
+                Ok(reports) => {
+                    let fail_on = args.fail_on();
+                    let failing: Vec<&str> =
+                        reports.iter().filter(|r| fail_on.fails(&r.findings)).map(|r| r.node.as_str()).collect();
+                    if failing.is_empty() {
+                        ExitCode::SUCCESS
+                    } else {
+                        exit(AUDIT_FINDINGS, format!("--fail-on: {} Node(s): {}", failing.len(), failing.join(", ")))
+                    }
+                }
+                Err(error @ AuditError::Dns(_)) => exit(USAGE, error),
                 Err(error) => exit(FAILURE, error),
             }
         }

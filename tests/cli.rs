@@ -1,4 +1,4 @@
-//! The real binary run as a process: `check` output, exit codes, and every configuration error.
+//! The real binary run as a process: `check` output, exit codes, and every configuration error (`audit`'s too).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -382,4 +382,22 @@ fn text_log_lines_escape_what_they_quote() {
     let line = err.lines().find(|l| l.contains("stopped")).unwrap_or_else(|| panic!("{err}"));
     assert!(line.contains(r"/nonexistent/x\n2026-01-01T00:00:00Z  INFO forged line\u{1b}[2K"), "{err}");
     assert!(!err.lines().any(|l| l.starts_with("2026-01-01")) && !err.contains('\u{1b}'), "{err:?}");
+}
+
+#[test]
+fn audit_stops_with_exit_2_naming_the_flag_of_an_invalid_value() {
+    let cases = [
+        ("--fail-on", "bogus"),
+        ("--fail-on", "self-signed=7d"),
+        ("--fail-on", "expiring=soon"),
+        ("--dial-timeout", "0s"),
+        ("--dial-concurrency", "0"),
+    ];
+    for (flag, value) in cases {
+        let output = run(binary().args(["audit", "--provider-regex", REGEX, &format!("{flag}={value}")]));
+        let err = stderr(&output);
+        assert_eq!(output.status.code(), Some(2), "{flag}={value}: {err}");
+        assert!(err.contains(flag) && err.contains(value.split('=').next_back().unwrap()), "{flag}={value}: {err}");
+        assert!(output.stdout.is_empty(), "nothing is dialled on a usage error");
+    }
 }

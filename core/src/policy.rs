@@ -135,7 +135,33 @@ pub async fn evaluate<R: Resolver, C: ClusterView>(
     cluster: &C,
     now: Timestamp,
 ) -> Evaluation {
-    let (triage, staged) = match triage(sub, cfg) {
+    evaluate_request(sub, None, cfg, resolver, cluster, now).await
+}
+
+/// Evaluates the subject and SANs a served certificate carries (`names`, read by
+/// [`crate::csr::CertificateFacts`]) with every check a kubelet-serving CSR of `sub` asking for
+/// exactly those names gets; `sub.request` is not read. What today's policy says of a certificate
+/// issued before it.
+pub async fn evaluate_names<R: Resolver, C: ClusterView>(
+    sub: &Submission,
+    names: &CsrFacts,
+    cfg: &PolicyConfig,
+    resolver: &R,
+    cluster: &C,
+    now: Timestamp,
+) -> Evaluation {
+    evaluate_request(sub, Some(names), cfg, resolver, cluster, now).await
+}
+
+async fn evaluate_request<R: Resolver, C: ClusterView>(
+    sub: &Submission,
+    names: Option<&CsrFacts>,
+    cfg: &PolicyConfig,
+    resolver: &R,
+    cluster: &C,
+    now: Timestamp,
+) -> Evaluation {
+    let (triage, staged) = match triage(sub, names, cfg) {
         Ok(ready) => ready,
         Err(done) => return done,
     };
@@ -148,7 +174,7 @@ pub async fn evaluate<R: Resolver, C: ClusterView>(
 
 /// Decides on one CSR at time `now` from evidence already gathered: the pure core of [`evaluate`].
 pub fn decide(sub: &Submission, cfg: &PolicyConfig, evidence: &Evidence, now: Timestamp) -> Evaluation {
-    match triage(sub, cfg) {
+    match triage(sub, None, cfg) {
         Ok((triage, staged)) => {
             let evidence = staged.needs(cfg).map(|_| evidence);
             finish(sub, cfg, triage, staged, evidence, now)
@@ -179,9 +205,14 @@ impl SignerChecks<'_> {
     }
 }
 
-/// Signer, pending and (for client CSRs) identity checks, then the checks that need no evidence;
-/// `Err` when the CSR is not ours or already decided.
-fn triage<'a>(sub: &Submission, cfg: &'a PolicyConfig) -> Result<(Report, SignerChecks<'a>), Evaluation> {
+/// Signer, pending and (for client CSRs) identity checks, then the checks that need no evidence
+/// (on `names` instead of the request, when given); `Err` when the CSR is not ours or already
+/// decided.
+fn triage<'a>(
+    sub: &Submission,
+    names: Option<&CsrFacts>,
+    cfg: &'a PolicyConfig,
+) -> Result<(Report, SignerChecks<'a>), Evaluation> {
     let mut triage = Report::default();
     let client_rules = cfg.machine.as_ref().filter(|m| m.client_approval);
     let handled = sub.signer_name == identity::SERVING_SIGNER
@@ -200,7 +231,7 @@ fn triage<'a>(sub: &Submission, cfg: &'a PolicyConfig) -> Result<(Report, Signer
     }
     triage.record(CheckId::Pending, Ok("no decision yet".into()));
     match client_rules.filter(|_| sub.signer_name == identity::CLIENT_SIGNER) {
-        None => Ok((triage, SignerChecks::Serving(Box::new(kubelet_serving::stage(sub, cfg))))),
+        None => Ok((triage, SignerChecks::Serving(Box::new(kubelet_serving::stage(sub, names, cfg))))),
         Some(rules) => match node_client::requester(sub, rules) {
             Requester::Bootstrapper(groups) => {
                 Ok((triage, SignerChecks::Client(Box::new(node_client::stage(sub, groups)), rules)))

@@ -12,12 +12,12 @@ use rustls::pki_types::CertificateDer;
 use crate::kubelet_tls::KubeletServingCa;
 use crate::kubernetes::apiserver::ApiserverWatch;
 use crate::kubernetes::csr_ledger::CsrLedger;
-use crate::kubernetes::kubelet_endpoint::{served_by, served_offline};
+use crate::kubernetes::kubelet_endpoint::{served_by, served_offline, undialled_apiserver_addresses};
 use crate::kubernetes::machines::MachineCache;
 use crate::metrics::Metrics;
 use crate::policy::{
     AddressClaim, ApiserverAddresses, BrakeInputs, ClusterError, ClusterView, KubeletCertificate, KubeletDialRules,
-    MachineInfo, NodeAddress, NodeInfo, RequestError, ServingCsr, brake_limit, kubelet_dial_not_owned, same_ip,
+    MachineInfo, NodeAddress, NodeInfo, RequestError, ServingCsr, brake_limit, same_ip,
 };
 
 /// The live cluster: one GET per Node asked for; Machines and Nodes from the watched caches of
@@ -136,28 +136,8 @@ impl ClusterView for KubeCluster {
             return Ok(KubeletCertificate::Unusable(format!("Node {name:?} does not exist")));
         };
         let addresses = node_info(&node).addresses;
-        let undialled = self.apiserver_addresses_not_owned(name, &addresses).await?;
+        let undialled = undialled_apiserver_addresses(self, name, &addresses).await?;
         Ok(served_by(&node, &addresses, ca, rules, &undialled).await)
-    }
-}
-
-impl KubeCluster {
-    /// The apiserver's addresses the kubelet of Node `name` (listing `addresses`) may not be
-    /// dialled at ([`kubelet_dial_not_owned`]): who claims an advertise address is asked only
-    /// when the Node lists one.
-    async fn apiserver_addresses_not_owned(
-        &self,
-        name: &str,
-        addresses: &[NodeAddress],
-    ) -> Result<Vec<IpAddr>, ClusterError> {
-        let apiserver = self.apiserver_addresses().await?;
-        let listed: Vec<IpAddr> = addresses.iter().filter_map(|a| a.address.parse().ok()).collect();
-        let advertised = apiserver.advertised(&listed);
-        let claims = match advertised.is_empty() {
-            true => Vec::new(),
-            false => self.nodes_claiming(&advertised).await?,
-        };
-        Ok(kubelet_dial_not_owned(&apiserver, &claims, name))
     }
 }
 

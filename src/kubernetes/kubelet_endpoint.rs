@@ -3,7 +3,7 @@
 //! CSR chooses the address), and only where [`KubeletDialRules`] allow (a node address, the kubelet
 //! port); or for `check` read from a file and verified as the dial verifies it.
 
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Node;
@@ -11,7 +11,9 @@ use rustls::pki_types::{CertificateDer, UnixTime};
 
 use crate::kubelet_tls::KubeletServingCa;
 use crate::kubelet_tls::dial::{Served, served_certificate};
-use crate::policy::{KubeletCertificate, KubeletDialRules, NodeAddress};
+use crate::policy::{
+    ClusterError, ClusterView, KubeletCertificate, KubeletDialRules, NodeAddress, kubelet_dial_not_owned,
+};
 
 /// How long the connection and the TLS handshake with a kubelet may take together.
 pub const DIAL_LIMIT: Duration = Duration::from_secs(3);
@@ -26,6 +28,41 @@ pub fn internal_ip(addresses: &[NodeAddress]) -> Result<IpAddr, String> {
         .map_err(|_| format!("the Node's InternalIP {:?} is not an IP address", address.address))
 }
 
+/// Where the kubelet of `node` is dialled, when `rules` allow its address and port (`apiserver`
+/// holds the apiserver's addresses the node does not own), or why it is not.
+pub fn dial_target(
+    node: &Node,
+    addresses: &[NodeAddress],
+    rules: &KubeletDialRules,
+    apiserver: &[IpAddr],
+) -> Result<SocketAddr, String> {
+    let port = node.status.as_ref().and_then(|s| s.daemon_endpoints.as_ref()).and_then(|d| d.kubelet_endpoint.as_ref());
+    let port = match port.map(|endpoint| u16::try_from(endpoint.port)) {
+        Some(Ok(port)) if port > 0 => port,
+        _ => return Err("the Node has no kubelet port in status.daemonEndpoints".into()),
+    };
+    let ip = internal_ip(addresses)?;
+    rules.target(ip, port, apiserver).map_err(|why| format!("the kubelet is not dialled: {why}"))
+}
+
+/// The apiserver's addresses the kubelet of Node `name` (listing `addresses`) may not be dialled
+/// at ([`kubelet_dial_not_owned`]): who claims an advertise address is asked only when the Node
+/// lists one.
+pub async fn undialled_apiserver_addresses<C: ClusterView>(
+    cluster: &C,
+    name: &str,
+    addresses: &[NodeAddress],
+) -> Result<Vec<IpAddr>, ClusterError> {
+    let apiserver = cluster.apiserver_addresses().await?;
+    let listed: Vec<IpAddr> = addresses.iter().filter_map(|a| a.address.parse().ok()).collect();
+    let advertised = apiserver.advertised(&listed);
+    let claims = match advertised.is_empty() {
+        true => Vec::new(),
+        false => cluster.nodes_claiming(&advertised).await?,
+    };
+    Ok(kubelet_dial_not_owned(&apiserver, &claims, name))
+}
+
 /// Dials the kubelet of `node`, when `rules` allow its address and port (`apiserver` holds the
 /// apiserver's addresses the node does not own), and verifies what it presents against `ca`.
 pub async fn served_by(
@@ -35,18 +72,9 @@ pub async fn served_by(
     rules: &KubeletDialRules,
     apiserver: &[IpAddr],
 ) -> KubeletCertificate {
-    let port = node.status.as_ref().and_then(|s| s.daemon_endpoints.as_ref()).and_then(|d| d.kubelet_endpoint.as_ref());
-    let port = match port.map(|endpoint| u16::try_from(endpoint.port)) {
-        Some(Ok(port)) if port > 0 => port,
-        _ => return KubeletCertificate::Unusable("the Node has no kubelet port in status.daemonEndpoints".into()),
-    };
-    let ip = match internal_ip(addresses) {
-        Ok(ip) => ip,
-        Err(why) => return KubeletCertificate::Unusable(why),
-    };
-    let target = match rules.target(ip, port, apiserver) {
+    let target = match dial_target(node, addresses, rules, apiserver) {
         Ok(target) => target,
-        Err(why) => return KubeletCertificate::Unusable(format!("the kubelet is not dialled: {why}")),
+        Err(why) => return KubeletCertificate::Unusable(why),
     };
     match served_certificate(target, ca, DIAL_LIMIT).await {
         Served::Verified(leaf) => KubeletCertificate::Verified(leaf),

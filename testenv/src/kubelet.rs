@@ -64,6 +64,9 @@ pub struct KubeletOptions {
     /// The network namespace it runs in, with all its addresses as node addresses (one InternalIP
     /// of each family); `None`: this machine's own, with `node_ip`.
     pub network: Option<std::sync::Arc<NodeNetwork>>,
+    /// The port of its HTTPS server; `None`: a free one. Kubelets on this machine's own network
+    /// need ports of their own; each in a [`NodeNetwork`] of its own may share one.
+    pub port: Option<u16>,
 }
 
 impl KubeletOptions {
@@ -75,6 +78,7 @@ impl KubeletOptions {
             credentials,
             server_tls_bootstrap: true,
             network: None,
+            port: None,
         }
     }
 }
@@ -213,7 +217,10 @@ pub(crate) async fn start(
             args.push(format!("--bootstrap-kubeconfig={}", bootstrap.display()));
         }
     }
-    let port = free_port()?;
+    let port = match options.port {
+        Some(port) => port,
+        None => free_port()?,
+    };
     let healthz_port = free_port()?;
     let socket = path.join("cri.sock");
     let config = configuration(path, &ca, &socket, options, &placement, (port, healthz_port));

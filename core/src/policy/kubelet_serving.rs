@@ -59,17 +59,19 @@ struct Parsed {
     dns_names: Vec<String>,
 }
 
-/// Runs every check that needs no evidence, in order, recording each.
-pub(crate) fn stage(sub: &Submission, cfg: &PolicyConfig) -> ServingChecks {
+/// Runs every check that needs no evidence, in order, recording each; on `names` instead of the
+/// request when given (a served certificate's subject and SANs).
+pub(crate) fn stage(sub: &Submission, names: Option<&CsrFacts>, cfg: &PolicyConfig) -> ServingChecks {
     let mut report = Report::default();
     let node = node_name(&sub.username, cfg);
     report.record(CheckId::Username, node.clone().map(|n| format!("node {n:?}")));
     report.record(CheckId::Groups, groups(&sub.groups));
-    let facts = CsrFacts::from_pem(&sub.request).map_err(|e| Failure::deny(Reason::MalformedRequest, e.to_string()));
-    report.record(
-        CheckId::Request,
-        facts.as_ref().map(|_| "parsed, signature verified".to_owned()).map_err(Clone::clone),
-    );
+    let facts = match names {
+        Some(names) => Ok(names.clone()),
+        None => CsrFacts::from_pem(&sub.request).map_err(|e| Failure::deny(Reason::MalformedRequest, e.to_string())),
+    };
+    let read = if names.is_some() { "the names of a served certificate" } else { "parsed, signature verified" };
+    report.record(CheckId::Request, facts.as_ref().map(|_| read.to_owned()).map_err(Clone::clone));
     let expiration = expiration(sub.expiration_seconds, cfg);
     let (Ok(node), Ok(facts)) = (node, facts) else {
         for check in STATIC_REQUEST_CHECKS {

@@ -1,0 +1,131 @@
+//! The `audit` subcommand: reads the Nodes (all, or those named), gives each the address serving
+//! renewal would dial (`kubelet_endpoint::dial_target`: InternalIP inside
+//! `--provider-ip-prefixes`, outside the reserved and the apiserver's addresses, at
+//! `--kubelet-port`), scans them ([`Judge::scan`]) against the live cluster and prints the
+//! reports. It reads only: Nodes, Machines (machine mode), CSRs (as `check` lists them), the
+//! apiserver's Service and EndpointSlices, DNS, and the kubelets' TLS handshakes.
+
+use std::io::Write;
+
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::Node;
+use kube::api::ListParams;
+
+use super::NodeAudit;
+use super::output;
+use super::scan::{Judge, NodeTarget, ScanSettings};
+use crate::cli::AuditArgs;
+use crate::config::Settings;
+use crate::dns::{DnsError, HickoryResolver};
+use crate::kubelet_tls::KubeletServingCa;
+use crate::kubernetes::cluster::{KubeCluster, node_info};
+use crate::kubernetes::connect::{ConnectError, connect};
+use crate::kubernetes::csr_ledger::CsrLedger;
+use crate::kubernetes::kubelet_endpoint::{dial_target, undialled_apiserver_addresses};
+use crate::policy::KubeletDialRules;
+
+/// How long the audit waits for the apiserver's addresses before dialling anyway (a kubelet whose
+/// address cannot be told apart from the apiserver's is then not dialled).
+const APISERVER_SYNC: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// How many Nodes one list request reads: each page is reduced to the Nodes' names and dial
+/// targets before the next is read.
+const NODES_PAGE: u32 = 500;
+
+/// The kubelet flags the audit reads whether machine mode is on or not.
+#[derive(Debug, Clone)]
+pub struct KubeletFlags {
+    /// `--kubelet-serving-ca-file`.
+    pub ca: Option<KubeletServingCa>,
+    /// `--kubelet-port`.
+    pub port: u16,
+}
+
+/// Why `audit` could not report.
+#[derive(Debug, thiserror::Error)]
+pub enum AuditError {
+    /// The resolver could not be built from `--dns-server`.
+    #[error("DNS resolver (--dns-server, env DNS_SERVERS): {0}")]
+    Dns(#[from] DnsError),
+    /// No usable cluster configuration.
+    #[error(transparent)]
+    Connect(#[from] ConnectError),
+    /// The Nodes or the CSRs could not be read.
+    #[error("reading the cluster: {0}")]
+    Read(#[from] kube::Error),
+    /// A Node named on the command line does not exist.
+    #[error("Node {0:?} does not exist")]
+    NoSuchNode(String),
+    /// The report could not be written.
+    #[error("writing the report: {0}")]
+    Write(#[from] std::io::Error),
+}
+
+/// Runs `audit`: scans the Nodes and writes the reports to `out`; returns them, for the exit code.
+pub async fn command(
+    args: &AuditArgs,
+    settings: &Settings,
+    kubelet: KubeletFlags,
+    out: &mut impl Write,
+) -> Result<Vec<NodeAudit>, AuditError> {
+    let resolver = HickoryResolver::new(settings.dns.servers.as_deref(), settings.dns.timeout)?;
+    let connection = connect(settings.run.kubeconfig.as_deref(), settings.machines.as_ref()).await?;
+    let nodes_api: kube::Api<Node> = kube::Api::all(connection.client.clone());
+    let rules = settings.machines.as_ref().map(|source| source.rules.clone());
+    let ledger = CsrLedger::listed(connection.client.clone(), rules).await?;
+    let machines = match (connection.machines, settings.machines.as_ref()) {
+        (Some(cache), Some(_)) => {
+            cache.synced().await;
+            Some(cache)
+        }
+        _ => None,
+    };
+    let cluster = KubeCluster::new(connection.client, machines, ledger);
+    cluster.apiserver_first_answer(APISERVER_SYNC).await;
+    let dial_rules = KubeletDialRules { prefixes: settings.policy.ip_prefixes.clone(), port: kubelet.port };
+    let mut targets = Vec::new();
+    if args.nodes.is_empty() {
+        let mut page = ListParams::default().limit(NODES_PAGE);
+        loop {
+            let nodes = nodes_api.list(&page).await?;
+            for node in &nodes.items {
+                targets.push(target(&cluster, node, &dial_rules).await);
+            }
+            match nodes.metadata.continue_ {
+                Some(token) if !token.is_empty() => page = page.continue_token(&token),
+                _ => break,
+            }
+        }
+    }
+    let mut named = std::collections::BTreeSet::new();
+    for name in args.nodes.iter().filter(|name| named.insert(name.as_str())) {
+        let node = nodes_api.get_opt(name).await?.ok_or_else(|| AuditError::NoSuchNode(name.clone()))?;
+        targets.push(target(&cluster, &node, &dial_rules).await);
+    }
+    let scan = ScanSettings {
+        ca: kubelet.ca,
+        dial_limit: args.dial_timeout,
+        concurrency: usize::from(args.dial_concurrency),
+        expiring_within: args.fail_on().expiring_within(),
+    };
+    let judge = Judge {
+        settings: &scan,
+        policy: &settings.policy,
+        resolver: &resolver,
+        cluster: &cluster,
+        now: Timestamp::now(),
+    };
+    let reports = judge.scan(targets).await;
+    output::write(out, &reports, args.output)?;
+    Ok(reports)
+}
+
+/// Node `node` and where its kubelet is dialled, or why it is not.
+async fn target(cluster: &KubeCluster, node: &Node, rules: &KubeletDialRules) -> NodeTarget {
+    let info = node_info(node);
+    let target = match undialled_apiserver_addresses(cluster, &info.name, &info.addresses).await {
+        Ok(apiserver) => dial_target(node, &info.addresses, rules, &apiserver),
+        Err(error) => Err(format!("the kubelet is not dialled: the apiserver's addresses: {error}")),
+    };
+    NodeTarget { node: info.name, target }
+}
