@@ -204,9 +204,10 @@ impl CsrLedger {
 
 /// Where a kubelet-serving CSR stands for the superseded rule: refused with a Denied or Failed
 /// condition; otherwise approved once decided (an Approved condition or an issued certificate);
-/// otherwise pending.
+/// otherwise pending, unless its name is cut: the approver can never decide such a CSR (no write
+/// can address it), so it counts as refused and no older CSR of its node waits for it.
 fn serving_state(csr: &CsrObject) -> ServingCsrState {
-    if csr.is_refused() {
+    if csr.is_refused() || (csr.name_cut && !csr.is_decided()) {
         ServingCsrState::Refused
     } else if csr.is_decided() {
         ServingCsrState::Approved
@@ -349,6 +350,8 @@ mod tests {
         assert_eq!(n1()[0], csr("approved", 2, approved), "failed: refused, it supersedes nothing");
         writer.apply(watcher::Event::Delete(serving("pending", "n1", 1, None)));
         assert_eq!(n1()[1], csr("older-pending", 0, pending), "a deleted object leaves its group");
+        writer.apply(watcher::Event::Apply(serving(&"x".repeat(300), "n1", 9, None)));
+        assert_eq!(n1()[1], csr("older-pending", 0, pending), "a pending CSR whose name is cut is never decided");
     }
 
     #[test]
