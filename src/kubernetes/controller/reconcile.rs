@@ -18,6 +18,7 @@ use super::write::{self, Note, WRITE_TIMEOUT, WriteError};
 use crate::display::short_name;
 use crate::kubernetes::csr_cache::Cache;
 use crate::kubernetes::csr_object::CsrObject;
+use crate::kubernetes::csr_uid::Uid;
 use crate::kubernetes::kube_watch::Doubling;
 use crate::metrics::{Metrics, WriteResult};
 use crate::policy::{ClusterView, Decision, DecisionKind, NODE_USER_PREFIX, Reason, Resolver, evaluate};
@@ -315,7 +316,7 @@ impl Phase {
 #[derive(Debug)]
 struct Entry {
     /// metadata.uid: a CSR re-created under the same name starts afresh.
-    uid: Box<str>,
+    uid: Uid,
     phase: Phase,
     /// The decisions told for it, each told once; forgotten once a decision is written.
     announced: HashSet<Announced>,

@@ -24,10 +24,12 @@ use super::triggers::Trigger;
 #[derive(Debug, Default)]
 pub(super) struct WorkQueue {
     entries: HashMap<Arc<str>, Entry>,
-    /// Each requester's ready CSRs, in arrival order.
+    /// Each requester with ready CSRs, and its ready CSRs after the one its place in the ring
+    /// holds, in arrival order: none for most requesters (one CSR each), which an empty queue
+    /// holds without an allocation.
     ready: HashMap<Arc<str>, VecDeque<Arc<str>>>,
-    /// The requesters with ready CSRs, in the order their next turn comes.
-    ring: VecDeque<Arc<str>>,
+    /// The requesters with ready CSRs and each one's first, in the order their turn comes.
+    ring: VecDeque<(Arc<str>, Arc<str>)>,
     /// The delayed CSRs by when they are due.
     delayed: BTreeSet<(Instant, Arc<str>)>,
 }
@@ -80,15 +82,13 @@ impl WorkQueue {
 
     /// The next ready CSR, the next requester's first, now running; `None` when none is ready.
     pub(super) fn next(&mut self) -> Option<Arc<str>> {
-        while let Some(requester) = self.ring.pop_front() {
-            let Some(names) = self.ready.get_mut(&requester) else { continue };
-            let next = names.pop_front();
-            if names.is_empty() {
-                self.ready.remove(&requester);
-            } else {
-                self.ring.push_back(requester);
+        while let Some((requester, name)) = self.ring.pop_front() {
+            match self.ready.get_mut(&requester).map(VecDeque::pop_front) {
+                Some(Some(after)) => self.ring.push_back((requester, after)),
+                Some(None) | None => {
+                    self.ready.remove(&requester);
+                }
             }
-            let Some(name) = next else { continue };
             if let Some(entry) = self.entries.get_mut(&name) {
                 entry.state = State::Running { again: false };
                 return Some(name);
@@ -146,8 +146,8 @@ impl WorkQueue {
         match self.ready.get_mut(&requester) {
             Some(names) => names.push_back(name),
             None => {
-                self.ring.push_back(requester.clone());
-                self.ready.insert(requester, VecDeque::from([name]));
+                self.ready.insert(requester.clone(), VecDeque::new());
+                self.ring.push_back((requester, name));
             }
         }
     }
