@@ -115,6 +115,21 @@ impl WorkQueue {
             self.delayed.insert((due, name));
         } else {
             self.entries.remove(&name);
+            self.give_back_room();
+        }
+    }
+
+    /// Frees most of the room a drained burst left (a storm's tables would otherwise keep the
+    /// size of its peak): a table or the ring at most a quarter full is cut to twice what it holds.
+    fn give_back_room(&mut self) {
+        if sparse(self.entries.len(), self.entries.capacity()) {
+            self.entries.shrink_to(self.entries.len() * 2);
+        }
+        if sparse(self.ready.len(), self.ready.capacity()) {
+            self.ready.shrink_to(self.ready.len() * 2);
+        }
+        if sparse(self.ring.len(), self.ring.capacity()) {
+            self.ring.shrink_to(self.ring.len() * 2);
         }
     }
 
@@ -151,6 +166,15 @@ impl WorkQueue {
             }
         }
     }
+}
+
+/// The room a table of the queue or of the reconcile memory keeps however little it holds.
+const KEPT_ROOM: usize = 1024;
+
+/// True when a table of `capacity` holding `len` is worth cutting down: at most a quarter full,
+/// and larger than [`KEPT_ROOM`].
+pub(super) fn sparse(len: usize, capacity: usize) -> bool {
+    capacity > KEPT_ROOM && len.saturating_mul(4) < capacity
 }
 
 /// A reconcile that panicked is tried again after this long.
@@ -243,6 +267,22 @@ mod tests {
         queue.trigger("other-1".into(), "system:node:other".into());
         assert_eq!(drain(&mut queue), ["flood-0", "other-0", "third-0", "flood-1", "other-1", "flood-2", "flood-3"]);
         assert_eq!(queue.len(), 0);
+    }
+
+    #[test]
+    fn a_drained_burst_gives_back_the_room_it_took() {
+        let mut queue = WorkQueue::default();
+        for i in 0..20_000 {
+            queue.trigger(format!("csr-{i}").into(), format!("node-{i}").into());
+        }
+        let full = (queue.entries.capacity(), queue.ready.capacity(), queue.ring.capacity());
+        assert!(full.0 >= 20_000 && full.1 >= 20_000 && full.2 >= 20_000);
+        assert_eq!(drain(&mut queue).len(), 20_000);
+        let drained = (queue.entries.capacity(), queue.ready.capacity(), queue.ring.capacity());
+        assert!(drained.0 <= 2 * KEPT_ROOM && drained.1 <= 2 * KEPT_ROOM && drained.2 <= 2 * KEPT_ROOM, "{drained:?}");
+        assert!(
+            !sparse(0, KEPT_ROOM) && !sparse(KEPT_ROOM / 4 + 1, KEPT_ROOM + 1) && sparse(KEPT_ROOM / 4, KEPT_ROOM * 2)
+        );
     }
 
     #[test]
