@@ -27,7 +27,7 @@ if ! ldd "${binary}" 2>&1 | grep -qE 'statically linked|not a dynamic executable
 fi
 # The allocator's configuration (.cargo/config.toml) is compiled in: without it, memory freed after
 # a burst of large CSRs would stay resident.
-if ! LC_ALL=C grep -aq 'dirty_decay_ms:0,muzzy_decay_ms:0' "${binary}"; then
+if ! LC_ALL=C grep -aq 'narenas:1,dirty_decay_ms:0,muzzy_decay_ms:0' "${binary}"; then
   echo "check-static-binary: ${binary} lacks jemalloc's configuration from .cargo/config.toml" >&2
   exit 1
 fi

@@ -12,6 +12,7 @@ pub mod csr_cache;
 pub(crate) mod csr_ledger;
 pub mod csr_name;
 pub mod csr_object;
+pub mod csr_uid;
 pub(crate) mod kube_watch;
 pub(crate) mod kubelet_endpoint;
 pub(crate) mod leader;

@@ -5,7 +5,9 @@
 //! Objects that name a group (a kubelet-serving CSR: its requester) are also indexed by it, so
 //! a reader asks for one group without a pass over the whole cache.
 
-use std::collections::HashMap;
+use std::borrow::Borrow;
+use std::collections::HashSet;
+use std::hash::{Hash, Hasher};
 use std::sync::{Arc, PoisonError, RwLock};
 
 use kube::runtime::watcher::Event;
@@ -21,43 +23,120 @@ pub trait Named {
     }
 }
 
-/// One set of objects: by name, and the grouped ones by group.
+/// One set of objects: by name, and the grouped ones by group. Each is a set of entries that
+/// read their key from the objects themselves, so a key costs no room of its own (a map keyed by
+/// name held a second pointer to each name).
 struct Objects<T> {
-    by_name: HashMap<Arc<str>, Arc<T>>,
-    by_group: HashMap<Arc<str>, Vec<Arc<T>>>,
+    by_name: HashSet<ByName<T>>,
+    by_group: HashSet<Group<T>>,
 }
 
 impl<T> Default for Objects<T> {
     fn default() -> Self {
-        Objects { by_name: HashMap::new(), by_group: HashMap::new() }
+        Objects { by_name: HashSet::new(), by_group: HashSet::new() }
     }
 }
+
+/// An object in a set keyed by its name ([`Named::name`]).
+struct ByName<T>(Arc<T>);
+
+impl<T: Named> Borrow<str> for ByName<T> {
+    fn borrow(&self) -> &str {
+        self.0.name()
+    }
+}
+
+impl<T: Named> Hash for ByName<T> {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        str::hash(self.0.name(), state);
+    }
+}
+
+impl<T: Named> PartialEq for ByName<T> {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.name() == other.0.name()
+    }
+}
+
+impl<T: Named> Eq for ByName<T> {}
+
+/// The objects of one group, in a set keyed by their group ([`Named::group`]): never empty, and
+/// one object (most groups) held without an allocation of its own.
+enum Group<T> {
+    One(Arc<T>),
+    Many(Vec<Arc<T>>),
+}
+
+impl<T> Group<T> {
+    fn members(&self) -> &[Arc<T>] {
+        match self {
+            Group::One(member) => std::slice::from_ref(member),
+            Group::Many(members) => members,
+        }
+    }
+}
+
+impl<T: Named> Borrow<str> for Group<T> {
+    fn borrow(&self) -> &str {
+        self.members().first().and_then(|member| member.group()).map_or("", |group| group)
+    }
+}
+
+impl<T: Named> Hash for Group<T> {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        str::hash(self.borrow(), state);
+    }
+}
+
+impl<T: Named> PartialEq for Group<T> {
+    fn eq(&self, other: &Self) -> bool {
+        Borrow::<str>::borrow(self) == Borrow::<str>::borrow(other)
+    }
+}
+
+impl<T: Named> Eq for Group<T> {}
 
 impl<T: Named> Objects<T> {
     /// Adds `object`, replacing the one of its name.
     fn insert(&mut self, object: Arc<T>) {
-        if let Some(replaced) = self.by_name.insert(object.name().clone(), object.clone()) {
-            self.ungroup(&replaced);
+        if let Some(replaced) = self.by_name.replace(ByName(object.clone())) {
+            self.ungroup(&replaced.0);
         }
-        if let Some(group) = object.group() {
-            self.by_group.entry(group.clone()).or_default().push(object);
-        }
+        let Some(group) = object.group() else { return };
+        let members = match self.by_group.take(&**group) {
+            None => Group::One(object),
+            Some(Group::One(first)) => Group::Many(vec![first, object]),
+            Some(Group::Many(mut members)) => {
+                members.push(object);
+                Group::Many(members)
+            }
+        };
+        self.by_group.insert(members);
     }
 
     /// Removes the object named `name`.
     fn remove(&mut self, name: &str) {
-        if let Some(removed) = self.by_name.remove(name) {
-            self.ungroup(&removed);
+        if let Some(removed) = self.by_name.take(name) {
+            self.ungroup(&removed.0);
         }
     }
 
     fn ungroup(&mut self, object: &Arc<T>) {
         let Some(group) = object.group() else { return };
-        if let Some(members) = self.by_group.get_mut(group) {
-            members.retain(|member| !Arc::ptr_eq(member, object));
-            if members.is_empty() {
-                self.by_group.remove(group);
+        let rest = match self.by_group.take(&**group) {
+            None => None,
+            Some(Group::One(member)) => (!Arc::ptr_eq(&member, object)).then_some(Group::One(member)),
+            Some(Group::Many(mut members)) => {
+                members.retain(|member| !Arc::ptr_eq(member, object));
+                match members.len() {
+                    0 => None,
+                    1 => members.pop().map(Group::One),
+                    _ => Some(Group::Many(members)),
+                }
             }
+        };
+        if let Some(rest) = rest {
+            self.by_group.insert(rest);
         }
     }
 }
@@ -75,8 +154,8 @@ impl<T: Named + PartialEq> State<T> {
     /// `object` behind an `Arc`: the cached one when it is equal to it, so an unchanged object
     /// (a relist, a watch restarted) is held once, whichever set holds it.
     fn shared(&self, object: T) -> Arc<T> {
-        match self.objects.by_name.get(object.name()) {
-            Some(cached) if **cached == object => cached.clone(),
+        match self.objects.by_name.get::<str>(object.name()) {
+            Some(ByName(cached)) if **cached == object => cached.clone(),
             _ => Arc::new(object),
         }
     }
@@ -105,22 +184,35 @@ pub fn cache<T>() -> (Cache<T>, CacheWriter<T>) {
     (cache.clone(), CacheWriter { cache })
 }
 
-impl<T> Cache<T> {
+impl<T: Named> Cache<T> {
     /// The object named `name`, if cached.
     pub fn get(&self, name: &str) -> Option<Arc<T>> {
-        self.state.read().unwrap_or_else(PoisonError::into_inner).objects.by_name.get(name).cloned()
+        self.state
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .objects
+            .by_name
+            .get(name)
+            .map(|cached| cached.0.clone())
     }
 
     /// Every cached object, in no particular order.
     pub fn state(&self) -> Vec<Arc<T>> {
-        self.state.read().unwrap_or_else(PoisonError::into_inner).objects.by_name.values().cloned().collect()
+        self.state
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .objects
+            .by_name
+            .iter()
+            .map(|cached| cached.0.clone())
+            .collect()
     }
 
     /// `read` applied to the cached objects of group `group` ([`Named::group`]), in no
     /// particular order, under the cache's read lock: nothing is copied.
     pub fn in_group<R>(&self, group: &str, read: impl FnOnce(&[Arc<T>]) -> R) -> R {
         let state = self.state.read().unwrap_or_else(PoisonError::into_inner);
-        read(state.objects.by_group.get(group).map_or(&[], Vec::as_slice))
+        read(state.objects.by_group.get(group).map_or(&[], Group::members))
     }
 
     /// True once a list has completed: the cache holds what existed then.

@@ -18,6 +18,7 @@ use kube::{Api, Client};
 
 use crate::kubernetes::csr_cache::{self, Cache};
 use crate::kubernetes::csr_object::CsrObject;
+use crate::kubernetes::csr_uid::Uid;
 use crate::policy::{
     AwaitedNodes, KUBELET_CLIENT_SIGNER, KUBELET_SERVING_SIGNER, MachineInfo, MachinePolicy, PendingKey, ServingCsr,
     ServingCsrState, capped_pending, client_node, counted_under, issued_client_node, pending_key, serving_node,
@@ -31,13 +32,13 @@ pub struct CsrLedger {
     rules: Option<Arc<MachinePolicy>>,
     /// The key each pending CSR counts under, by uid (a request never changes), so a bootstrap
     /// request is read once, not on every count.
-    pending_keys: Arc<Mutex<HashMap<String, PendingKey>>>,
+    pending_keys: Arc<Mutex<HashMap<Uid, PendingKey>>>,
     /// The node name each approved client CSR's certificate is for, by uid (`None`: none can be
     /// read), so an approved request is read once (a request never changes, nor does an approval).
-    issued_nodes: Arc<Mutex<HashMap<String, Option<String>>>>,
+    issued_nodes: Arc<Mutex<HashMap<Uid, Option<String>>>>,
     /// Client CSRs whose approval this process wrote, by uid: (node name, CSR name), counted until
     /// the cache shows them decided (then the cache counts them) or gone.
-    written: Arc<Mutex<HashMap<String, (String, String)>>>,
+    written: Arc<Mutex<HashMap<Uid, (String, String)>>>,
     /// One lock per node name whose client CSR or serving CSR is being decided.
     turns: Arc<Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>>,
 }
@@ -102,14 +103,14 @@ impl CsrLedger {
             if !csr.pending_facts().counts_as_pending(rules, now) {
                 continue;
             }
-            let uid = Some(&*csr.uid).filter(|uid| !uid.is_empty());
+            let uid = Some(&csr.uid).filter(|uid| !uid.is_empty());
             // Only a CSR counted for the first time is read whole (its request never changes).
             let key = uid.and_then(|uid| known.remove(uid)).unwrap_or_else(|| pending_key(&csr.submission(), rules));
             if let Some(name) = counted_under(&key, csr.created, &awaited) {
                 pending.push(name.to_owned());
             }
             if let Some(uid) = uid {
-                seen.insert(uid.to_owned(), key);
+                seen.insert(uid.clone(), key);
             }
         }
         *known = seen;
@@ -161,7 +162,7 @@ impl CsrLedger {
     pub fn record_approval(&self, csr: &CsrObject) {
         if let Some(node) = client_node(&csr.submission()) {
             let entry = (node, String::from(&*csr.name));
-            self.written.lock().unwrap_or_else(PoisonError::into_inner).insert(String::from(&*csr.uid), entry);
+            self.written.lock().unwrap_or_else(PoisonError::into_inner).insert(csr.uid.clone(), entry);
         }
     }
 
@@ -176,12 +177,12 @@ impl CsrLedger {
         let mut undecided = HashSet::new();
         for csr in self.csrs.state() {
             if !csr.is_decided() {
-                undecided.insert(String::from(&*csr.uid));
+                undecided.insert(csr.uid.clone());
             }
             if &*csr.signer_name != KUBELET_CLIENT_SIGNER || !csr.is_approved() {
                 continue;
             }
-            let uid = String::from(&*csr.uid);
+            let uid = csr.uid.clone();
             let for_node = match known.remove(&uid) {
                 Some(for_node) => for_node,
                 None => issued_client_node(&csr.submission()),

@@ -13,6 +13,7 @@ use kube::Resource;
 use crate::csr::{CsrFacts, MAX_REQUEST_BYTES};
 use crate::kubernetes::csr_cache::Named;
 use crate::kubernetes::csr_name::kept_name;
+use crate::kubernetes::csr_uid::Uid;
 use crate::policy::{KUBELET_CLIENT_SIGNER, KUBELET_SERVING_SIGNER, PendingFacts, Submission};
 
 /// Text nearly every CSR holds (the kubelet signers, the groups of a node and of a bootstrap
@@ -69,7 +70,7 @@ pub struct CsrObject {
     /// The name was longer than 253 bytes and is cut: no write can address this CSR.
     pub name_cut: bool,
     /// metadata.uid.
-    pub uid: Box<str>,
+    pub uid: Uid,
     /// metadata.resourceVersion: the write's precondition.
     pub resource_version: Option<Box<str>>,
     /// metadata.creationTimestamp.
@@ -102,7 +103,7 @@ impl From<CertificateSigningRequest> for CsrObject {
         let mut object = CsrObject {
             name,
             name_cut,
-            uid: metadata.uid.unwrap_or_default().into(),
+            uid: Uid::from(metadata.uid.unwrap_or_default()),
             resource_version: metadata.resource_version.map(Into::into),
             created: metadata.creation_timestamp.map(|time| time.0),
             signer_name: text(spec.signer_name),
@@ -256,7 +257,7 @@ impl CsrObject {
             api_version: Some(CertificateSigningRequest::api_version(&()).into_owned()),
             kind: Some(CertificateSigningRequest::kind(&()).into_owned()),
             name: Some(String::from(&*self.name)),
-            uid: Some(String::from(&*self.uid)).filter(|uid| !uid.is_empty()),
+            uid: Some(self.uid.to_string()).filter(|uid| !uid.is_empty()),
             ..ObjectReference::default()
         }
     }
@@ -435,7 +436,10 @@ mod tests {
     fn a_decided_csr_keeps_what_triage_and_the_brake_read() {
         for decided in ["Approved", "Denied"] {
             let csr = CsrObject::from(full(&["Other", decided]));
-            assert_eq!((&*csr.name, &*csr.uid, csr.resource_version.as_deref()), ("csr-1", "uid-1", Some("42")));
+            assert_eq!(
+                (&*csr.name, csr.uid.to_string().as_str(), csr.resource_version.as_deref()),
+                ("csr-1", "uid-1", Some("42"))
+            );
             assert_eq!((&*csr.signer_name, &*csr.username), ("kubernetes.io/kubelet-serving", "system:node:n"));
             assert_eq!(csr.created, Some(Timestamp::UNIX_EPOCH));
             assert!(csr.request.is_empty() && csr.groups.is_empty() && csr.usages.is_empty());

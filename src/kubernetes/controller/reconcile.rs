@@ -13,11 +13,12 @@ use std::time::{Duration, Instant};
 use jiff::Timestamp;
 
 use super::Context;
-use super::work_queue::Reconcile;
+use super::work_queue::{Reconcile, sparse};
 use super::write::{self, Note, WRITE_TIMEOUT, WriteError};
 use crate::display::short_name;
 use crate::kubernetes::csr_cache::Cache;
 use crate::kubernetes::csr_object::CsrObject;
+use crate::kubernetes::csr_uid::Uid;
 use crate::kubernetes::kube_watch::Doubling;
 use crate::metrics::{Metrics, WriteResult};
 use crate::policy::{ClusterView, Decision, DecisionKind, NODE_USER_PREFIX, Reason, Resolver, evaluate};
@@ -315,7 +316,7 @@ impl Phase {
 #[derive(Debug)]
 struct Entry {
     /// metadata.uid: a CSR re-created under the same name starts afresh.
-    uid: Box<str>,
+    uid: Uid,
     phase: Phase,
     /// The decisions told for it, each told once; forgotten once a decision is written.
     announced: HashSet<Announced>,
@@ -386,6 +387,9 @@ impl Memory {
             }
             keep
         });
+        if sparse(by_name.len(), by_name.capacity()) {
+            by_name.shrink_to(by_name.len() * 2);
+        }
         self.metrics.set_waiting_retry(*waiting);
     }
 
@@ -630,6 +634,21 @@ mod tests {
         memory.prune(&cache);
         assert_eq!(waiting(&memory), gauge(1));
         assert_eq!(memory.lock().by_name.keys().map(|name| name.to_string()).collect::<Vec<_>>(), ["kept"]);
+    }
+
+    #[test]
+    fn pruning_a_drained_burst_gives_back_the_room_it_took() {
+        let memory = Memory::new(Metrics::new());
+        let (cache, mut writer) = csr_cache::cache::<CsrObject>();
+        for i in 0..5_000 {
+            memory.settle(&csr(&format!("csr-{i}"), &i.to_string(), "1"), retried(false));
+        }
+        let full = memory.lock().by_name.capacity();
+        writer.apply(Event::<CsrObject>::Init);
+        writer.apply(Event::<CsrObject>::InitDone);
+        memory.prune(&cache);
+        let pruned = memory.lock().by_name.capacity();
+        assert!(full >= 5_000 && pruned < full / 2, "{full} then {pruned}");
     }
 
     #[test]

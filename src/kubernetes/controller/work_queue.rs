@@ -24,10 +24,12 @@ use super::triggers::Trigger;
 #[derive(Debug, Default)]
 pub(super) struct WorkQueue {
     entries: HashMap<Arc<str>, Entry>,
-    /// Each requester's ready CSRs, in arrival order.
+    /// Each requester with ready CSRs, and its ready CSRs after the one its place in the ring
+    /// holds, in arrival order: none for most requesters (one CSR each), which an empty queue
+    /// holds without an allocation.
     ready: HashMap<Arc<str>, VecDeque<Arc<str>>>,
-    /// The requesters with ready CSRs, in the order their next turn comes.
-    ring: VecDeque<Arc<str>>,
+    /// The requesters with ready CSRs and each one's first, in the order their turn comes.
+    ring: VecDeque<(Arc<str>, Arc<str>)>,
     /// The delayed CSRs by when they are due.
     delayed: BTreeSet<(Instant, Arc<str>)>,
 }
@@ -80,15 +82,13 @@ impl WorkQueue {
 
     /// The next ready CSR, the next requester's first, now running; `None` when none is ready.
     pub(super) fn next(&mut self) -> Option<Arc<str>> {
-        while let Some(requester) = self.ring.pop_front() {
-            let Some(names) = self.ready.get_mut(&requester) else { continue };
-            let next = names.pop_front();
-            if names.is_empty() {
-                self.ready.remove(&requester);
-            } else {
-                self.ring.push_back(requester);
+        while let Some((requester, name)) = self.ring.pop_front() {
+            match self.ready.get_mut(&requester).map(VecDeque::pop_front) {
+                Some(Some(after)) => self.ring.push_back((requester, after)),
+                Some(None) | None => {
+                    self.ready.remove(&requester);
+                }
             }
-            let Some(name) = next else { continue };
             if let Some(entry) = self.entries.get_mut(&name) {
                 entry.state = State::Running { again: false };
                 return Some(name);
@@ -115,6 +115,21 @@ impl WorkQueue {
             self.delayed.insert((due, name));
         } else {
             self.entries.remove(&name);
+            self.give_back_room();
+        }
+    }
+
+    /// Frees most of the room a drained burst left (a storm's tables would otherwise keep the
+    /// size of its peak): a table or the ring at most a quarter full is cut to twice what it holds.
+    fn give_back_room(&mut self) {
+        if sparse(self.entries.len(), self.entries.capacity()) {
+            self.entries.shrink_to(self.entries.len() * 2);
+        }
+        if sparse(self.ready.len(), self.ready.capacity()) {
+            self.ready.shrink_to(self.ready.len() * 2);
+        }
+        if sparse(self.ring.len(), self.ring.capacity()) {
+            self.ring.shrink_to(self.ring.len() * 2);
         }
     }
 
@@ -146,11 +161,20 @@ impl WorkQueue {
         match self.ready.get_mut(&requester) {
             Some(names) => names.push_back(name),
             None => {
-                self.ring.push_back(requester.clone());
-                self.ready.insert(requester, VecDeque::from([name]));
+                self.ready.insert(requester.clone(), VecDeque::new());
+                self.ring.push_back((requester, name));
             }
         }
     }
+}
+
+/// The room a table of the queue or of the reconcile memory keeps however little it holds.
+const KEPT_ROOM: usize = 1024;
+
+/// True when a table of `capacity` holding `len` is worth cutting down: at most a quarter full,
+/// and larger than [`KEPT_ROOM`].
+pub(super) fn sparse(len: usize, capacity: usize) -> bool {
+    capacity > KEPT_ROOM && len.saturating_mul(4) < capacity
 }
 
 /// A reconcile that panicked is tried again after this long.
@@ -243,6 +267,22 @@ mod tests {
         queue.trigger("other-1".into(), "system:node:other".into());
         assert_eq!(drain(&mut queue), ["flood-0", "other-0", "third-0", "flood-1", "other-1", "flood-2", "flood-3"]);
         assert_eq!(queue.len(), 0);
+    }
+
+    #[test]
+    fn a_drained_burst_gives_back_the_room_it_took() {
+        let mut queue = WorkQueue::default();
+        for i in 0..20_000 {
+            queue.trigger(format!("csr-{i}").into(), format!("node-{i}").into());
+        }
+        let full = (queue.entries.capacity(), queue.ready.capacity(), queue.ring.capacity());
+        assert!(full.0 >= 20_000 && full.1 >= 20_000 && full.2 >= 20_000);
+        assert_eq!(drain(&mut queue).len(), 20_000);
+        let drained = (queue.entries.capacity(), queue.ready.capacity(), queue.ring.capacity());
+        assert!(drained.0 <= 2 * KEPT_ROOM && drained.1 <= 2 * KEPT_ROOM && drained.2 <= 2 * KEPT_ROOM, "{drained:?}");
+        assert!(
+            !sparse(0, KEPT_ROOM) && !sparse(KEPT_ROOM / 4 + 1, KEPT_ROOM + 1) && sparse(KEPT_ROOM / 4, KEPT_ROOM * 2)
+        );
     }
 
     #[test]
