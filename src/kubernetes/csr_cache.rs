@@ -128,11 +128,7 @@ impl<T: Named> Objects<T> {
             Some(Group::One(member)) => (!Arc::ptr_eq(&member, object)).then_some(Group::One(member)),
             Some(Group::Many(mut members)) => {
                 members.retain(|member| !Arc::ptr_eq(member, object));
-                match members.len() {
-                    0 => None,
-                    1 => members.pop().map(Group::One),
-                    _ => Some(Group::Many(members)),
-                }
+                if members.len() > 1 { Some(Group::Many(members)) } else { members.pop().map(Group::One) }
             }
         };
         if let Some(rest) = rest {
@@ -315,6 +311,44 @@ mod tests {
         assert!(group(&cache, "h").is_empty(), "a relist's groups replace the old ones");
         writer.apply(Event::Delete(grouped("e", 1, "g")));
         assert!(cache.state.read().unwrap().objects.by_group.is_empty(), "an emptied group is dropped");
+    }
+
+    #[test]
+    fn a_group_down_to_one_member_holds_it_without_a_list() {
+        let (cache, mut writer) = cache::<Object>();
+        for name in ["a", "b", "c", "d"] {
+            writer.apply(Event::Apply(grouped(name, 1, "g")));
+        }
+        let lists = |cache: &Cache<Object>| {
+            let state = cache.state.read().unwrap();
+            state.objects.by_group.iter().map(|group| matches!(group, Group::Many(_))).collect::<Vec<bool>>()
+        };
+        writer.apply(Event::Delete(grouped("a", 1, "g")));
+        assert_eq!(group(&cache, "g"), [("b".into(), 1), ("c".into(), 1), ("d".into(), 1)]);
+        writer.apply(Event::Delete(grouped("b", 1, "g")));
+        assert_eq!(lists(&cache), [true]);
+        writer.apply(Event::Delete(grouped("c", 1, "g")));
+        assert_eq!(group(&cache, "g"), [("d".into(), 1)]);
+        assert_eq!(lists(&cache), [false], "one member left: no list");
+    }
+
+    #[test]
+    fn thousands_of_objects_are_each_found_by_their_own_name_and_group() {
+        let (cache, mut writer) = cache::<Object>();
+        let count = 4096;
+        for i in 0..count {
+            writer.apply(Event::Apply(grouped(&format!("csr-{i}"), i, &format!("node-{}", i / 2))));
+        }
+        for i in 0..count {
+            assert_eq!(cache.get(&format!("csr-{i}")).map(|o| o.1), Some(i), "csr-{i}");
+        }
+        for node in 0..count / 2 {
+            let expected = [(format!("csr-{}", 2 * node), 2 * node), (format!("csr-{}", 2 * node + 1), 2 * node + 1)];
+            let mut members = group(&cache, &format!("node-{node}"));
+            members.sort_by_key(|member| member.1);
+            assert_eq!(members, expected, "node-{node}");
+        }
+        assert_eq!(cache.state().len(), count as usize);
     }
 
     fn versions(cache: &Cache<Object>) -> Vec<(String, u32)> {
