@@ -61,5 +61,8 @@ esac
 
 # No debug info: linking the test binaries of every mutant is most of the time.
 export CARGO_PROFILE_DEV_DEBUG=0
+# cargo-mutants creates its output directory but not that directory's parent: the shell's run may
+# come first (no change to the core).
+mkdir -p target/mutants
 run "${since}" core_paths "${core_args[@]}"
 run "${since}" shell_paths "${shell_args[@]}"
