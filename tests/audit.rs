@@ -28,26 +28,15 @@ use kube::api::{ObjectMeta, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use serde_json::{Value, json};
 use support::cluster::{Approver, REGEX, unique};
-use support::kubelet_flow::{
-    SERVING_SIGNER, assert_decided, node_name, prefixes_of, wait_csr, wait_serving_certificate,
-};
+use support::kubelet_flow::{SERVING_SIGNER, node_name, prefixes_of, wait_approved_and_served};
 use support::process::{binary, run, stderr};
 use support::{Request, SERVING_USAGES};
-use testenv::{AddressFamilies, ControlPlane, Kubelet, KubeletCredentials, KubeletOptions, NodeNetwork};
+use testenv::{AddressFamilies, ControlPlane, KubeletCredentials, KubeletOptions, NodeNetwork};
 
 /// The one kubelet port: every kubelet listens on it in its own namespace.
 const KUBELET_PORT: u16 = 10250;
 /// Exit code of `audit` when a Node has a finding `--fail-on` names.
 const FINDINGS: i32 = 3;
-
-/// Waits until the approver has approved `kubelet`'s own serving CSR and the kubelet serves it.
-async fn wait_approved_and_served(admin: &Client, approver: &Approver, kubelet: &Kubelet) {
-    let csr = wait_csr(admin, SERVING_SIGNER, &format!("system:node:{}", kubelet.node_name())).await;
-    let name = csr.metadata.name.unwrap();
-    let context = || format!("{}\n{}", approver.logs(), kubelet.logs());
-    assert_decided(admin, &name, "Approved", "AutoApproved", &context).await;
-    wait_serving_certificate(admin, kubelet, &name).await;
-}
 
 /// Creates a Node `name` whose kubelet would be at `kubelet`, as a kubelet registering would.
 async fn create_node(admin: &Client, name: &str, kubelet: SocketAddr) {

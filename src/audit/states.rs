@@ -116,26 +116,14 @@ fn change(report: &NodeAudit, before: Option<State>) -> StateChange {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeSet;
-
     use super::*;
     use crate::audit::state_name as report_state;
 
     fn report(node: &str, findings: &[Finding]) -> NodeAudit {
-        let findings: BTreeSet<Finding> = findings.iter().copied().collect();
-        NodeAudit {
-            node: node.to_owned(),
-            state: report_state(&findings),
-            findings,
-            address: None,
-            detail: Some("why".into()),
-            certificate: None,
-            verified: None,
-            verify_error: None,
-            seconds_left: None,
-            cn_is_node: None,
-            policy: None,
-        }
+        let mut report = NodeAudit::without_certificate(node, None, Finding::Unreachable, "why".into());
+        report.findings = findings.iter().copied().collect();
+        report.state = report_state(&report.findings);
+        report
     }
 
     fn told(changes: &[StateChange]) -> Vec<(&str, &str, bool)> {

@@ -17,7 +17,7 @@ use testenv::{ControlPlane, Kubelet};
 use x509_parser::extensions::{GeneralName, ParsedExtension};
 use x509_parser::prelude::{FromDer, X509Certificate, X509CertificationRequest};
 
-use super::cluster::{unique, wait_decided};
+use super::cluster::{Approver, unique, wait_decided};
 
 /// The signer of kubelet serving certificates.
 pub const SERVING_SIGNER: &str = "kubernetes.io/kubelet-serving";
@@ -80,6 +80,15 @@ pub async fn wait_serving_certificate(admin: &Client, kubelet: &Kubelet, name: &
         assert!(Instant::now() < deadline, "certificate of {name} not picked up within {STEP:?}\n{}", kubelet.logs());
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+}
+
+/// Waits until the approver has approved `kubelet`'s own serving CSR and the kubelet serves it.
+pub async fn wait_approved_and_served(admin: &Client, approver: &Approver, kubelet: &Kubelet) {
+    let csr = wait_csr(admin, SERVING_SIGNER, &format!("system:node:{}", kubelet.node_name())).await;
+    let name = csr.metadata.name.unwrap();
+    let context = || format!("{}\n{}", approver.logs(), kubelet.logs());
+    assert_decided(admin, &name, "Approved", "AutoApproved", &context).await;
+    wait_serving_certificate(admin, kubelet, &name).await;
 }
 
 /// `GET /api/v1/nodes/<node>/proxy/healthz` through the apiserver, as the admin, without retries

@@ -1,0 +1,151 @@
+//! The controller's periodic audit (`run --audit-period`) against real kubelets, each in a network
+//! namespace of its own: one serving the certificate the approver got issued (compliant), one with
+//! `serverTLSBootstrap: false` (self-signed). `/metrics` counts the Nodes by state (every state
+//! present), the per-Node series follow the Nodes (`--audit-node-metrics`), a Node with a finding
+//! gets one Event when first audited, none on the scans that follow without a change, and one
+//! more when its state changes (the compliant kubelet stopped: unreachable).
+//!
+//! Needs root (network namespaces, veth pairs), `ip`, `unshare`, `nsenter` and user namespaces.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::events::v1::Event;
+use kube::Client;
+use support::cluster::{Approver, REGEX, events_for, metric};
+use support::kubelet_flow::{node_name, prefixes_of, wait_approved_and_served};
+use testenv::{AddressFamilies, ControlPlane, KubeletCredentials, KubeletOptions, NodeNetwork};
+
+/// The one kubelet port: every kubelet listens on it in its own namespace.
+const KUBELET_PORT: u16 = 10250;
+/// How long one change may take to show: a scan every 2 s, each kubelet dialled within 3 s.
+const SHOWN: Duration = Duration::from_secs(20);
+
+/// The audit Events (action `Audit`) about Node `node`, as (type, reason).
+async fn audit_events(admin: &Client, node: &str) -> Vec<(String, String)> {
+    let audit = |event: &Event| event.action.as_deref() == Some("Audit");
+    let told = events_for(admin, node).await.into_iter().filter(audit);
+    told.map(|event| (event.type_.unwrap_or_default(), event.reason.unwrap_or_default())).collect()
+}
+
+/// `node_csr_approver_audit_nodes{state=…}` for each state, from one `/metrics` text.
+fn counts(text: &str, states: &[&str]) -> Vec<Option<f64>> {
+    states.iter().map(|state| metric(text, &format!("node_csr_approver_audit_nodes{{state=\"{state}\"}}"))).collect()
+}
+
+/// Waits until `/metrics` shows a scan completed after `after` (seconds since the epoch) whose
+/// counts of `states` are `want`; returns the text.
+async fn wait_scan(approver: &Approver, after: f64, states: &[&str], want: &[f64]) -> String {
+    let deadline = Instant::now() + SHOWN;
+    loop {
+        let text = approver.metrics().await;
+        let scanned = metric(&text, "node_csr_approver_audit_last_scan_timestamp_seconds").unwrap_or(0.0);
+        let want: Vec<Option<f64>> = want.iter().copied().map(Some).collect();
+        if scanned > after && counts(&text, states) == want {
+            return text;
+        }
+        assert!(Instant::now() < deadline, "no scan counted {states:?} as {want:?}:\n{text}\n{}", approver.logs());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Seconds since the epoch.
+fn now() -> f64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_leader_audits_on_a_period_counts_states_and_tells_a_node_once_per_change() {
+    let network = || Arc::new(NodeNetwork::create(AddressFamilies::Ipv4).unwrap());
+    let (compliant_net, self_signed_net) = (network(), network());
+    let cp = ControlPlane::start().await.unwrap();
+    let _signer = cp.start_signer().await.unwrap();
+    let admin = cp.admin_client().await.unwrap();
+    let (compliant, self_signed) = (node_name("compliant"), node_name("selfsigned"));
+    let addresses: Vec<IpAddr> = [&compliant_net, &self_signed_net].iter().map(|n| n.addresses()[0]).collect();
+    let prefixes = prefixes_of(&addresses);
+    // An approver without the audit gets the compliant kubelet its certificate first, so that the
+    // audit finds each Node in its final state from its first scan.
+    let mut approver = Approver::start_with(cp.kubeconfig_path(), REGEX, &prefixes, &["--bypass-dns-resolution"], &[]);
+    approver.wait_ready().await;
+    let options = |name: &str, network: &Arc<NodeNetwork>| KubeletOptions {
+        port: Some(KUBELET_PORT),
+        ..KubeletOptions::in_network(name, Arc::clone(network), KubeletCredentials::NodeCertificate)
+    };
+    let kubelets = tokio::join!(
+        cp.start_kubelet(options(&compliant, &compliant_net)),
+        cp.start_kubelet(KubeletOptions { server_tls_bootstrap: false, ..options(&self_signed, &self_signed_net) }),
+    );
+    let (compliant_kubelet, _self_signed_kubelet) = (kubelets.0.unwrap(), kubelets.1.unwrap());
+    wait_approved_and_served(&admin, &approver, &compliant_kubelet).await;
+    drop(approver);
+
+    let dir = tempfile::tempdir().unwrap();
+    let ca_file = dir.path().join("kubelet-serving-ca.crt");
+    std::fs::write(&ca_file, cp.ca_cert_pem().unwrap()).unwrap();
+    let ca_flag = format!("--kubelet-serving-ca-file={}", ca_file.display());
+    let flags = [
+        "--bypass-dns-resolution",
+        "--audit-period=2s",
+        "--audit-node-metrics",
+        "--events=all",
+        &ca_flag,
+        "--kubelet-port=10250",
+    ];
+    let started = now();
+    let mut approver = Approver::start_with(cp.kubeconfig_path(), REGEX, &prefixes, &flags, &[]);
+    approver.wait_ready().await;
+    let states = ["compliant", "self-signed", "unreachable", "expiring", "non-compliant", "not-dialled"];
+    let text = wait_scan(&approver, started, &states, &[1.0, 1.0, 0.0, 0.0, 0.0, 0.0]).await;
+    let every_state = text.lines().filter(|line| line.starts_with("node_csr_approver_audit_nodes{")).count();
+    assert_eq!(every_state, 10, "every state has its series:\n{text}");
+    let per_node =
+        |node: &str, state: &str| format!("node_csr_approver_audit_node_state{{node=\"{node}\",state=\"{state}\"}}");
+    assert_eq!(metric(&text, &per_node(&compliant, "compliant")), Some(1.0), "{text}");
+    assert_eq!(metric(&text, &per_node(&self_signed, "self-signed")), Some(1.0), "{text}");
+    let soonest = metric(&text, "node_csr_approver_audit_soonest_expiry_timestamp_seconds").unwrap();
+    let days = (soonest - now()) / 86_400.0;
+    assert!((300.0..=366.0).contains(&days), "both certificates are a year's: {days} days");
+    let took = metric(&text, "node_csr_approver_audit_last_scan_duration_seconds").unwrap();
+    eprintln!("a periodic scan of two kubelets took {took:.3} s");
+
+    let first_scan = now();
+    // Two more scans find nothing new: no Event repeats.
+    let scanned = wait_scan(&approver, first_scan + 2.5, &states[..3], &[1.0, 1.0, 0.0]).await;
+    let cpu_start = metric(&scanned, "process_cpu_seconds_total").unwrap();
+    let scans_from = metric(&scanned, "node_csr_approver_audit_last_scan_timestamp_seconds").unwrap();
+    let selfsigned_told = [("Warning".to_owned(), "ServingCertificateSelfSigned".to_owned())];
+    assert_eq!(audit_events(&admin, &self_signed).await, selfsigned_told, "told once, when first audited");
+    assert_eq!(audit_events(&admin, &compliant).await, [], "a compliant Node first audited is not told");
+
+    drop(compliant_kubelet);
+    let changed = now();
+    let text = wait_scan(&approver, changed, &states[..3], &[0.0, 1.0, 1.0]).await;
+    assert_eq!(metric(&text, &per_node(&compliant, "compliant")), None, "the series of the old state is gone");
+    assert_eq!(metric(&text, &per_node(&compliant, "unreachable")), Some(1.0), "{text}");
+    let expiry = format!("node_csr_approver_audit_node_expiry_timestamp_seconds{{node=\"{compliant}\"}}");
+    assert_eq!(metric(&text, &expiry), None, "no certificate read");
+    let deadline = Instant::now() + SHOWN;
+    let unreachable_told = [("Warning".to_owned(), "KubeletUnreachable".to_owned())];
+    while audit_events(&admin, &compliant).await != unreachable_told {
+        assert!(Instant::now() < deadline, "{:?}\n{}", audit_events(&admin, &compliant).await, approver.logs());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let later = wait_scan(&approver, now() + 2.5, &states[..3], &[0.0, 1.0, 1.0]).await;
+    assert_eq!(audit_events(&admin, &compliant).await, unreachable_told, "told once per change");
+    assert_eq!(audit_events(&admin, &self_signed).await, selfsigned_told, "no change, nothing told");
+
+    let cpu = metric(&later, "process_cpu_seconds_total").unwrap() - cpu_start;
+    let scans_until = metric(&later, "node_csr_approver_audit_last_scan_timestamp_seconds").unwrap();
+    let scans = ((scans_until - scans_from) / 2.0).round().max(1.0);
+    eprintln!(
+        "approver CPU {:.1} ms over about {scans} scans of two Nodes: at most {:.1} ms per Node per scan",
+        cpu * 1000.0,
+        cpu * 1000.0 / scans / 2.0
+    );
+}
