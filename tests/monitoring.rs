@@ -258,6 +258,11 @@ fn promtool_checks_the_rules_and_their_unit_tests_pass() {
             "NodeCsrApproverDnsFailures",
             "NodeCsrApproverNoLeader",
             "NodeCsrApproverPendingBrakeEngaged",
+            "NodeCsrApproverServingCertificatesExpiring",
+            "NodeCsrApproverServingCertificatesExpired",
+            "NodeCsrApproverServingCertificatesSelfSigned",
+            "NodeCsrApproverServingCertificatesNonCompliant",
+            "NodeCsrApproverAuditStale",
         ])
     );
     let checked = run_promtool(dir.path(), &["check", "rules", "--lint=all", "--lint-fatal", "rules.json"]).unwrap();
@@ -296,7 +301,16 @@ fn the_unit_tests_fail_on_a_wrong_threshold_or_duration_and_promtool_on_a_broken
     std::fs::copy(root().join(UNIT_TESTS), dir.path().join("alerts-test.yaml")).unwrap();
     let rules = dir.path().join("rules.json");
     let changes = [(") > 5", ") > 6"), ("> 0.1", "> 0.12"), (r#""for": "30m""#, r#""for": "29m""#)];
-    for (from, to) in changes.into_iter().chain([(") > 900", ") > 899"), (") > 900", ") > 960")]) {
+    let audit = [
+        (r#"state=\"self-signed\"}) > 0"#, r#"state=\"self-signed\"}) > 1"#),
+        (r#"state=\"non-compliant\"}) > 0"#, r#"state=\"non-compliant\"}) > 1"#),
+        (r#"state=\"expiring\"}) > 0"#, r#"state=\"expired\"}) > 0"#),
+        (r#"state=\"expired\"}) > 0"#, r#"state=\"expiring\"}) > 0"#),
+        ("+ 600", "+ 900"),
+        ("2 * node_csr_approver_audit_period_seconds", "3 * node_csr_approver_audit_period_seconds"),
+    ];
+    let thresholds = [(") > 900", ") > 899"), (") > 900", ") > 960")];
+    for (from, to) in changes.into_iter().chain(thresholds).chain(audit) {
         assert_eq!(text.matches(from).count(), 1, "{from}");
         std::fs::write(&rules, text.replace(from, to)).unwrap();
         let result = run_promtool(dir.path(), &["test", "rules", "alerts-test.yaml"]);
