@@ -359,6 +359,9 @@ fn every_dashboard_query_parses_and_every_panel_reads_the_chosen_data_source() {
         "Leadership",
         "Reconcile passes by trigger",
         "Process memory and CPU",
+        "Serving certificates by audit state",
+        "Soonest serving certificate expiry",
+        "Periodic audit scans",
     ] {
         assert!(titles.contains(&wanted), "{wanted} in {titles:?}");
     }
@@ -407,4 +410,21 @@ async fn every_metric_the_alerts_and_the_dashboard_query_is_exported_by_the_bina
     let exported = sample_names(&text);
     let missing: Vec<&String> = queried.iter().filter(|name| !exported.contains(*name)).collect();
     assert!(missing.is_empty(), "queried but not exported: {missing:?}\n/metrics:\n{text}");
+    documented_as_exported(&text, &exported);
+}
+
+/// docs/metrics.md's table names every family of the approver's `/metrics` (`text`, whose sample
+/// names are `exported`), and every metric it names is exported, but for the per-Node series of
+/// the periodic audit, which have none without `--audit-node-metrics` and a scan.
+fn documented_as_exported(text: &str, exported: &BTreeSet<String>) {
+    let docs = std::fs::read_to_string(root().join("docs/metrics.md")).unwrap();
+    let rows: Vec<&str> = docs.lines().filter(|line| line.starts_with("| `node_csr_approver_")).collect();
+    let families = text.lines().filter_map(|line| line.strip_prefix("# HELP node_csr_approver_"));
+    for family in families.map(|rest| format!("`node_csr_approver_{}", rest.split(' ').next().unwrap())) {
+        assert!(rows.iter().any(|row| row.contains(&family)), "docs/metrics.md does not document {family}`");
+    }
+    for row in rows.iter().filter(|row| !row.contains("--audit-node-metrics")) {
+        let name = row.split('`').nth(1).unwrap();
+        assert!(exported.iter().any(|sample| sample.starts_with(name)), "docs/metrics.md: {name} is not exported");
+    }
 }
