@@ -1,9 +1,11 @@
 //! The controller's periodic audit (`run --audit-period`) against real kubelets, each in a network
 //! namespace of its own: one serving the certificate the approver got issued (compliant), one with
-//! `serverTLSBootstrap: false` (self-signed). `/metrics` counts the Nodes by state (every state
-//! present), the per-Node series follow the Nodes (`--audit-node-metrics`), a Node with a finding
-//! gets one Event when first audited, none on the scans that follow without a change, and one
-//! more when its state changes (the compliant kubelet stopped: unreachable).
+//! `serverTLSBootstrap: false` (self-signed), audited by two replicas under leader election. The
+//! leader's `/metrics` counts the Nodes by state (every state present) and the standby's nothing,
+//! the per-Node series follow the Nodes (`--audit-node-metrics`), a Node with a finding gets one
+//! Event when first audited, none on the scans that follow without a change, and one more when its
+//! state changes (the compliant kubelet stopped: unreachable). When the leader goes, the standby
+//! scans at once.
 //!
 //! Needs root (network namespaces, veth pairs), `ip`, `unshare`, `nsenter` and user namespaces.
 
@@ -19,6 +21,7 @@ use k8s_openapi::api::events::v1::Event;
 use kube::Client;
 use support::cluster::{Approver, REGEX, events_for, metric};
 use support::kubelet_flow::{node_name, prefixes_of, wait_approved_and_served};
+use support::lease::wait_holder;
 use testenv::{AddressFamilies, ControlPlane, KubeletCredentials, KubeletOptions, NodeNetwork};
 
 /// The one kubelet port: every kubelet listens on it in its own namespace.
@@ -89,6 +92,7 @@ async fn the_leader_audits_on_a_period_counts_states_and_tells_a_node_once_per_c
     let ca_file = dir.path().join("kubelet-serving-ca.crt");
     std::fs::write(&ca_file, cp.ca_cert_pem().unwrap()).unwrap();
     let ca_flag = format!("--kubelet-serving-ca-file={}", ca_file.display());
+    let lease = format!("--leader-election-id={}", support::cluster::unique("audit"));
     let flags = [
         "--bypass-dns-resolution",
         "--audit-period=2s",
@@ -96,12 +100,34 @@ async fn the_leader_audits_on_a_period_counts_states_and_tells_a_node_once_per_c
         "--events=all",
         &ca_flag,
         "--kubelet-port=10250",
+        "--leader-election",
+        "--leader-election-namespace=default",
+        &lease,
+        "--lease-duration=6s",
+        "--renew-deadline=4s",
+        "--retry-period=1s",
     ];
     let started = now();
-    let mut approver = Approver::start_with(cp.kubeconfig_path(), REGEX, &prefixes, &flags, &[]);
-    approver.wait_ready().await;
+    let mut replicas: Vec<Approver> = (0..2)
+        .map(|i| {
+            Approver::start_with(
+                cp.kubeconfig_path(),
+                REGEX,
+                &prefixes,
+                &flags,
+                &[("POD_NAME", &format!("replica-{i}"))],
+            )
+        })
+        .collect();
+    for replica in &mut replicas {
+        replica.wait_ready().await;
+    }
+    let lease_name = lease.trim_start_matches("--leader-election-id=");
+    let leader =
+        wait_holder(&admin, lease_name, None, Instant::now() + SHOWN).await.expect("a replica takes the Lease");
+    let (approver, standby) = (&replicas[leader], &replicas[1 - leader]);
     let states = ["compliant", "self-signed", "unreachable", "expiring", "non-compliant", "not-dialled"];
-    let text = wait_scan(&approver, started, &states, &[1.0, 1.0, 0.0, 0.0, 0.0, 0.0]).await;
+    let text = wait_scan(approver, started, &states, &[1.0, 1.0, 0.0, 0.0, 0.0, 0.0]).await;
     let every_state = text.lines().filter(|line| line.starts_with("node_csr_approver_audit_nodes{")).count();
     assert_eq!(every_state, 10, "every state has its series:\n{text}");
     let per_node =
@@ -114,10 +140,13 @@ async fn the_leader_audits_on_a_period_counts_states_and_tells_a_node_once_per_c
     let took = metric(&text, "node_csr_approver_audit_last_scan_duration_seconds").unwrap();
     eprintln!("a periodic scan of two kubelets took {took:.3} s");
 
-    let first_scan = now();
-    // Two more scans find nothing new: no Event repeats.
-    let scanned = wait_scan(&approver, first_scan + 2.5, &states[..3], &[1.0, 1.0, 0.0]).await;
-    let cpu_start = metric(&scanned, "process_cpu_seconds_total").unwrap();
+    // Two more scans find nothing new: no Event repeats. The standby scans nothing.
+    let scanned = wait_scan(approver, now() + 2.5, &states[..3], &[1.0, 1.0, 0.0]).await;
+    let standby_text = standby.metrics().await;
+    assert_eq!(counts(&standby_text, &states[..3]), [Some(0.0); 3], "the standby counts nothing");
+    assert_eq!(metric(&standby_text, "node_csr_approver_audit_last_scan_timestamp_seconds"), Some(0.0));
+    let cpu = |text: &str| metric(text, "process_cpu_seconds_total").unwrap();
+    let (cpu_start, standby_cpu_start) = (cpu(&scanned), cpu(&standby_text));
     let scans_from = metric(&scanned, "node_csr_approver_audit_last_scan_timestamp_seconds").unwrap();
     let selfsigned_told = [("Warning".to_owned(), "ServingCertificateSelfSigned".to_owned())];
     assert_eq!(audit_events(&admin, &self_signed).await, selfsigned_told, "told once, when first audited");
@@ -125,7 +154,7 @@ async fn the_leader_audits_on_a_period_counts_states_and_tells_a_node_once_per_c
 
     drop(compliant_kubelet);
     let changed = now();
-    let text = wait_scan(&approver, changed, &states[..3], &[0.0, 1.0, 1.0]).await;
+    let text = wait_scan(approver, changed, &states[..3], &[0.0, 1.0, 1.0]).await;
     assert_eq!(metric(&text, &per_node(&compliant, "compliant")), None, "the series of the old state is gone");
     assert_eq!(metric(&text, &per_node(&compliant, "unreachable")), Some(1.0), "{text}");
     let expiry = format!("node_csr_approver_audit_node_expiry_timestamp_seconds{{node=\"{compliant}\"}}");
@@ -136,16 +165,33 @@ async fn the_leader_audits_on_a_period_counts_states_and_tells_a_node_once_per_c
         assert!(Instant::now() < deadline, "{:?}\n{}", audit_events(&admin, &compliant).await, approver.logs());
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    let later = wait_scan(&approver, now() + 2.5, &states[..3], &[0.0, 1.0, 1.0]).await;
+    let later = wait_scan(approver, now() + 2.5, &states[..3], &[0.0, 1.0, 1.0]).await;
+    let standby_later = standby.metrics().await;
     assert_eq!(audit_events(&admin, &compliant).await, unreachable_told, "told once per change");
     assert_eq!(audit_events(&admin, &self_signed).await, selfsigned_told, "no change, nothing told");
 
-    let cpu = metric(&later, "process_cpu_seconds_total").unwrap() - cpu_start;
-    let scans_until = metric(&later, "node_csr_approver_audit_last_scan_timestamp_seconds").unwrap();
-    let scans = ((scans_until - scans_from) / 2.0).round().max(1.0);
+    let scans = ((metric(&later, "node_csr_approver_audit_last_scan_timestamp_seconds").unwrap() - scans_from) / 2.0)
+        .round()
+        .max(1.0);
+    let (leader_cpu, standby_cpu) = (cpu(&later) - cpu_start, cpu(&standby_later) - standby_cpu_start);
     eprintln!(
-        "approver CPU {:.1} ms over about {scans} scans of two Nodes: at most {:.1} ms per Node per scan",
-        cpu * 1000.0,
-        cpu * 1000.0 / scans / 2.0
+        "over about {scans} scans of two Nodes: leader CPU {:.1} ms, standby {:.1} ms: {:.1} ms per Node per scan",
+        leader_cpu * 1000.0,
+        standby_cpu * 1000.0,
+        (leader_cpu - standby_cpu) * 1000.0 / scans / 2.0
     );
+
+    // The leader goes (releasing the Lease): the standby takes it and scans at once, and, having
+    // no memory of the Nodes, tells each Node with a finding once more.
+    let handover = now();
+    replicas[leader].signal("TERM");
+    let successor = &replicas[1 - leader];
+    wait_scan(successor, handover, &states[..3], &[0.0, 1.0, 1.0]).await;
+    let deadline = Instant::now() + SHOWN;
+    while audit_events(&admin, &self_signed).await.len() < 2 {
+        assert!(Instant::now() < deadline, "{:?}\n{}", audit_events(&admin, &self_signed).await, successor.logs());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(audit_events(&admin, &self_signed).await, [selfsigned_told[0].clone(), selfsigned_told[0].clone()]);
+    eprintln!("the standby's first scan completed {:.1} s after the leader's SIGTERM", now() - handover);
 }
