@@ -28,10 +28,10 @@ use kube::api::{ObjectMeta, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use serde_json::{Value, json};
 use support::cluster::{Approver, REGEX, unique};
-use support::kubelet_flow::{SERVING_SIGNER, node_name, prefixes_of, wait_approved_and_served};
+use support::kubelet_flow::{SERVING_SIGNER, node_name, prefixes_of, start_kubelet_in, wait_approved_and_served};
 use support::process::{binary, run, stderr};
 use support::{Request, SERVING_USAGES};
-use testenv::{AddressFamilies, ControlPlane, KubeletCredentials, KubeletOptions, NodeNetwork};
+use testenv::{AddressFamilies, ControlPlane, NodeNetwork};
 
 /// The one kubelet port: every kubelet listens on it in its own namespace.
 const KUBELET_PORT: u16 = 10250;
@@ -137,17 +137,11 @@ async fn audit_names_each_kubelets_serving_certificate_and_exits_as_fail_on_says
     let mut approver = Approver::start_with(cp.kubeconfig_path(), REGEX, &prefixes, &["--bypass-dns-resolution"], &[]);
     approver.wait_ready().await;
 
-    let options = |name: &str, network: &Arc<NodeNetwork>| KubeletOptions {
-        port: Some(KUBELET_PORT),
-        ..KubeletOptions::in_network(name, Arc::clone(network), KubeletCredentials::NodeCertificate)
-    };
-    let kubelets = tokio::join!(
-        cp.start_kubelet(options(&compliant, &compliant_net)),
-        cp.start_kubelet(KubeletOptions { server_tls_bootstrap: false, ..options(&self_signed, &self_signed_net) }),
-        cp.start_kubelet(options(&narrowed, &narrowed_net)),
+    let (compliant_kubelet, _self_signed_kubelet, narrowed_kubelet) = tokio::join!(
+        start_kubelet_in(&cp, &compliant, &compliant_net, KUBELET_PORT, true),
+        start_kubelet_in(&cp, &self_signed, &self_signed_net, KUBELET_PORT, false),
+        start_kubelet_in(&cp, &narrowed, &narrowed_net, KUBELET_PORT, true),
     );
-    let (compliant_kubelet, _self_signed_kubelet, narrowed_kubelet) =
-        (kubelets.0.unwrap(), kubelets.1.unwrap(), kubelets.2.unwrap());
     wait_approved_and_served(&admin, &approver, &compliant_kubelet).await;
     wait_approved_and_served(&admin, &approver, &narrowed_kubelet).await;
     create_node(&admin, &unreachable, SocketAddr::new(unreachable_net.addresses()[0], KUBELET_PORT)).await;

@@ -20,9 +20,9 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::events::v1::Event;
 use kube::Client;
 use support::cluster::{Approver, REGEX, events_for, metric};
-use support::kubelet_flow::{node_name, prefixes_of, wait_approved_and_served};
+use support::kubelet_flow::{node_name, prefixes_of, start_kubelet_in, wait_approved_and_served};
 use support::lease::wait_holder;
-use testenv::{AddressFamilies, ControlPlane, KubeletCredentials, KubeletOptions, NodeNetwork};
+use testenv::{AddressFamilies, ControlPlane, NodeNetwork};
 
 /// The one kubelet port: every kubelet listens on it in its own namespace.
 const KUBELET_PORT: u16 = 10250;
@@ -76,15 +76,10 @@ async fn the_leader_audits_on_a_period_counts_states_and_tells_a_node_once_per_c
     // audit finds each Node in its final state from its first scan.
     let mut approver = Approver::start_with(cp.kubeconfig_path(), REGEX, &prefixes, &["--bypass-dns-resolution"], &[]);
     approver.wait_ready().await;
-    let options = |name: &str, network: &Arc<NodeNetwork>| KubeletOptions {
-        port: Some(KUBELET_PORT),
-        ..KubeletOptions::in_network(name, Arc::clone(network), KubeletCredentials::NodeCertificate)
-    };
-    let kubelets = tokio::join!(
-        cp.start_kubelet(options(&compliant, &compliant_net)),
-        cp.start_kubelet(KubeletOptions { server_tls_bootstrap: false, ..options(&self_signed, &self_signed_net) }),
+    let (compliant_kubelet, _self_signed_kubelet) = tokio::join!(
+        start_kubelet_in(&cp, &compliant, &compliant_net, KUBELET_PORT, true),
+        start_kubelet_in(&cp, &self_signed, &self_signed_net, KUBELET_PORT, false),
     );
-    let (compliant_kubelet, _self_signed_kubelet) = (kubelets.0.unwrap(), kubelets.1.unwrap());
     wait_approved_and_served(&admin, &approver, &compliant_kubelet).await;
     drop(approver);
 
