@@ -22,7 +22,7 @@ mod process;
 
 use crate::policy::{DecisionKind, DnsFailure, Reason, Resolution, Resolver};
 use audit::AuditMetrics;
-pub use audit::{AuditedNode, audit_states};
+pub use audit::AuditedNode;
 use process::ProcessCollector;
 
 /// Prefix of every approver metric.

@@ -16,7 +16,7 @@ use prometheus_client::registry::{Registry, Unit};
 use crate::audit::findings::Finding;
 
 /// Every state a Node can be in: `compliant`, then each finding.
-pub fn audit_states() -> impl Iterator<Item = &'static str> {
+fn audit_states() -> impl Iterator<Item = &'static str> {
     std::iter::once("compliant").chain(Finding::value_variants().iter().map(|finding| finding.as_str()))
 }
 

@@ -22,7 +22,7 @@ use crate::policy::{ClusterView, KubeletDialRules, Resolver};
 
 /// How long after the CSR watch synced the first scan starts: readiness and the first pass over
 /// the CSRs come first.
-pub(super) const FIRST_SCAN_DELAY: Duration = Duration::from_secs(2);
+const FIRST_SCAN_DELAY: Duration = Duration::from_secs(2);
 
 /// How often, between scans and during one, whether this replica writes is looked at.
 const LEADERSHIP_POLL: Duration = Duration::from_millis(250);
@@ -134,7 +134,7 @@ async fn report<R, C>(
     let finished = Timestamp::now().as_millisecond() as f64 / 1000.0;
     ctx.metrics.record_audit_scan(&audited, finished, took);
     let changes = memory.update(reports);
-    tracing::info!(nodes = reports.len(), changed = changes.len(), took = ?took, "periodic audit: scan completed");
+    tracing::debug!(nodes = reports.len(), changed = changes.len(), took = ?took, "periodic audit: scan completed");
     for change in &changes {
         tracing::info!(node = %change.node, reason = change.reason, detail = %change.note, "periodic audit: state changed");
         ctx.events.publish_audit(&change.node, uids.get(&change.node).cloned(), change).await;
