@@ -342,3 +342,29 @@ fn rules_are_mounted_from_a_config_map_and_reading_node_grants_get_on_nodes() {
     let bad_name = render_with(&["--set-json", r#"rules=[{"name":"GPU","expression":"true","message":"m"}]"#]);
     assert!(bad_name.unwrap_err().contains("rules"), "the schema names the value");
 }
+
+#[test]
+fn the_periodic_audit_reads_the_kubelet_serving_ca_without_machine_mode() {
+    let ca = [
+        "--set",
+        "machineMode.kubeletServingCA.configMap=kubelet-ca",
+        "--set",
+        "machineMode.kubeletServingCA.kubeletPort=10251",
+    ];
+    let off = render_with(&ca).unwrap();
+    for name in ["KUBELET_SERVING_CA_FILE", "KUBELET_PORT", "AUDIT_PERIOD"] {
+        assert!(!env(&off).contains_key(name), "neither machine mode nor the audit: {name}");
+    }
+    assert_eq!(find(&off, "Deployment").unwrap()["spec"]["template"]["spec"]["volumes"], Value::Null);
+    let on =
+        render_with(&[&ca[..], &["--set", "audit.period=6h", "--set", "audit.nodeMetrics=true"]].concat()).unwrap();
+    let env = env(&on);
+    assert_eq!(env["AUDIT_PERIOD"], "6h");
+    assert_eq!(env["AUDIT_NODE_METRICS"], "true");
+    assert!(!env.contains_key("AUDIT_EXPIRING_WITHIN"), "the binary's default");
+    assert_eq!(env["KUBELET_SERVING_CA_FILE"], "/etc/node-csr-approver/kubelet-serving-ca/ca-bundle.crt");
+    assert_eq!(env["KUBELET_PORT"], "10251");
+    let pod = &find(&on, "Deployment").unwrap()["spec"]["template"]["spec"];
+    assert_eq!(pod["volumes"], json!([{"name": "kubelet-serving-ca", "configMap": {"name": "kubelet-ca"}}]));
+    assert_eq!(container(&on)["volumeMounts"][0]["mountPath"], "/etc/node-csr-approver/kubelet-serving-ca");
+}

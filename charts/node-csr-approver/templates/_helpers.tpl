@@ -150,6 +150,9 @@ node in a string literal counts too): the controller then reads Nodes. */}}
 - name: MAX_PENDING_DELTA
   value: {{ int64 $.Values.machineMode.maxPendingDelta | toString | quote }}
 {{- end }}
+{{- end }}
+{{- /* The kubelet-serving CA and port: renewals in machine mode, and the periodic audit. */}}
+{{- if or .Values.machineMode.apis .Values.audit.period }}
 {{- with $.Values.machineMode.kubeletServingCA.configMap }}
 - name: KUBELET_SERVING_CA_FILE
   value: {{ printf "/etc/node-csr-approver/kubelet-serving-ca/%s" $.Values.machineMode.kubeletServingCA.key | quote }}
