@@ -31,7 +31,7 @@ use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBind
 use kube::api::{ObjectMeta, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use serde_json::{Value, json};
-use support::cluster::{Approver, REGEX, unique};
+use support::cluster::{Approver, REGEX, access, unique, wait_access};
 use support::kubelet_flow::{
     SERVING_SIGNER, assert_decided, node_name, prefixes_of, wait_csr, wait_serving_certificate,
 };
@@ -164,7 +164,16 @@ async fn auditor_without_csrs(cp: &ControlPlane, admin: &Client, dir: &Path) -> 
     Api::<RoleBinding>::namespaced(admin.clone(), "default").create(&post, &apiserver_binding).await.unwrap();
     let path = dir.join("auditor.kubeconfig");
     cp.write_kubeconfig_for_token(&token, &path).unwrap();
-    (path, cp.service_account_client(namespace, account).await.unwrap())
+    let client = cp.service_account_client(namespace, account).await.unwrap();
+    for (verb, group, resource, namespace) in [
+        ("get", "", "nodes", None),
+        ("list", "", "nodes", None),
+        ("watch", "", "services", Some("default")),
+        ("watch", "discovery.k8s.io", "endpointslices", Some("default")),
+    ] {
+        wait_access(&client, access(verb, group, resource, namespace, None), true).await;
+    }
+    (path, client)
 }
 
 /// Runs `audit` with the shared flags and `extra`.
