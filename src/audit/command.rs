@@ -2,8 +2,9 @@
 //! renewal would dial (`kubelet_endpoint::dial_target`: InternalIP inside
 //! `--provider-ip-prefixes`, outside the reserved and the apiserver's addresses, at
 //! `--kubelet-port`), scans them ([`Judge::scan`]) against the live cluster and prints the
-//! reports. It reads only: Nodes, Machines (machine mode), CSRs (as `check` lists them), the
-//! apiserver's Service and EndpointSlices, DNS, and the kubelets' TLS handshakes.
+//! reports. It reads only: Nodes, Machines (machine mode), the apiserver's Service and
+//! EndpointSlices, DNS, and the kubelets' TLS handshakes; no CSR (no evaluation of a served
+//! certificate's names reads one: `AuditView`).
 
 use std::io::Write;
 
@@ -45,7 +46,7 @@ pub enum AuditError {
     /// No usable cluster configuration.
     #[error(transparent)]
     Connect(#[from] ConnectError),
-    /// The Nodes or the CSRs could not be read.
+    /// The Nodes could not be read.
     #[error("reading the cluster: {0}")]
     Read(#[from] kube::Error),
     /// A Node named on the command line does not exist.
@@ -66,8 +67,6 @@ pub async fn command(
     let resolver = HickoryResolver::new(settings.dns.servers.as_deref(), settings.dns.timeout)?;
     let connection = connect(settings.run.kubeconfig.as_deref(), settings.machines.as_ref()).await?;
     let nodes_api: kube::Api<Node> = kube::Api::all(connection.client.clone());
-    let rules = settings.machines.as_ref().map(|source| source.rules.clone());
-    let ledger = CsrLedger::listed(connection.client.clone(), rules).await?;
     let machines = match (connection.machines, settings.machines.as_ref()) {
         (Some(cache), Some(_)) => {
             cache.synced().await;
@@ -75,7 +74,7 @@ pub async fn command(
         }
         _ => None,
     };
-    let cluster = KubeCluster::new(connection.client, machines, ledger);
+    let cluster = KubeCluster::new(connection.client, machines, CsrLedger::without_csrs());
     cluster.apiserver_first_answer(APISERVER_SYNC).await;
     let dial_rules = KubeletDialRules { prefixes: settings.policy.ip_prefixes.clone(), port: kubelet.port };
     let mut targets = Vec::new();

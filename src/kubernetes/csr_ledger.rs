@@ -79,13 +79,24 @@ impl CsrLedger {
     /// brake and one client certificate per Machine read what the controller's cache would hold.
     pub async fn listed(client: Client, rules: Option<MachinePolicy>) -> Result<CsrLedger, kube::Error> {
         let listed = Api::<CertificateSigningRequest>::all(client).list(&Default::default()).await?;
+        Ok(CsrLedger::of(listed.items, rules))
+    }
+
+    /// A ledger of no CSR, for `audit`: it judges certificates already issued, so no serving CSR
+    /// supersedes one and no brake holds one back, and it judges no client CSR.
+    pub fn without_csrs() -> CsrLedger {
+        CsrLedger::of(Vec::new(), None)
+    }
+
+    /// A ledger of exactly `csrs`, as a cache that has listed them.
+    fn of(csrs: Vec<CertificateSigningRequest>, rules: Option<MachinePolicy>) -> CsrLedger {
         let (store, mut writer) = csr_cache::cache();
         writer.apply(watcher::Event::<CsrObject>::Init);
-        for csr in listed.items {
+        for csr in csrs {
             writer.apply(watcher::Event::InitApply(csr));
         }
         writer.apply(watcher::Event::<CsrObject>::InitDone);
-        Ok(CsrLedger::new(store, rules))
+        CsrLedger::new(store, rules)
     }
 
     /// The brake's count at `now` with `machines`: the pending node CSRs ([`crate::policy::counts_as_pending`])

@@ -18,7 +18,7 @@ use tokio::sync::Mutex;
 use crate::container_node::{self, ContainerNode, ContainerNodeOptions, NodeTools};
 use crate::etcd::{self, Etcd};
 use crate::kube_apiserver::Launch;
-use crate::kube_controller_manager::{self, Controllers, Signer};
+use crate::kube_controller_manager::{self, Controllers, SIGNING_DURATION, Signer};
 use crate::kube_scheduler::{self, Scheduler};
 use crate::kubelet::{self, Kubelet, KubeletOptions, KubeletTools};
 use crate::objects::create_if_missing;
@@ -169,7 +169,16 @@ impl ControlPlane {
     /// wasteful): on the shared control plane use [`ControlPlane::shared_with_signer`]. On failure
     /// the error, including the tail of its log, is also printed to stderr.
     pub async fn start_signer(&self) -> Result<Signer, Error> {
-        self.start_kube_controller_manager(Controllers::Signing, "start_signer").await
+        self.start_kube_controller_manager(Controllers::Signing, SIGNING_DURATION, "start_signer").await
+    }
+
+    /// [`ControlPlane::start_signer`], issuing for at most `duration` (whole seconds:
+    /// `--cluster-signing-duration`, which applies to every signer of kube-controller-manager;
+    /// a CSR's `expirationSeconds` can only shorten it). Certificates shorter than 8 hours are
+    /// valid from 5 minutes before they are signed until `duration` after; a kubelet renews its
+    /// certificate at 70 to 90 % of that whole lifetime.
+    pub async fn start_signer_issuing_for(&self, duration: Duration) -> Result<Signer, Error> {
+        self.start_kube_controller_manager(Controllers::Signing, duration, "start_signer_issuing_for").await
     }
 
     /// Starts kube-controller-manager with its default controllers, as on a real cluster: the
@@ -177,12 +186,13 @@ impl ControlPlane {
     /// ConfigMap pods mount, the garbage collector, the namespace and disruption controllers, and
     /// kubelet client CSR approval (`csrapproving`). Ended when the returned handle is dropped.
     pub async fn start_controller_manager(&self) -> Result<Signer, Error> {
-        self.start_kube_controller_manager(Controllers::Default, "start_controller_manager").await
+        self.start_kube_controller_manager(Controllers::Default, SIGNING_DURATION, "start_controller_manager").await
     }
 
     async fn start_kube_controller_manager(
         &self,
         controllers: Controllers,
+        signing_duration: Duration,
         what: &'static str,
     ) -> Result<Signer, Error> {
         let owned = self.owned.as_ref().ok_or(Error::NotOwned(what))?;
@@ -192,6 +202,7 @@ impl ControlPlane {
             (&self.kubeconfig, &self.kubeconfig_path),
             &owned.pki,
             controllers,
+            signing_duration,
         )
         .await;
         if let Err(error) = &started {

@@ -18,8 +18,8 @@ const START_TIMEOUT: Duration = Duration::from_secs(120);
 const SIGNING_CONTROLLER: &str = "certificatesigningrequest-signing-controller";
 
 /// Validity of the certificates it issues unless a CSR asks for less (kube-controller-manager's
-/// default, as on a real cluster).
-const SIGNING_DURATION: &str = "8760h";
+/// default, as on a real cluster): a year.
+pub(crate) const SIGNING_DURATION: Duration = Duration::from_secs(365 * 24 * 3600);
 
 /// kube-controller-manager running the CSR signing controller against a control plane, signing
 /// with the cluster CA. Ended when dropped.
@@ -59,8 +59,8 @@ pub(crate) enum Controllers {
 }
 
 /// Starts kube-controller-manager with `controllers`, as the admin of `admin_path` (whose contents
-/// are `admin`), signing with the CA of `pki`, its log under `dir`; waits until its `/healthz`
-/// answers `ok`. It serves with the apiserver's serving certificate
+/// are `admin`), signing with the CA of `pki` for at most `signing_duration` (whole seconds,
+/// `--cluster-signing-duration`), its log under `dir`; waits until its `/healthz` answers `ok`. It serves with the apiserver's serving certificate
 /// (valid for 127.0.0.1). No delegated authentication is configured: `/healthz` is always allowed,
 /// and nothing else of its port is used.
 pub(crate) async fn start(
@@ -69,6 +69,7 @@ pub(crate) async fn start(
     (admin, admin_path): (&Kubeconfig, &Path),
     pki: &PkiFiles,
     controllers: Controllers,
+    signing_duration: Duration,
 ) -> Result<Signer, Error> {
     let port = free_port()?;
     let mut args = vec![
@@ -80,7 +81,7 @@ pub(crate) async fn start(
         format!("--tls-private-key-file={}", pki.serving_key.display()),
         format!("--cluster-signing-cert-file={}", pki.ca_cert.display()),
         format!("--cluster-signing-key-file={}", pki.ca_key.display()),
-        format!("--cluster-signing-duration={SIGNING_DURATION}"),
+        format!("--cluster-signing-duration={}s", signing_duration.as_secs()),
         "--profiling=false".to_owned(),
     ];
     match controllers {

@@ -18,8 +18,9 @@
 //! What runs: kube-apiserver with authorization `Node,RBAC`, the admission plugin
 //! `ServiceAccount` off, a ServiceAccount token signing key, and an admin client certificate in
 //! `system:masters`. kube-controller-manager runs only when asked for
-//! ([`ControlPlane::start_signer`], [`ControlPlane::shared_with_signer`]), and then only its CSR
-//! signing controller, so approved CSRs get certificates of the cluster CA. No other controller
+//! ([`ControlPlane::start_signer`], [`ControlPlane::start_signer_issuing_for`],
+//! [`ControlPlane::shared_with_signer`]), and then only its CSR signing controller, so approved
+//! CSRs get certificates of the cluster CA. No other controller
 //! runs: namespaces never finish deleting, and no `default` ServiceAccount appears by itself.
 //!
 //! [`ControlPlane::start_kubelet`] runs a real kubelet on Kubernetes' fake container runtime

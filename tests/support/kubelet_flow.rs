@@ -95,13 +95,19 @@ pub async fn start_kubelet_in(
     cp.start_kubelet(KubeletOptions { port: Some(port), server_tls_bootstrap, ..options }).await.unwrap()
 }
 
-/// Waits until the approver has approved `kubelet`'s own serving CSR and the kubelet serves it.
-pub async fn wait_approved_and_served(admin: &Client, approver: &Approver, kubelet: &Kubelet) {
+/// Waits until the approver has approved `kubelet`'s own serving CSR and the kubelet serves it;
+/// returns the CSR.
+pub async fn wait_approved_and_served(
+    admin: &Client,
+    approver: &Approver,
+    kubelet: &Kubelet,
+) -> CertificateSigningRequest {
     let csr = wait_csr(admin, SERVING_SIGNER, &format!("system:node:{}", kubelet.node_name())).await;
-    let name = csr.metadata.name.unwrap();
+    let name = csr.metadata.name.clone().unwrap();
     let context = || format!("{}\n{}", approver.logs(), kubelet.logs());
     assert_decided(admin, &name, "Approved", "AutoApproved", &context).await;
     wait_serving_certificate(admin, kubelet, &name).await;
+    csr
 }
 
 /// `GET /api/v1/nodes/<node>/proxy/healthz` through the apiserver, as the admin, without retries
