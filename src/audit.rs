@@ -5,13 +5,15 @@
 //!
 //! [`scan`] scans Nodes (kube-free: the Nodes, where to dial them and the policy's ports come in
 //! as values), [`NodeAudit`] is one Node's report, [`output`] prints reports and [`command`] is the
-//! `audit` subcommand around them.
+//! `audit` subcommand around them; [`states`] is what the controller's periodic audit remembers of
+//! each Node between scans.
 
 pub mod certificate;
 pub mod command;
 pub mod findings;
 pub mod output;
 pub mod scan;
+pub mod states;
 mod view;
 
 pub use findings::{DEFAULT_EXPIRING_WITHIN, FailOn, Finding, state_name};

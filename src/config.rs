@@ -3,6 +3,7 @@
 //! is produced here and names the flag, its env var and the value; the rules themselves are the
 //! policy's types ([`crate::policy::PolicyConfig`]).
 
+mod audit_flags;
 mod bind_address;
 mod machine_flags;
 mod policy_flags;
@@ -17,6 +18,7 @@ use std::time::Duration;
 
 use clap::{Arg, Args, Command, ValueEnum};
 
+pub use audit_flags::{AuditScanArgs, AuditSchedule};
 pub use bind_address::{BindAddress, BindAddressError};
 pub use machine_flags::{MachineApi, MachineArgs, MachineSource};
 pub use policy_flags::{DnsConfig, PolicyArgs, Warning};
@@ -39,6 +41,8 @@ pub struct Settings {
     pub leader: Option<LeaderConfig>,
     /// Where Machines are read from, in machine mode.
     pub machines: Option<MachineSource>,
+    /// The controller's periodic audit, when `--audit-period` turns it on.
+    pub audit: Option<AuditSchedule>,
     /// Valid but weaker than it could be: logged at startup.
     pub warnings: Vec<Warning>,
 }
@@ -46,12 +50,13 @@ pub struct Settings {
 /// Checks what spans flags or reads files; the first invalid value is returned as a [`ConfigError`].
 pub fn validate(policy: PolicyArgs, run: RunArgs, machine: MachineArgs) -> Result<Settings, ConfigError> {
     let (mut rules, dns, warnings) = policy.validate()?;
+    let audit = run.audit.schedule(machine.kubelet_serving_ca_file.clone(), machine.kubelet_port);
     let machines = machine.validate()?.map(|(machine_rules, source)| {
         rules.machine = Some(machine_rules);
         MachineSource { keep_objects: rules.user_rules.read_machine(), ..source }
     });
     let leader = run.leader.validate()?;
-    Ok(Settings { policy: rules, dns, run: run.normalized(), leader, machines, warnings })
+    Ok(Settings { policy: rules, dns, run: run.normalized(), leader, machines, audit, warnings })
 }
 
 /// A flag that a check made after clap read every value names: its variant's name, in kebab

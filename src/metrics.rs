@@ -2,8 +2,9 @@
 //!
 //! Every metric of the approver is named `node_csr_approver_*`; the standard process metrics
 //! (`process_*`) are read from `/proc` at scrape time. Labels only ever take values from small
-//! fixed sets (decision kinds, reason codes, failure kinds, write results), never CSR or node
-//! names, so the number of series is bounded.
+//! fixed sets (decision kinds, reason codes, failure kinds, write results, audit states), never
+//! CSR or node names, so the number of series is bounded; the one exception, the periodic audit's
+//! per-Node series, is off unless `--audit-node-metrics` asks for it.
 
 use std::fmt;
 use std::sync::Arc;
@@ -16,9 +17,12 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::{Registry, Unit};
 
+mod audit;
 mod process;
 
 use crate::policy::{DecisionKind, DnsFailure, Reason, Resolution, Resolver};
+use audit::AuditMetrics;
+pub use audit::AuditedNode;
 use process::ProcessCollector;
 
 /// Prefix of every approver metric.
@@ -141,6 +145,7 @@ pub struct Metrics {
     oldest_undecided: Gauge,
     passes: Family<TriggerLabels, Counter>,
     unaddressable_csrs: Counter,
+    audit: AuditMetrics,
 }
 
 impl Default for Metrics {
@@ -232,6 +237,8 @@ impl Metrics {
             pending_limit.clone(),
         );
 
+        let audit = AuditMetrics::register(registry);
+
         Self {
             registry: Arc::new(root),
             decisions,
@@ -246,7 +253,26 @@ impl Metrics {
             oldest_undecided,
             passes,
             unaddressable_csrs,
+            audit,
         }
+    }
+
+    /// Turns the periodic audit's metrics on: its period, and one series per Node when
+    /// `per_node` (`--audit-node-metrics`).
+    pub fn enable_audit(&self, period: Duration, per_node: bool) {
+        self.audit.enable(period, per_node);
+    }
+
+    /// Records one completed scan of the periodic audit: `nodes` is every Node it listed, it ended
+    /// at `finished` (seconds since the epoch) and took `took`.
+    pub fn record_audit_scan(&self, nodes: &[AuditedNode<'_>], finished: f64, took: Duration) {
+        self.audit.record_scan(nodes, finished, took);
+    }
+
+    /// Clears what the periodic audit found (the counts to 0, no per-Node series): this replica
+    /// no longer writes.
+    pub fn clear_audit(&self) {
+        self.audit.clear();
     }
 
     /// Counts one CSR found with a name too long to be written (once per CSR).

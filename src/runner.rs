@@ -47,7 +47,7 @@ pub enum RunError {
 /// Runs the controller until SIGTERM/SIGINT; returns once in-flight work finished (within
 /// `--drain-timeout`) and the Lease was released.
 pub async fn run(settings: Settings) -> Result<(), RunError> {
-    let Settings { policy, dns, run: cfg, leader: lease, machines: machine_source, .. } = settings;
+    let Settings { policy, dns, run: cfg, leader: lease, machines: machine_source, audit, .. } = settings;
     // Registered first, so a signal during startup is seen once the controller runs.
     let signals = ShutdownSignals::register();
     let Connection { client, machines } = connect(cfg.kubeconfig.as_deref(), machine_source.as_ref()).await?;
@@ -101,6 +101,7 @@ pub async fn run(settings: Settings) -> Result<(), RunError> {
         shutdown: async move {
             let _ = controller_stopped.await;
         },
+        audit: audit.clone(),
     };
     let controller = controller::run(ctx, schedule, csrs, machines, on_synced);
     tracing::info!(
@@ -108,6 +109,7 @@ pub async fn run(settings: Settings) -> Result<(), RunError> {
         dry_run = cfg.dry_run,
         resync_period = %humantime::format_duration(cfg.resync_period),
         leader_election = lease.is_some(),
+        audit_period = %audit.map(|audit| humantime::format_duration(audit.period).to_string()).unwrap_or_else(|| "off".into()),
         "started"
     );
 

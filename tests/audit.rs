@@ -32,12 +32,10 @@ use kube::api::{ObjectMeta, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use serde_json::{Value, json};
 use support::cluster::{Approver, REGEX, access, unique, wait_access};
-use support::kubelet_flow::{
-    SERVING_SIGNER, assert_decided, node_name, prefixes_of, wait_csr, wait_serving_certificate,
-};
+use support::kubelet_flow::{SERVING_SIGNER, node_name, prefixes_of, start_kubelet_in, wait_approved_and_served};
 use support::process::{binary, run, stderr};
 use support::{Request, SERVING_USAGES};
-use testenv::{AddressFamilies, ControlPlane, Kubelet, KubeletCredentials, KubeletOptions, NodeNetwork};
+use testenv::{AddressFamilies, ControlPlane, NodeNetwork};
 
 /// The one kubelet port: every kubelet listens on it in its own namespace.
 const KUBELET_PORT: u16 = 10250;
@@ -47,17 +45,6 @@ const FINDINGS: i32 = 3;
 /// The signer backdates a certificate this short by 5 minutes, so the kubelet renews it 5.5 to
 /// 8.5 minutes after issuance (at 70 to 90 % of its 15 minutes): never during the test.
 const SHORT_SIGNING: Duration = Duration::from_secs(600);
-
-/// Waits until the approver has approved `kubelet`'s own serving CSR and the kubelet serves it;
-/// returns the CSR.
-async fn wait_approved_and_served(admin: &Client, approver: &Approver, kubelet: &Kubelet) -> CertificateSigningRequest {
-    let csr = wait_csr(admin, SERVING_SIGNER, &format!("system:node:{}", kubelet.node_name())).await;
-    let name = csr.metadata.name.clone().unwrap();
-    let context = || format!("{}\n{}", approver.logs(), kubelet.logs());
-    assert_decided(admin, &name, "Approved", "AutoApproved", &context).await;
-    wait_serving_certificate(admin, kubelet, &name).await;
-    csr
-}
 
 /// Creates a Node `name` whose kubelet would be at `kubelet`, as a kubelet registering would.
 async fn create_node(admin: &Client, name: &str, kubelet: SocketAddr) {
@@ -235,25 +222,21 @@ async fn audit_names_each_kubelets_serving_certificate_and_exits_as_fail_on_says
     let mut approver = Approver::start_with(cp.kubeconfig_path(), REGEX, &prefixes, &["--bypass-dns-resolution"], &[]);
     approver.wait_ready().await;
 
-    let options = |name: &str, network: &Arc<NodeNetwork>| KubeletOptions {
-        port: Some(KUBELET_PORT),
-        ..KubeletOptions::in_network(name, Arc::clone(network), KubeletCredentials::NodeCertificate)
-    };
-    let (compliant_kubelet, self_signed_kubelet, narrowed_kubelet, _keyless_server) = tokio::join!(
-        cp.start_kubelet(options(&compliant, &compliant_net)),
-        cp.start_kubelet(KubeletOptions { server_tls_bootstrap: false, ..options(&self_signed, &self_signed_net) }),
-        cp.start_kubelet(options(&narrowed, &narrowed_net)),
+    let (compliant_kubelet, _self_signed_kubelet, narrowed_kubelet, _keyless_server) = tokio::join!(
+        start_kubelet_in(&cp, &compliant, &compliant_net, KUBELET_PORT, true),
+        start_kubelet_in(&cp, &self_signed, &self_signed_net, KUBELET_PORT, false),
+        start_kubelet_in(&cp, &narrowed, &narrowed_net, KUBELET_PORT, true),
         serve_without_its_key(&cp, &admin, &keyless, keyless_at),
     );
-    let (compliant_kubelet, _self_signed_kubelet, narrowed_kubelet) =
-        (compliant_kubelet.unwrap(), self_signed_kubelet.unwrap(), narrowed_kubelet.unwrap());
     wait_approved_and_served(&admin, &approver, &compliant_kubelet).await;
     wait_approved_and_served(&admin, &approver, &narrowed_kubelet).await;
     // Every certificate so far is the signer's year; from now on it issues for 10 minutes.
     drop(year_signer);
-    let (_short_signer, expiring_kubelet) =
-        tokio::join!(cp.start_signer_issuing_for(SHORT_SIGNING), cp.start_kubelet(options(&expiring, &expiring_net)));
-    let (_short_signer, expiring_kubelet) = (_short_signer.unwrap(), expiring_kubelet.unwrap());
+    let (short_signer, expiring_kubelet) = tokio::join!(
+        cp.start_signer_issuing_for(SHORT_SIGNING),
+        start_kubelet_in(&cp, &expiring, &expiring_net, KUBELET_PORT, true)
+    );
+    let _short_signer = short_signer.unwrap();
     let expiring_csr = wait_approved_and_served(&admin, &approver, &expiring_kubelet).await;
     assert_eq!(expiring_csr.spec.expiration_seconds, None, "the kubelet asks for no shorter life");
     create_node(&admin, &unreachable, SocketAddr::new(unreachable_net.addresses()[0], KUBELET_PORT)).await;

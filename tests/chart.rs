@@ -32,6 +32,9 @@ fn the_schema_rejects_wrong_types_and_a_missing_regex_with_a_readable_message() 
         ("hostnameMatch=fuzzy", "/hostnameMatch"),
         ("dnsTimeout=soon", "/dnsTimeout"),
         ("resyncPeriod=1 minute", "/resyncPeriod"),
+        ("audit.period=daily", "/audit/period"),
+        ("audit.nodeMetrics=maybe", "/audit/nodeMetrics"),
+        ("audit.perNode=true", "audit"),
         ("metrics.port=http", "/metrics/port"),
         ("metrics.prometheusRule.enabled=maybe", "/metrics/prometheusRule/enabled"),
         ("metrics.prometheusRule.additionalRules[0].alert=X", "/metrics/prometheusRule/additionalRules/0"),
@@ -109,6 +112,9 @@ fn defaults_are_two_hardened_replicas_with_leader_election_probes_and_least_priv
     assert_eq!(spread[0]["whenUnsatisfiable"], "ScheduleAnyway", "a single schedulable node still runs both");
     assert_eq!(spread[0]["labelSelector"]["matchLabels"], deployment["spec"]["selector"]["matchLabels"]);
     assert!(!env(&objects).contains_key("RESYNC_PERIOD"), "the binary's default");
+    for audit in ["AUDIT_PERIOD", "AUDIT_EXPIRING_WITHIN", "AUDIT_NODE_METRICS"] {
+        assert!(!env(&objects).contains_key(audit), "the periodic audit is off by default: {audit}");
+    }
     assert_eq!(pod["tolerations"][0]["key"], "node-role.kubernetes.io/control-plane");
     assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
     let c = container(&objects);
@@ -224,6 +230,9 @@ fn every_feature_reaches_its_environment_variable() {
         ("CONCURRENCY", "8"),
         ("EVENTS", "all"),
         ("RESYNC_PERIOD", "30s"),
+        ("AUDIT_PERIOD", "6h"),
+        ("AUDIT_EXPIRING_WITHIN", "14d"),
+        ("AUDIT_NODE_METRICS", "true"),
         ("LEADER_ELECTION", "true"),
         ("LEADER_ELECTION_ID", "csr-approver-lease"),
         ("LEASE_DURATION", "20s"),
@@ -332,4 +341,30 @@ fn rules_are_mounted_from_a_config_map_and_reading_node_grants_get_on_nodes() {
 
     let bad_name = render_with(&["--set-json", r#"rules=[{"name":"GPU","expression":"true","message":"m"}]"#]);
     assert!(bad_name.unwrap_err().contains("rules"), "the schema names the value");
+}
+
+#[test]
+fn the_periodic_audit_reads_the_kubelet_serving_ca_without_machine_mode() {
+    let ca = [
+        "--set",
+        "machineMode.kubeletServingCA.configMap=kubelet-ca",
+        "--set",
+        "machineMode.kubeletServingCA.kubeletPort=10251",
+    ];
+    let off = render_with(&ca).unwrap();
+    for name in ["KUBELET_SERVING_CA_FILE", "KUBELET_PORT", "AUDIT_PERIOD"] {
+        assert!(!env(&off).contains_key(name), "neither machine mode nor the audit: {name}");
+    }
+    assert_eq!(find(&off, "Deployment").unwrap()["spec"]["template"]["spec"]["volumes"], Value::Null);
+    let on =
+        render_with(&[&ca[..], &["--set", "audit.period=6h", "--set", "audit.nodeMetrics=true"]].concat()).unwrap();
+    let env = env(&on);
+    assert_eq!(env["AUDIT_PERIOD"], "6h");
+    assert_eq!(env["AUDIT_NODE_METRICS"], "true");
+    assert!(!env.contains_key("AUDIT_EXPIRING_WITHIN"), "the binary's default");
+    assert_eq!(env["KUBELET_SERVING_CA_FILE"], "/etc/node-csr-approver/kubelet-serving-ca/ca-bundle.crt");
+    assert_eq!(env["KUBELET_PORT"], "10251");
+    let pod = &find(&on, "Deployment").unwrap()["spec"]["template"]["spec"];
+    assert_eq!(pod["volumes"], json!([{"name": "kubelet-serving-ca", "configMap": {"name": "kubelet-ca"}}]));
+    assert_eq!(container(&on)["volumeMounts"][0]["mountPath"], "/etc/node-csr-approver/kubelet-serving-ca");
 }

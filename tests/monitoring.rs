@@ -258,6 +258,11 @@ fn promtool_checks_the_rules_and_their_unit_tests_pass() {
             "NodeCsrApproverDnsFailures",
             "NodeCsrApproverNoLeader",
             "NodeCsrApproverPendingBrakeEngaged",
+            "NodeCsrApproverServingCertificatesExpiring",
+            "NodeCsrApproverServingCertificatesExpired",
+            "NodeCsrApproverServingCertificatesSelfSigned",
+            "NodeCsrApproverServingCertificatesNonCompliant",
+            "NodeCsrApproverAuditStale",
         ])
     );
     let checked = run_promtool(dir.path(), &["check", "rules", "--lint=all", "--lint-fatal", "rules.json"]).unwrap();
@@ -296,7 +301,16 @@ fn the_unit_tests_fail_on_a_wrong_threshold_or_duration_and_promtool_on_a_broken
     std::fs::copy(root().join(UNIT_TESTS), dir.path().join("alerts-test.yaml")).unwrap();
     let rules = dir.path().join("rules.json");
     let changes = [(") > 5", ") > 6"), ("> 0.1", "> 0.12"), (r#""for": "30m""#, r#""for": "29m""#)];
-    for (from, to) in changes.into_iter().chain([(") > 900", ") > 899"), (") > 900", ") > 960")]) {
+    let audit = [
+        (r#"state=\"self-signed\"}) > 0"#, r#"state=\"self-signed\"}) > 1"#),
+        (r#"state=\"non-compliant\"}) > 0"#, r#"state=\"non-compliant\"}) > 1"#),
+        (r#"state=\"expiring\"}) > 0"#, r#"state=\"expired\"}) > 0"#),
+        (r#"state=\"expired\"}) > 0"#, r#"state=\"expiring\"}) > 0"#),
+        ("+ 600", "+ 900"),
+        ("2 * node_csr_approver_audit_period_seconds", "3 * node_csr_approver_audit_period_seconds"),
+    ];
+    let thresholds = [(") > 900", ") > 899"), (") > 900", ") > 960")];
+    for (from, to) in changes.into_iter().chain(thresholds).chain(audit) {
         assert_eq!(text.matches(from).count(), 1, "{from}");
         std::fs::write(&rules, text.replace(from, to)).unwrap();
         let result = run_promtool(dir.path(), &["test", "rules", "alerts-test.yaml"]);
@@ -345,6 +359,9 @@ fn every_dashboard_query_parses_and_every_panel_reads_the_chosen_data_source() {
         "Leadership",
         "Reconcile passes by trigger",
         "Process memory and CPU",
+        "Serving certificates by audit state",
+        "Soonest serving certificate expiry",
+        "Periodic audit scans",
     ] {
         assert!(titles.contains(&wanted), "{wanted} in {titles:?}");
     }
@@ -393,4 +410,21 @@ async fn every_metric_the_alerts_and_the_dashboard_query_is_exported_by_the_bina
     let exported = sample_names(&text);
     let missing: Vec<&String> = queried.iter().filter(|name| !exported.contains(*name)).collect();
     assert!(missing.is_empty(), "queried but not exported: {missing:?}\n/metrics:\n{text}");
+    documented_as_exported(&text, &exported);
+}
+
+/// docs/metrics.md's table names every family of the approver's `/metrics` (`text`, whose sample
+/// names are `exported`), and every metric it names is exported, but for the per-Node series of
+/// the periodic audit, which have none without `--audit-node-metrics` and a scan.
+fn documented_as_exported(text: &str, exported: &BTreeSet<String>) {
+    let docs = std::fs::read_to_string(root().join("docs/metrics.md")).unwrap();
+    let rows: Vec<&str> = docs.lines().filter(|line| line.starts_with("| `node_csr_approver_")).collect();
+    let families = text.lines().filter_map(|line| line.strip_prefix("# HELP node_csr_approver_"));
+    for family in families.map(|rest| format!("`node_csr_approver_{}", rest.split(' ').next().unwrap())) {
+        assert!(rows.iter().any(|row| row.contains(&family)), "docs/metrics.md does not document {family}`");
+    }
+    for row in rows.iter().filter(|row| !row.contains("--audit-node-metrics")) {
+        let name = row.split('`').nth(1).unwrap();
+        assert!(exported.iter().any(|sample| sample.starts_with(name)), "docs/metrics.md: {name} is not exported");
+    }
 }

@@ -10,28 +10,23 @@ use std::io::Write;
 
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Node;
-use kube::api::ListParams;
 
 use super::NodeAudit;
 use super::output;
-use super::scan::{Judge, NodeTarget, ScanSettings};
+use super::scan::{Judge, ScanSettings};
 use crate::cli::AuditArgs;
 use crate::config::Settings;
 use crate::dns::{DnsError, HickoryResolver};
 use crate::kubelet_tls::KubeletServingCa;
-use crate::kubernetes::cluster::{KubeCluster, node_info};
+use crate::kubernetes::cluster::KubeCluster;
 use crate::kubernetes::connect::{ConnectError, connect};
 use crate::kubernetes::csr_ledger::CsrLedger;
-use crate::kubernetes::kubelet_endpoint::{dial_target, undialled_apiserver_addresses};
+use crate::kubernetes::kubelet_endpoint::{dial_targets, node_target};
 use crate::policy::KubeletDialRules;
 
 /// How long the audit waits for the apiserver's addresses before dialling anyway (a kubelet whose
 /// address cannot be told apart from the apiserver's is then not dialled).
 const APISERVER_SYNC: std::time::Duration = std::time::Duration::from_secs(10);
-
-/// How many Nodes one list request reads: each page is reduced to the Nodes' names and dial
-/// targets before the next is read.
-const NODES_PAGE: u32 = 500;
 
 /// The kubelet flags the audit reads whether machine mode is on or not.
 #[derive(Debug, Clone)]
@@ -84,22 +79,12 @@ pub async fn command(
     let dial_rules = KubeletDialRules { prefixes: settings.policy.ip_prefixes.clone(), port: kubelet.port };
     let mut targets = Vec::new();
     if args.nodes.is_empty() {
-        let mut page = ListParams::default().limit(NODES_PAGE);
-        loop {
-            let nodes = nodes_api.list(&page).await?;
-            for node in &nodes.items {
-                targets.push(target(&cluster, node, &dial_rules).await);
-            }
-            match nodes.metadata.continue_ {
-                Some(token) if !token.is_empty() => page = page.continue_token(&token),
-                _ => break,
-            }
-        }
+        targets = dial_targets(&nodes_api, &cluster, &dial_rules).await?;
     }
     let mut named = std::collections::BTreeSet::new();
     for name in args.nodes.iter().filter(|name| named.insert(name.as_str())) {
         let node = nodes_api.get_opt(name).await?.ok_or_else(|| AuditError::NoSuchNode(name.clone()))?;
-        targets.push(target(&cluster, &node, &dial_rules).await);
+        targets.push(node_target(&cluster, &node, &dial_rules).await);
     }
     let scan = ScanSettings {
         ca: kubelet.ca,
@@ -117,14 +102,4 @@ pub async fn command(
     let reports = judge.scan(targets).await;
     output::write(out, &reports, args.output)?;
     Ok(reports)
-}
-
-/// Node `node` and where its kubelet is dialled, or why it is not.
-async fn target(cluster: &KubeCluster, node: &Node, rules: &KubeletDialRules) -> NodeTarget {
-    let info = node_info(node);
-    let target = match undialled_apiserver_addresses(cluster, &info.name, &info.addresses).await {
-        Ok(apiserver) => dial_target(node, &info.addresses, rules, &apiserver),
-        Err(error) => Err(format!("the kubelet is not dialled: the apiserver's addresses: {error}")),
-    };
-    NodeTarget { node: info.name, target }
 }

@@ -8,6 +8,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use futures::StreamExt;
+use futures::stream::FuturesUnordered;
 use jiff::Timestamp;
 use rustls::pki_types::{CertificateDer, UnixTime};
 
@@ -16,6 +17,7 @@ use super::view::AuditView;
 use super::{Finding, NodeAudit, PolicyVerdict, state_name};
 use crate::kubelet_tls::KubeletServingCa;
 use crate::kubelet_tls::presented::{Presented, presented_chain};
+use crate::kubernetes::kubelet_endpoint::NodeTarget;
 use crate::policy::{
     ClusterView, DecisionKind, KUBELET_SERVING_SIGNER, NODE_USER_PREFIX, NODES_GROUP, Outcome, PolicyConfig, Resolver,
     Submission, evaluate_names,
@@ -32,15 +34,6 @@ pub struct ScanSettings {
     pub concurrency: usize,
     /// A certificate whose notAfter is closer than this is expiring.
     pub expiring_within: Duration,
-}
-
-/// A Node to audit: its name and where its kubelet is dialled, or why it is not.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct NodeTarget {
-    /// The Node's name.
-    pub node: String,
-    /// The address the dial rules give, or why they give none.
-    pub target: Result<SocketAddr, String>,
 }
 
 /// What judging needs besides the chain: the settings, the policy and its ports, the time.
@@ -61,10 +54,20 @@ impl<R: Resolver, C: ClusterView> Judge<'_, R, C> {
     /// Audits every target, at most `concurrency` at once; the reports sorted by Node name.
     pub async fn scan(&self, targets: Vec<NodeTarget>) -> Vec<NodeAudit> {
         let limit = self.settings.concurrency.max(1);
-        let mut reports: Vec<NodeAudit> = futures::stream::iter(targets.iter().map(|target| self.scan_node(target)))
-            .buffer_unordered(limit)
-            .collect()
-            .await;
+        // A loop rather than `buffer_unordered` over a closure: the future stays `Send` for every
+        // lifetime, so the controller can spawn it.
+        let (mut waiting, mut running) = (targets.iter(), FuturesUnordered::new());
+        let mut reports = Vec::with_capacity(targets.len());
+        loop {
+            while running.len() < limit {
+                let Some(target) = waiting.next() else { break };
+                running.push(self.scan_node(target));
+            }
+            match running.next().await {
+                Some(report) => reports.push(report),
+                None => break,
+            }
+        }
         reports.sort_by(|a, b| a.node.cmp(&b.node));
         reports
     }

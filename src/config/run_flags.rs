@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use clap::Args;
 
+use super::audit_flags::AuditScanArgs;
 use super::values::{Checked, duration, given, is_dns_label, keyword, namespace_or_empty, number, path, shared};
 use super::{BindAddress, ConfigError, Flag, ValueError};
 use crate::policy::{DecisionKind, Reason, is_dns_subdomain};
@@ -32,6 +33,9 @@ pub struct RunArgs {
     /// The leader-election flags.
     #[command(flatten)]
     pub leader: LeaderArgs,
+    /// The periodic audit's flags.
+    #[command(flatten)]
+    pub audit: AuditScanArgs,
     /// Every undecided CSR is evaluated again at this interval, besides after each list of the CSR watch and whenever this replica becomes able to write, 1s..=1h
     #[arg(long, env = "RESYNC_PERIOD", default_value = "1m", value_parser = duration(SECOND, HOUR))]
     pub resync_period: Duration,
@@ -124,6 +128,16 @@ impl EventLevel {
                     | (DecisionKind::Deny, Reason::Superseded)
                     | (DecisionKind::Retry, Reason::NewerServingCSRPending)
             ),
+            EventLevel::None => false,
+        }
+    }
+
+    /// Whether a change of a Node's audit state is published: to a finding (a `problem`), or
+    /// back to compliant (only with `all`).
+    pub fn publishes_audit(self, problem: bool) -> bool {
+        match self {
+            EventLevel::All => true,
+            EventLevel::Problems => problem,
             EventLevel::None => false,
         }
     }
@@ -266,6 +280,15 @@ mod tests {
                 assert_eq!(EventLevel::Problems.publishes(kind, reason), kind != Approve, "{kind:?} {reason}");
                 assert!(!EventLevel::None.publishes(kind, reason), "{kind:?}");
             }
+        }
+    }
+
+    #[test]
+    fn audit_state_changes_are_published_as_problems_and_back_to_compliant_only_with_all() {
+        for problem in [true, false] {
+            assert!(EventLevel::All.publishes_audit(problem));
+            assert_eq!(EventLevel::Problems.publishes_audit(problem), problem);
+            assert!(!EventLevel::None.publishes_audit(problem));
         }
     }
 

@@ -12,12 +12,12 @@ use rustls::pki_types::CertificateDer;
 use crate::kubelet_tls::KubeletServingCa;
 use crate::kubernetes::apiserver::ApiserverWatch;
 use crate::kubernetes::csr_ledger::CsrLedger;
-use crate::kubernetes::kubelet_endpoint::{served_by, served_offline, undialled_apiserver_addresses};
+use crate::kubernetes::kubelet_endpoint::{node_addresses, served_by, served_offline, undialled_apiserver_addresses};
 use crate::kubernetes::machines::MachineCache;
 use crate::metrics::Metrics;
 use crate::policy::{
     AddressClaim, ApiserverAddresses, BrakeInputs, ClusterError, ClusterView, KubeletCertificate, KubeletDialRules,
-    MachineInfo, NodeAddress, NodeInfo, RequestError, ServingCsr, brake_limit, same_ip,
+    MachineInfo, NodeInfo, RequestError, ServingCsr, brake_limit, same_ip,
 };
 
 /// The live cluster: one GET per Node asked for; Machines and Nodes from the watched caches of
@@ -269,12 +269,7 @@ fn claim<'a>(claims: &mut [AddressClaim], name: &str, addresses: impl Iterator<I
 /// they may see (its metadata's name, uid, creation time, labels and annotations, its spec and its
 /// status's addresses: the core projects them further and bounds their size).
 pub fn node_info(node: &Node) -> NodeInfo {
-    let addresses = node
-        .status
-        .iter()
-        .flat_map(|status| status.addresses.iter().flatten())
-        .map(|a| NodeAddress { kind: a.type_.clone(), address: a.address.clone() })
-        .collect();
+    let addresses = node_addresses(node);
     let metadata = &node.metadata;
     let object = serde_json::json!({
         "metadata": {

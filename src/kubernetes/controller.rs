@@ -20,6 +20,7 @@
 //! becomes able to write, and every resync period.
 
 mod oldest;
+mod periodic_audit;
 mod reconcile;
 mod triggers;
 mod work_queue;
@@ -31,11 +32,12 @@ pub use write::{WRITE_TIMEOUT, WriteError, write_condition};
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::Stream;
+use futures::{FutureExt, Stream};
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use kube::Api;
 use tokio_util::task::AbortOnDropHandle;
 
+use crate::config::AuditSchedule;
 use crate::kubernetes::csr_cache::CacheWriter;
 use crate::kubernetes::csr_ledger::CsrLedger;
 use crate::kubernetes::csr_object::CsrObject;
@@ -75,12 +77,15 @@ pub(crate) struct Schedule<W, S> {
     pub writable: W,
     /// Resolves when the controller should stop taking work.
     pub shutdown: S,
+    /// The periodic audit, when on: started once the CSR watch synced, stopped with `shutdown`.
+    pub audit: Option<AuditSchedule>,
 }
 
 /// Runs the controller until `schedule.shutdown` resolves; in-flight reconciles finish first. The
 /// CSR watch fills `csrs`, the cache whose reader the runner also gave the cluster view. In machine
 /// mode `machines` re-triggers the CSRs waiting on a Machine or Node whenever one changes.
-/// `on_synced` runs once the first list of the CSR watch (and the machine caches) are complete.
+/// `on_synced` runs once the first list of the CSR watch (and the machine caches) are complete;
+/// the periodic audit, when on, starts then and stops as soon as `schedule.shutdown` resolves.
 pub(crate) async fn run<R, C, W, S>(
     ctx: Arc<Context<R, C>>,
     schedule: Schedule<W, S>,
@@ -97,7 +102,9 @@ pub(crate) async fn run<R, C, W, S>(
     let store = csrs.reader();
     let (synced, first_list) = tokio::sync::oneshot::channel();
     let cache = machines.clone();
-    tokio::spawn(async move {
+    let shutdown = schedule.shutdown.shared();
+    let audit = schedule.audit.map(|audit| (periodic_audit::run(ctx.clone(), audit), shutdown.clone()));
+    let _synced = AbortOnDropHandle::new(tokio::spawn(async move {
         if first_list.await.is_err() {
             return;
         }
@@ -105,7 +112,13 @@ pub(crate) async fn run<R, C, W, S>(
             cache.synced().await;
         }
         on_synced();
-    });
+        if let Some((audit, shutdown)) = audit {
+            tokio::select! {
+                () = audit => {}
+                () = shutdown => {}
+            }
+        }
+    }));
     let memory = Arc::new(Memory::new(ctx.metrics.clone()));
     // These tasks hold the context, and with it a handle on the event queue: they end with the
     // controller.
@@ -127,5 +140,5 @@ pub(crate) async fn run<R, C, W, S>(
         waiting_on_cluster: move || waiting.anyone_waiting_on_cluster(),
     });
     let reconciler = Arc::new(Reconciler { ctx, memory, csrs: store });
-    work_queue::dispatch(triggers, reconciler, usize::from(schedule.concurrency), schedule.shutdown).await;
+    work_queue::dispatch(triggers, reconciler, usize::from(schedule.concurrency), shutdown).await;
 }

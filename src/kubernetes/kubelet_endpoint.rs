@@ -1,12 +1,14 @@
 //! The certificate a node's kubelet serves, as renewal evidence: dialled at the Node's first
 //! InternalIP and `status.daemonEndpoints.kubeletEndpoint.Port` (nothing else in the Node or the
 //! CSR chooses the address), and only where [`KubeletDialRules`] allow (a node address, the kubelet
-//! port); or for `check` read from a file and verified as the dial verifies it.
+//! port); or for `check` read from a file and verified as the dial verifies it. The audit's
+//! targets ([`NodeTarget`], [`dial_targets`]) are chosen by the same rules.
 
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Node;
+use kube::api::ListParams;
 use rustls::pki_types::{CertificateDer, UnixTime};
 
 use crate::kubelet_tls::KubeletServingCa;
@@ -17,6 +19,58 @@ use crate::policy::{
 
 /// How long the connection and the TLS handshake with a kubelet may take together.
 pub const DIAL_LIMIT: Duration = Duration::from_secs(3);
+
+/// How many Nodes one list request of [`dial_targets`] reads: each page is reduced to the Nodes'
+/// names and dial targets before the next is read.
+const NODES_PAGE: u32 = 500;
+
+/// A Node to audit: its name and where its kubelet is dialled, or why it is not.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeTarget {
+    /// The Node's name.
+    pub node: String,
+    /// The Node's uid, for Events about it.
+    pub uid: Option<String>,
+    /// The address the dial rules give, or why they give none.
+    pub target: Result<SocketAddr, String>,
+}
+
+/// The addresses of a Node's status.
+pub fn node_addresses(node: &Node) -> Vec<NodeAddress> {
+    let addresses = node.status.iter().flat_map(|status| status.addresses.iter().flatten());
+    addresses.map(|a| NodeAddress { kind: a.type_.clone(), address: a.address.clone() }).collect()
+}
+
+/// Node `node` and where its kubelet is dialled, or why it is not.
+pub async fn node_target<C: ClusterView>(cluster: &C, node: &Node, rules: &KubeletDialRules) -> NodeTarget {
+    let name = node.metadata.name.clone().unwrap_or_default();
+    let addresses = node_addresses(node);
+    let target = match undialled_apiserver_addresses(cluster, &name, &addresses).await {
+        Ok(apiserver) => dial_target(node, &addresses, rules, &apiserver),
+        Err(error) => Err(format!("the kubelet is not dialled: the apiserver's addresses: {error}")),
+    };
+    NodeTarget { node: name, uid: node.metadata.uid.clone(), target }
+}
+
+/// Every Node of `nodes`, read [`NODES_PAGE`] at a time, and where its kubelet is dialled.
+pub async fn dial_targets<C: ClusterView>(
+    nodes: &kube::Api<Node>,
+    cluster: &C,
+    rules: &KubeletDialRules,
+) -> Result<Vec<NodeTarget>, kube::Error> {
+    let mut targets = Vec::new();
+    let mut page = ListParams::default().limit(NODES_PAGE);
+    loop {
+        let listed = nodes.list(&page).await?;
+        for node in &listed.items {
+            targets.push(node_target(cluster, node, rules).await);
+        }
+        match listed.metadata.continue_ {
+            Some(token) if !token.is_empty() => page = page.continue_token(&token),
+            _ => return Ok(targets),
+        }
+    }
+}
 
 /// The first InternalIP of a Node's addresses.
 pub fn internal_ip(addresses: &[NodeAddress]) -> Result<IpAddr, String> {

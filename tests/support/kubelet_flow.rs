@@ -13,11 +13,11 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind, PostParams};
 use kube::{Api, Client};
 use rustls::pki_types::{CertificateDer, ServerName};
-use testenv::{ControlPlane, Kubelet};
+use testenv::{ControlPlane, Kubelet, KubeletCredentials, KubeletOptions, NodeNetwork};
 use x509_parser::extensions::{GeneralName, ParsedExtension};
 use x509_parser::prelude::{FromDer, X509Certificate, X509CertificationRequest};
 
-use super::cluster::{unique, wait_decided};
+use super::cluster::{Approver, unique, wait_decided};
 
 /// The signer of kubelet serving certificates.
 pub const SERVING_SIGNER: &str = "kubernetes.io/kubelet-serving";
@@ -80,6 +80,34 @@ pub async fn wait_serving_certificate(admin: &Client, kubelet: &Kubelet, name: &
         assert!(Instant::now() < deadline, "certificate of {name} not picked up within {STEP:?}\n{}", kubelet.logs());
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+}
+
+/// Starts the kubelet of Node `name` in `network`, with a node certificate, listening on `port`,
+/// with `serverTLSBootstrap` on or off.
+pub async fn start_kubelet_in(
+    cp: &ControlPlane,
+    name: &str,
+    network: &Arc<NodeNetwork>,
+    port: u16,
+    server_tls_bootstrap: bool,
+) -> Kubelet {
+    let options = KubeletOptions::in_network(name, Arc::clone(network), KubeletCredentials::NodeCertificate);
+    cp.start_kubelet(KubeletOptions { port: Some(port), server_tls_bootstrap, ..options }).await.unwrap()
+}
+
+/// Waits until the approver has approved `kubelet`'s own serving CSR and the kubelet serves it;
+/// returns the CSR.
+pub async fn wait_approved_and_served(
+    admin: &Client,
+    approver: &Approver,
+    kubelet: &Kubelet,
+) -> CertificateSigningRequest {
+    let csr = wait_csr(admin, SERVING_SIGNER, &format!("system:node:{}", kubelet.node_name())).await;
+    let name = csr.metadata.name.clone().unwrap();
+    let context = || format!("{}\n{}", approver.logs(), kubelet.logs());
+    assert_decided(admin, &name, "Approved", "AutoApproved", &context).await;
+    wait_serving_certificate(admin, kubelet, &name).await;
+    csr
 }
 
 /// `GET /api/v1/nodes/<node>/proxy/healthz` through the apiserver, as the admin, without retries

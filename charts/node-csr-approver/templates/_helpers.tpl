@@ -79,7 +79,9 @@ node in a string literal counts too): the controller then reads Nodes. */}}
   (list "CLUSTER_DOMAIN" .Values.clusterDomain)
   (list "CONCURRENCY" .Values.concurrency)
   (list "EVENTS" .Values.events)
-  (list "RESYNC_PERIOD" .Values.resyncPeriod) }}
+  (list "RESYNC_PERIOD" .Values.resyncPeriod)
+  (list "AUDIT_PERIOD" .Values.audit.period)
+  (list "AUDIT_EXPIRING_WITHIN" .Values.audit.expiringWithin) }}
 {{- range $optional }}
 {{- $value := index . 1 }}
 {{- if or (kindIs "float64" $value) (kindIs "int64" $value) (kindIs "int" $value) }}
@@ -96,7 +98,8 @@ node in a string literal counts too): the controller then reads Nodes. */}}
   (list "IGNORE_NON_SYSTEM_NODE" .Values.ignoreNonSystemNode)
   (list "SKIP_DENY_STEP" .Values.skipDenyStep)
   (list "VERIFY_NODE_ADDRESSES" .Values.verifyNodeAddresses)
-  (list "DRY_RUN" .Values.dryRun) }}
+  (list "DRY_RUN" .Values.dryRun)
+  (list "AUDIT_NODE_METRICS" .Values.audit.nodeMetrics) }}
 {{- if .Values.rules }}
 - name: RULES_FILE
   value: /etc/node-csr-approver/rules/rules.yaml
@@ -147,6 +150,9 @@ node in a string literal counts too): the controller then reads Nodes. */}}
 - name: MAX_PENDING_DELTA
   value: {{ int64 $.Values.machineMode.maxPendingDelta | toString | quote }}
 {{- end }}
+{{- end }}
+{{- /* The kubelet-serving CA and port: renewals in machine mode, and the periodic audit. */}}
+{{- if or .Values.machineMode.apis .Values.audit.period }}
 {{- with $.Values.machineMode.kubeletServingCA.configMap }}
 - name: KUBELET_SERVING_CA_FILE
   value: {{ printf "/etc/node-csr-approver/kubelet-serving-ca/%s" $.Values.machineMode.kubeletServingCA.key | quote }}

@@ -21,6 +21,7 @@ use serde_json::{Value, json};
 use tokio::sync::{mpsc, oneshot};
 
 use super::Context;
+use crate::audit::states::StateChange;
 use crate::config::EventLevel;
 use crate::display::{prefix_within, short_name};
 use crate::kubernetes::csr_object::CsrObject;
@@ -198,7 +199,7 @@ const EVENT_DRAIN: Duration = Duration::from_secs(5);
 /// The longest object name (a DNS subdomain).
 const MAX_NAME_LEN: usize = 253;
 
-/// An event about a CSR, waiting for the background publisher.
+/// An event about a CSR or a Node, waiting for the background publisher.
 #[derive(Debug)]
 struct PendingEvent {
     type_: &'static str,
@@ -252,7 +253,7 @@ impl Events {
                         let name = event.regarding.name.clone().unwrap_or_default();
                         let body = k8s_event(event, &reporter);
                         if let Err(error) = api.create(&PostParams::default(), &body).await {
-                            tracing::warn!(csr = %crate::display::short_name(&name), %error, "publishing an event");
+                            tracing::warn!(regarding = %crate::display::short_name(&name), %error, "publishing an event");
                         }
                         published.fetch_sub(1, Ordering::AcqRel);
                     }
@@ -271,7 +272,7 @@ impl Events {
         if !self.level.publishes(decision.kind, decision.reason) {
             return;
         }
-        let event = PendingEvent {
+        self.enqueue(PendingEvent {
             type_: match decision.kind {
                 DecisionKind::Approve | DecisionKind::Retry => "Normal",
                 _ => "Warning",
@@ -286,7 +287,35 @@ impl Events {
                 DecisionKind::Ignore => "Ignore",
             },
             regarding,
+        })
+        .await;
+    }
+
+    /// Queues an event (action `Audit`) about Node `node` (its uid when known) whose audit state
+    /// changed: a Warning for a `problem`, else Normal, published as the level says (`problems`:
+    /// Warnings only). Waits only while the queue is full.
+    pub(super) async fn publish_audit(&self, node: &str, uid: Option<String>, change: &StateChange) {
+        if !self.level.publishes_audit(change.problem) {
+            return;
+        }
+        let regarding = ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("Node".into()),
+            name: Some(node.to_owned()),
+            uid,
+            ..ObjectReference::default()
         };
+        self.enqueue(PendingEvent {
+            type_: if change.problem { "Warning" } else { "Normal" },
+            reason: change.reason,
+            note: cut_message(&change.note),
+            action: "Audit",
+            regarding,
+        })
+        .await;
+    }
+
+    async fn enqueue(&self, event: PendingEvent) {
         self.unpublished.fetch_add(1, Ordering::AcqRel);
         if self.queue.send(event).await.is_err() {
             self.unpublished.fetch_sub(1, Ordering::AcqRel);

@@ -1,0 +1,175 @@
+//! What the periodic audit remembers of each Node between scans: its last state, so that a Node
+//! is told about (an Event) when its state changes, not on every scan. The memory holds one entry
+//! per Node of the last scan: a Node no longer listed is forgotten.
+
+use std::collections::HashMap;
+
+use super::{Finding, NodeAudit};
+
+/// A Node's state: `None` is `compliant`, else its most severe finding.
+type State = Option<Finding>;
+
+/// The last state of each Node the last scan listed.
+#[derive(Debug, Default)]
+pub struct StateMemory {
+    last: HashMap<String, State>,
+}
+
+/// A Node whose state changed: what to tell about it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StateChange {
+    /// The Node's name.
+    pub node: String,
+    /// A problem (a Warning), or back to `compliant` (Normal).
+    pub problem: bool,
+    /// The Event's reason: the new state, e.g. `ServingCertificateSelfSigned`.
+    pub reason: &'static str,
+    /// What changed and why.
+    pub note: String,
+}
+
+impl StateMemory {
+    /// Remembers the states of `reports` (every Node listed by one scan), forgets every Node not
+    /// among them, and returns the Nodes whose state changed. A Node seen for the first time is a
+    /// change unless it is compliant. `undetermined` (the policy gave no verdict this time) is no
+    /// change: the Node keeps the state it had.
+    pub fn update(&mut self, reports: &[NodeAudit]) -> Vec<StateChange> {
+        let mut last = HashMap::with_capacity(reports.len());
+        let mut changes = Vec::new();
+        for report in reports {
+            let before = self.last.remove(&report.node);
+            let now = report.findings.first().copied();
+            if now == Some(Finding::Undetermined) {
+                if let Some(before) = before {
+                    last.insert(report.node.clone(), before);
+                }
+                continue;
+            }
+            if before != Some(now) && (before.is_some() || now.is_some()) {
+                changes.push(change(report, before));
+            }
+            last.insert(report.node.clone(), now);
+        }
+        self.last = last;
+        changes
+    }
+
+    /// Forgets every Node: the next scan tells each Node with a finding again (this replica lost
+    /// the Lease, and another one may have told since).
+    pub fn forget(&mut self) {
+        self.last = HashMap::new();
+    }
+
+    /// How many Nodes are remembered.
+    pub fn len(&self) -> usize {
+        self.last.len()
+    }
+
+    /// Whether no Node is remembered.
+    pub fn is_empty(&self) -> bool {
+        self.last.is_empty()
+    }
+}
+
+/// The name of a state, as reports show it.
+fn state_name(state: State) -> &'static str {
+    state.map_or("compliant", Finding::as_str)
+}
+
+/// The Event reason of a Node's new state.
+pub fn event_reason(state: Option<Finding>) -> &'static str {
+    match state {
+        None => "ServingCertificateCompliant",
+        Some(Finding::Unreachable) => "KubeletUnreachable",
+        Some(Finding::NotDialled) => "KubeletNotDialled",
+        Some(Finding::Malformed) => "ServingCertificateMalformed",
+        Some(Finding::SelfSigned) => "ServingCertificateSelfSigned",
+        Some(Finding::Untrusted) => "ServingCertificateUntrusted",
+        Some(Finding::NonCompliant) => "ServingCertificateNonCompliant",
+        Some(Finding::Undetermined) => "ServingCertificateUndetermined",
+        Some(Finding::Expired) => "ServingCertificateExpired",
+        Some(Finding::Expiring) => "ServingCertificateExpiring",
+    }
+}
+
+/// The change of `report`'s Node from `before` (`None`: first seen) to its state now.
+fn change(report: &NodeAudit, before: Option<State>) -> StateChange {
+    let now = report.findings.first().copied();
+    let was = before.map_or_else(|| "first audit".to_owned(), |state| format!("was {}", state_name(state)));
+    let mut parts = vec![format!("serving certificate audit: {} ({was})", state_name(now))];
+    if report.findings.len() > 1 {
+        let findings: Vec<&str> = report.findings.iter().map(|finding| finding.as_str()).collect();
+        parts.push(format!("findings: {}", findings.join(", ")));
+    }
+    if let Some(certificate) = &report.certificate {
+        let left = report.seconds_left.unwrap_or_default();
+        let days = left.div_euclid(86_400);
+        parts.push(format!("issuer {}, notAfter {} ({days}d left)", certificate.issuer, certificate.not_after));
+    }
+    if let Some(policy) = report.policy.as_ref().filter(|policy| policy.decision != "approve") {
+        parts.push(format!("today's policy: {} ({}): {}", policy.decision, policy.reason, policy.message));
+    }
+    parts.extend(report.verify_error.iter().map(|error| format!("--kubelet-serving-ca-file: {error}")));
+    parts.extend(report.detail.iter().cloned());
+    StateChange { node: report.node.clone(), problem: now.is_some(), reason: event_reason(now), note: parts.join("; ") }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::audit::state_name as report_state;
+
+    fn report(node: &str, findings: &[Finding]) -> NodeAudit {
+        let mut report = NodeAudit::without_certificate(node, None, Finding::Unreachable, "why".into());
+        report.findings = findings.iter().copied().collect();
+        report.state = report_state(&report.findings);
+        report
+    }
+
+    fn told(changes: &[StateChange]) -> Vec<(&str, &str, bool)> {
+        changes.iter().map(|change| (change.node.as_str(), change.reason, change.problem)).collect()
+    }
+
+    #[test]
+    fn a_node_is_told_about_once_per_change_of_state() {
+        let mut memory = StateMemory::default();
+        let first = memory.update(&[report("a", &[]), report("b", &[Finding::SelfSigned, Finding::NonCompliant])]);
+        assert_eq!(told(&first), [("b", "ServingCertificateSelfSigned", true)], "a compliant Node is not told");
+        assert!(first[0].note.starts_with("serving certificate audit: self-signed (first audit)"), "{first:?}");
+        assert!(first[0].note.contains("findings: self-signed, non-compliant; why"), "{first:?}");
+        let same = memory.update(&[report("a", &[]), report("b", &[Finding::SelfSigned, Finding::NonCompliant])]);
+        assert_eq!(told(&same), [], "nothing changed");
+        let later = memory.update(&[report("a", &[Finding::Expiring]), report("b", &[])]);
+        assert_eq!(
+            told(&later),
+            [("a", "ServingCertificateExpiring", true), ("b", "ServingCertificateCompliant", false)]
+        );
+        assert!(later[1].note.starts_with("serving certificate audit: compliant (was self-signed)"), "{later:?}");
+        let worse = memory.update(&[report("a", &[Finding::Expired]), report("b", &[])]);
+        assert_eq!(told(&worse), [("a", "ServingCertificateExpired", true)]);
+    }
+
+    #[test]
+    fn undetermined_keeps_the_state_a_node_had() {
+        let mut memory = StateMemory::default();
+        memory.update(&[report("a", &[Finding::NonCompliant])]);
+        assert_eq!(told(&memory.update(&[report("a", &[Finding::Undetermined])])), []);
+        assert_eq!(told(&memory.update(&[report("a", &[Finding::NonCompliant])])), [], "still non-compliant");
+        assert_eq!(told(&memory.update(&[report("n", &[Finding::Undetermined])])), [], "no state yet");
+        assert!(memory.is_empty(), "`a` is gone, `n` has no state");
+    }
+
+    #[test]
+    fn nodes_gone_are_forgotten_and_forgetting_tells_again() {
+        let mut memory = StateMemory::default();
+        let nodes: Vec<NodeAudit> = (0..100).map(|i| report(&format!("n{i}"), &[Finding::Unreachable])).collect();
+        assert_eq!(memory.update(&nodes).len(), 100);
+        assert_eq!(memory.len(), 100);
+        assert_eq!(memory.update(&nodes[..3]).len(), 0);
+        assert_eq!(memory.len(), 3, "bounded by the Nodes listed");
+        assert_eq!(told(&memory.update(&nodes[..4])), [("n3", "KubeletUnreachable", true)], "n3 came back");
+        memory.forget();
+        assert!(memory.is_empty());
+        assert_eq!(memory.update(&nodes[..4]).len(), 4);
+    }
+}

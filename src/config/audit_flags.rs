@@ -1,0 +1,98 @@
+//! Flags of the controller's periodic audit: the `audit` scan run by the replica that writes, on a
+//! period, reported as metrics and as Events on the Nodes whose state changes.
+
+use std::time::Duration;
+
+use clap::Args;
+
+use super::ValueError;
+use super::values::{Checked, duration, shared};
+use crate::kubelet_tls::KubeletServingCa;
+
+/// Periodic-audit flags; every flag also reads an env var. Setting `--audit-period` turns it on.
+#[derive(Debug, Clone, Args)]
+#[command(mut_args(shared))]
+pub struct AuditScanArgs {
+    /// The controller audits every Node's kubelet serving certificate (as `audit` does) at this interval, 1s..=7d, while it writes (holds the Lease); empty: off [default: off]
+    #[arg(long, env = "AUDIT_PERIOD", value_name = "DURATION", value_parser = Checked(audit_period))]
+    pub audit_period: Option<Duration>,
+    /// The periodic audit finds a serving certificate expiring when its notAfter is closer than this, 1m..=3650d
+    #[arg(long, env = "AUDIT_EXPIRING_WITHIN", value_name = "DURATION", default_value = "7d", value_parser = duration(MINUTE, TEN_YEARS))]
+    pub audit_expiring_within: Duration,
+    /// The periodic audit also exports one series per Node (its state, its certificate's notAfter)
+    #[arg(long, env = "AUDIT_NODE_METRICS", default_value = "false")]
+    pub audit_node_metrics: bool,
+}
+
+const SECOND: Duration = Duration::from_secs(1);
+const MINUTE: Duration = Duration::from_secs(60);
+const WEEK: Duration = Duration::from_secs(7 * 24 * 3600);
+const TEN_YEARS: Duration = Duration::from_secs(3650 * 24 * 3600);
+
+/// The periodic audit, when `--audit-period` turns it on.
+#[derive(Debug, Clone)]
+pub struct AuditSchedule {
+    /// `--audit-period`.
+    pub period: Duration,
+    /// `--audit-expiring-within`.
+    pub expiring_within: Duration,
+    /// `--audit-node-metrics`.
+    pub node_metrics: bool,
+    /// `--kubelet-serving-ca-file`: the bundle chains are checked against, when given.
+    pub ca: Option<KubeletServingCa>,
+    /// `--kubelet-port`.
+    pub kubelet_port: u16,
+}
+
+impl AuditScanArgs {
+    /// The schedule, when `--audit-period` is given and not empty; the kubelet flags are machine
+    /// mode's, read whether it is on or not.
+    pub(super) fn schedule(&self, ca: Option<KubeletServingCa>, kubelet_port: u16) -> Option<AuditSchedule> {
+        let period = self.audit_period.filter(|period| !period.is_zero())?;
+        let (expiring_within, node_metrics) = (self.audit_expiring_within, self.audit_node_metrics);
+        Some(AuditSchedule { period, expiring_within, node_metrics, ca, kubelet_port })
+    }
+}
+
+/// A period from a second to a week, or empty: off (zero).
+fn audit_period(text: &str) -> Result<Duration, ValueError> {
+    if text.trim().is_empty() {
+        return Ok(Duration::ZERO);
+    }
+    (duration(SECOND, WEEK).0)(text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::values::reading::read;
+    use super::*;
+
+    fn schedule(args: &[&str]) -> Result<Option<AuditSchedule>, String> {
+        read::<AuditScanArgs>(args).map(|flags| flags.schedule(None, 10250))
+    }
+
+    #[test]
+    fn the_periodic_audit_is_off_unless_a_period_is_given() {
+        assert!(schedule(&[]).unwrap().is_none());
+        assert!(schedule(&["--audit-period="]).unwrap().is_none(), "empty is off");
+        let on = schedule(&["--audit-period=6h"]).unwrap().unwrap();
+        assert_eq!((on.period, on.expiring_within, on.node_metrics), (Duration::from_secs(6 * 3600), WEEK, false));
+        let tuned = schedule(&["--audit-period=10s", "--audit-expiring-within=30d", "--audit-node-metrics"]);
+        let tuned = tuned.unwrap().unwrap();
+        assert_eq!(
+            (tuned.period, tuned.expiring_within, tuned.node_metrics),
+            (Duration::from_secs(10), WEEK * 30 / 7, true)
+        );
+        for (flag, env, bad) in [
+            ("--audit-period", "AUDIT_PERIOD", "999ms"),
+            ("--audit-period", "AUDIT_PERIOD", "8d"),
+            ("--audit-period", "AUDIT_PERIOD", "often"),
+            ("--audit-expiring-within", "AUDIT_EXPIRING_WITHIN", "59s"),
+            ("--audit-expiring-within", "AUDIT_EXPIRING_WITHIN", "soon"),
+            ("--audit-node-metrics", "AUDIT_NODE_METRICS", "yes"),
+        ] {
+            let error = read::<AuditScanArgs>(&[&format!("{flag}={bad}")]).unwrap_err();
+            assert!(error.contains(&format!("{flag} (env {env})")), "{bad}: {error}");
+        }
+    }
+}

@@ -1,0 +1,289 @@
+//! The periodic audit's metrics: Nodes by state (every state always present), the soonest
+//! notAfter of the certificates served, the last completed scan; and, only when asked for
+//! (`--audit-node-metrics`), one series per Node, removed when the Node is gone.
+
+use std::collections::HashMap;
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use clap::ValueEnum;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::{Registry, Unit};
+
+use crate::audit::findings::Finding;
+
+/// Every state a Node can be in: `compliant`, then each finding.
+fn audit_states() -> impl Iterator<Item = &'static str> {
+    std::iter::once("compliant").chain(Finding::value_variants().iter().map(|finding| finding.as_str()))
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct StateLabels {
+    state: &'static str,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct NodeStateLabels {
+    node: String,
+    state: &'static str,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct NodeLabels {
+    node: String,
+}
+
+/// One Node as a scan found it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AuditedNode<'a> {
+    /// The Node's name.
+    pub node: &'a str,
+    /// Its state (one of [`audit_states`]).
+    pub state: &'static str,
+    /// The notAfter of the certificate its kubelet serves, in seconds since the epoch, when read.
+    pub not_after: Option<i64>,
+}
+
+/// The Nodes with series exported, and the state each series names.
+type NodeSeries = HashMap<String, &'static str>;
+
+/// The periodic audit's metrics. Cloning is cheap and every clone updates the same metrics.
+#[derive(Debug, Clone)]
+pub(super) struct AuditMetrics {
+    nodes: Family<StateLabels, Gauge>,
+    soonest_expiry: Gauge,
+    last_scan: Gauge,
+    last_duration: Gauge<f64, AtomicU64>,
+    period: Gauge,
+    node_state: Family<NodeStateLabels, Gauge>,
+    node_expiry: Family<NodeLabels, Gauge>,
+    /// The per-Node series exported; `None` unless `--audit-node-metrics`.
+    per_node: Arc<Mutex<Option<NodeSeries>>>,
+}
+
+impl AuditMetrics {
+    /// Registers the audit's metrics in `registry` (prefixed), every state's count at 0.
+    pub(super) fn register(registry: &mut Registry) -> AuditMetrics {
+        let nodes = Family::<StateLabels, Gauge>::default();
+        for state in audit_states() {
+            nodes.get_or_create_owned(&StateLabels { state });
+        }
+        registry.register(
+            "audit_nodes",
+            "Periodic audit: Nodes by the state of the serving certificate their kubelet presents, as the last scan found them (0 on a replica that does not write)",
+            nodes.clone(),
+        );
+        let soonest_expiry = Gauge::default();
+        registry.register_with_unit(
+            "audit_soonest_expiry_timestamp",
+            "Periodic audit: the soonest notAfter among the serving certificates kubelets presented (0 when none was read)",
+            Unit::Seconds,
+            soonest_expiry.clone(),
+        );
+        let last_scan = Gauge::default();
+        registry.register_with_unit(
+            "audit_last_scan_timestamp",
+            "Periodic audit: when this replica's last scan completed (0 before the first)",
+            Unit::Seconds,
+            last_scan.clone(),
+        );
+        let last_duration = Gauge::<f64, AtomicU64>::default();
+        registry.register_with_unit(
+            "audit_last_scan_duration",
+            "Periodic audit: how long this replica's last completed scan took",
+            Unit::Seconds,
+            last_duration.clone(),
+        );
+        let period = Gauge::default();
+        registry.register_with_unit(
+            "audit_period",
+            "Periodic audit: --audit-period (0 when off)",
+            Unit::Seconds,
+            period.clone(),
+        );
+        let node_state = Family::<NodeStateLabels, Gauge>::default();
+        registry.register(
+            "audit_node_state",
+            "Periodic audit with --audit-node-metrics: 1 for each Node's state",
+            node_state.clone(),
+        );
+        let node_expiry = Family::<NodeLabels, Gauge>::default();
+        registry.register_with_unit(
+            "audit_node_expiry_timestamp",
+            "Periodic audit with --audit-node-metrics: the notAfter of the serving certificate each Node's kubelet presents",
+            Unit::Seconds,
+            node_expiry.clone(),
+        );
+        AuditMetrics {
+            nodes,
+            soonest_expiry,
+            last_scan,
+            last_duration,
+            period,
+            node_state,
+            node_expiry,
+            per_node: Arc::new(Mutex::new(None)),
+        }
+    }
+
+    /// Turns the audit's metrics on: its period, and the per-Node series when `per_node`.
+    pub(super) fn enable(&self, period: Duration, per_node: bool) {
+        self.period.set(i64::try_from(period.as_secs()).unwrap_or(i64::MAX));
+        *self.series() = per_node.then(HashMap::new);
+    }
+
+    fn series(&self) -> std::sync::MutexGuard<'_, Option<NodeSeries>> {
+        self.per_node.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Sets the counts, the soonest notAfter and the per-Node series from one completed scan of
+    /// `nodes` (every Node listed), which ended at `finished` (seconds since the epoch) after
+    /// `took`.
+    pub(super) fn record_scan(&self, nodes: &[AuditedNode<'_>], finished: f64, took: Duration) {
+        for state in audit_states() {
+            let count = nodes.iter().filter(|node| node.state == state).count();
+            self.nodes.get_or_create(&StateLabels { state }).set(i64::try_from(count).unwrap_or(i64::MAX));
+        }
+        self.soonest_expiry.set(nodes.iter().filter_map(|node| node.not_after).min().unwrap_or(0));
+        self.last_scan.set(finished as i64);
+        self.last_duration.set(took.as_secs_f64());
+        let mut series = self.series();
+        let Some(exported) = series.as_mut() else { return };
+        let mut now = HashMap::with_capacity(nodes.len());
+        for node in nodes {
+            if let Some(state) = exported.remove(node.node).filter(|state| *state != node.state) {
+                self.node_state.remove(&NodeStateLabels { node: node.node.to_owned(), state });
+            }
+            self.node_state.get_or_create(&NodeStateLabels { node: node.node.to_owned(), state: node.state }).set(1);
+            let labels = NodeLabels { node: node.node.to_owned() };
+            match node.not_after {
+                Some(not_after) => drop(self.node_expiry.get_or_create(&labels).set(not_after)),
+                None => drop(self.node_expiry.remove(&labels)),
+            }
+            now.insert(node.node.to_owned(), node.state);
+        }
+        self.remove_nodes(exported.drain());
+        *exported = now;
+    }
+
+    /// Sets the counts and the soonest notAfter to 0 and removes every per-Node series: this
+    /// replica no longer writes, and the one that does reports them.
+    pub(super) fn clear(&self) {
+        for state in audit_states() {
+            self.nodes.get_or_create(&StateLabels { state }).set(0);
+        }
+        self.soonest_expiry.set(0);
+        if let Some(exported) = self.series().as_mut() {
+            self.remove_nodes(exported.drain());
+        }
+    }
+
+    fn remove_nodes(&self, gone: impl Iterator<Item = (String, &'static str)>) {
+        for (node, state) in gone {
+            self.node_state.remove(&NodeStateLabels { node: node.clone(), state });
+            self.node_expiry.remove(&NodeLabels { node });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::super::Metrics;
+    use super::*;
+
+    fn node<'a>(node: &'a str, state: &'static str, not_after: Option<i64>) -> AuditedNode<'a> {
+        AuditedNode { node, state, not_after }
+    }
+
+    fn lines(metrics: &Metrics, prefix: &str) -> Vec<String> {
+        let text = metrics.encode().unwrap();
+        text.lines().filter(|line| line.starts_with(prefix)).map(str::to_owned).collect()
+    }
+
+    fn sorted(metrics: &Metrics) -> Vec<String> {
+        let mut series = lines(metrics, "node_csr_approver_audit_node_");
+        series.sort();
+        series
+    }
+
+    #[test]
+    fn every_state_is_counted_and_present_at_zero() {
+        let metrics = Metrics::new();
+        let counts = lines(&metrics, "node_csr_approver_audit_nodes{");
+        assert_eq!(counts.len(), 10, "{counts:#?}");
+        assert!(counts.iter().all(|line| line.ends_with(" 0")), "{counts:#?}");
+        metrics.enable_audit(Duration::from_secs(3600), false);
+        let scan = [
+            node("a", "compliant", Some(2_000)),
+            node("b", "self-signed", Some(1_000)),
+            node("c", "unreachable", None),
+            node("d", "self-signed", Some(3_000)),
+        ];
+        metrics.record_audit_scan(&scan, 1_700_000_000.5, Duration::from_millis(1500));
+        let text = metrics.encode().unwrap();
+        for expected in [
+            "node_csr_approver_audit_nodes{state=\"compliant\"} 1\n",
+            "node_csr_approver_audit_nodes{state=\"self-signed\"} 2\n",
+            "node_csr_approver_audit_nodes{state=\"unreachable\"} 1\n",
+            "node_csr_approver_audit_nodes{state=\"expiring\"} 0\n",
+            "node_csr_approver_audit_soonest_expiry_timestamp_seconds 1000\n",
+            "node_csr_approver_audit_last_scan_timestamp_seconds 1700000000\n",
+            "node_csr_approver_audit_last_scan_duration_seconds 1.5\n",
+            "node_csr_approver_audit_period_seconds 3600\n",
+        ] {
+            assert!(text.contains(expected), "{expected}{text}");
+        }
+        assert_eq!(lines(&metrics, "node_csr_approver_audit_node_"), Vec::<String>::new(), "off by default");
+        metrics.clear_audit();
+        assert!(lines(&metrics, "node_csr_approver_audit_nodes{").iter().all(|line| line.ends_with(" 0")));
+        assert_eq!(
+            lines(&metrics, "node_csr_approver_audit_soonest"),
+            ["node_csr_approver_audit_soonest_expiry_timestamp_seconds 0"]
+        );
+        assert_eq!(
+            lines(&metrics, "node_csr_approver_audit_last_scan_t"),
+            ["node_csr_approver_audit_last_scan_timestamp_seconds 1700000000"],
+            "kept"
+        );
+    }
+
+    #[test]
+    fn per_node_series_follow_the_nodes_and_their_states() {
+        let metrics = Metrics::new();
+        metrics.enable_audit(Duration::from_secs(60), true);
+        metrics.record_audit_scan(
+            &[node("a", "compliant", Some(2_000)), node("b", "unreachable", None)],
+            1.0,
+            Duration::ZERO,
+        );
+        assert_eq!(
+            sorted(&metrics),
+            [
+                "node_csr_approver_audit_node_expiry_timestamp_seconds{node=\"a\"} 2000",
+                "node_csr_approver_audit_node_state{node=\"a\",state=\"compliant\"} 1",
+                "node_csr_approver_audit_node_state{node=\"b\",state=\"unreachable\"} 1",
+            ]
+        );
+        metrics.record_audit_scan(
+            &[node("a", "self-signed", None), node("c", "expiring", Some(5))],
+            2.0,
+            Duration::ZERO,
+        );
+        assert_eq!(
+            sorted(&metrics),
+            [
+                "node_csr_approver_audit_node_expiry_timestamp_seconds{node=\"c\"} 5",
+                "node_csr_approver_audit_node_state{node=\"a\",state=\"self-signed\"} 1",
+                "node_csr_approver_audit_node_state{node=\"c\",state=\"expiring\"} 1",
+            ],
+            "b is gone, a changed state and lost its certificate"
+        );
+        metrics.clear_audit();
+        assert_eq!(lines(&metrics, "node_csr_approver_audit_node_"), Vec::<String>::new());
+    }
+}
