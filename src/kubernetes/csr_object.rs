@@ -88,11 +88,57 @@ pub struct CsrObject {
     /// spec.request ([`Request`]); empty once decided, except for an approved client CSR (one
     /// client certificate per Machine reads its common name).
     pub request: Request,
-    /// status.conditions: whole while pending (the write sends them back), only their types once
-    /// decided.
+    /// status.conditions: whole while pending (the write sends them back), none once decided
+    /// (then [`CsrObject::decision_types`] holds what is read of them).
     pub conditions: Box<[CertificateSigningRequestCondition]>,
+    /// Of a decided CSR's conditions, what triage, the brake and the ledger read: which decision
+    /// types were present, and which decision came first.
+    pub decision_types: DecisionTypes,
     /// A non-empty status.certificate is present.
     pub certificate_issued: bool,
+}
+
+/// The condition types a decided CSR keeps in place of its conditions: whether an Approved, a
+/// Denied and a Failed condition were present, and whether Denied came before the first
+/// Approved. A byte, where the conditions were ≈ 180 bytes each.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct DecisionTypes(u8);
+
+/// The types [`DecisionTypes`] keeps, each a bit.
+const KEPT_TYPES: [&str; 3] = ["Approved", "Denied", "Failed"];
+/// The bit of [`DecisionTypes`] telling that Denied came before the first Approved.
+const DENIED_FIRST: u8 = 1 << KEPT_TYPES.len();
+
+impl DecisionTypes {
+    /// What is kept of `conditions`.
+    fn of(conditions: &[CertificateSigningRequestCondition]) -> DecisionTypes {
+        let mut bits = 0;
+        for condition in conditions {
+            if let Some(bit) = KEPT_TYPES.iter().position(|kept| *kept == condition.type_) {
+                if condition.type_ == "Denied" && bits & 1 == 0 {
+                    bits |= DENIED_FIRST;
+                }
+                bits |= 1 << bit;
+            }
+        }
+        DecisionTypes(bits)
+    }
+
+    /// True when a condition of type `type_` was present; only Approved, Denied and Failed are
+    /// kept.
+    fn has(self, type_: &str) -> bool {
+        KEPT_TYPES.iter().position(|kept| *kept == type_).is_some_and(|bit| self.0 & 1 << bit != 0)
+    }
+
+    /// The first decision condition's type (Approved or Denied), if any.
+    fn first_decision(self) -> Option<&'static str> {
+        match (self.has("Approved"), self.has("Denied")) {
+            (true, true) if self.0 & DENIED_FIRST != 0 => Some("Denied"),
+            (true, _) => Some("Approved"),
+            (false, true) => Some("Denied"),
+            (false, false) => None,
+        }
+    }
 }
 
 impl From<CertificateSigningRequest> for CsrObject {
@@ -113,10 +159,12 @@ impl From<CertificateSigningRequest> for CsrObject {
             expiration_seconds: spec.expiration_seconds,
             request: Request::default(),
             conditions: status.conditions.unwrap_or_default().into(),
+            decision_types: DecisionTypes::default(),
             certificate_issued: status.certificate.is_some_and(|certificate| !certificate.0.is_empty()),
         };
         let mut request = spec.request.0;
-        if object.name_cut || object.conditions.iter().any(is_decision) {
+        let decided = object.conditions.iter().any(is_decision);
+        if object.name_cut || decided {
             // Triage needs the signer and the decided condition; the machine-mode brake the
             // signer, the username and the creation time; one client certificate per Machine the
             // request of an approved client CSR (its common name). Nothing reads the rest.
@@ -128,6 +176,10 @@ impl From<CertificateSigningRequest> for CsrObject {
                 (condition.message, condition.reason) = (None, None);
                 (condition.last_update_time, condition.last_transition_time) = (None, None);
             }
+        }
+        if decided {
+            object.decision_types = DecisionTypes::of(&object.conditions);
+            object.conditions = Box::default();
         }
         object.request = Request::new(request);
         object
@@ -231,7 +283,13 @@ impl CsrObject {
 
     /// True when an Approved or Denied condition or an issued certificate is present.
     pub fn is_decided(&self) -> bool {
-        self.certificate_issued || self.conditions.iter().any(is_decision)
+        self.certificate_issued || self.has_condition("Approved") || self.has_condition("Denied")
+    }
+
+    /// True when a condition of type `type_` is present: among the conditions kept whole, or,
+    /// for Approved, Denied and Failed, among the [`DecisionTypes`] kept of a decided CSR.
+    fn has_condition(&self, type_: &str) -> bool {
+        self.conditions.iter().any(|c| c.type_ == type_) || self.decision_types.has(type_)
     }
 
     /// What the pending brake reads of this CSR, borrowed: a count copies nothing.
@@ -242,13 +300,12 @@ impl CsrObject {
 
     /// True when an Approved condition is present and no Denied or Failed one.
     pub fn is_approved(&self) -> bool {
-        let types = || self.conditions.iter().map(|c| c.type_.as_str());
-        types().any(|t| t == "Approved") && !types().any(|t| t == "Denied" || t == "Failed")
+        self.has_condition("Approved") && !self.is_refused()
     }
 
     /// True when a Denied or Failed condition is present.
     pub fn is_refused(&self) -> bool {
-        self.conditions.iter().any(|c| matches!(c.type_.as_str(), "Denied" | "Failed"))
+        self.has_condition("Denied") || self.has_condition("Failed")
     }
 
     /// What an Event about this CSR refers to: its kind, name and uid.
@@ -266,7 +323,8 @@ impl CsrObject {
         if self.certificate_issued {
             return Some("a certificate was issued".into());
         }
-        self.conditions.iter().find_map(|c| is_decision(c).then(|| format!("condition {} is present", c.type_)))
+        let first = self.conditions.iter().find(|c| is_decision(c)).map(|c| c.type_.as_str());
+        first.or_else(|| self.decision_types.first_decision()).map(|type_| format!("condition {type_} is present"))
     }
 }
 
@@ -384,6 +442,7 @@ mod tests {
             expiration_seconds: Some(3600),
             request: Request::Other((*b"request").into()),
             conditions: [condition("Other")].into(),
+            decision_types: DecisionTypes::default(),
             certificate_issued: true,
         };
         assert_eq!(pending, expected);
@@ -443,11 +502,47 @@ mod tests {
             assert_eq!((&*csr.signer_name, &*csr.username), ("kubernetes.io/kubelet-serving", "system:node:n"));
             assert_eq!(csr.created, Some(Timestamp::UNIX_EPOCH));
             assert!(csr.request.is_empty() && csr.groups.is_empty() && csr.usages.is_empty());
-            let types: Vec<&str> = csr.conditions.iter().map(|c| c.type_.as_str()).collect();
-            assert_eq!(types, ["Other", decided]);
-            assert!(csr.conditions.iter().all(|c| c.message.is_none() && c.reason.is_none()));
-            assert!(csr.conditions.iter().all(|c| c.last_update_time.is_none() && c.last_transition_time.is_none()));
+            assert!(csr.conditions.is_empty(), "no condition is kept whole");
+            assert_eq!((csr.is_approved(), csr.is_refused()), (decided == "Approved", decided == "Denied"));
         }
+    }
+
+    /// Every order of up to three conditions among Approved, Denied, Failed and another type.
+    fn condition_lists() -> Vec<Vec<&'static str>> {
+        let types = ["Approved", "Denied", "Failed", "Other"];
+        let mut lists = vec![vec![]];
+        for len in 1..=3 {
+            let mut longer = Vec::new();
+            for list in lists.iter().filter(|list| list.len() == len - 1) {
+                for type_ in types {
+                    longer.push([list.clone(), vec![type_]].concat());
+                }
+            }
+            lists.extend(longer);
+        }
+        lists
+    }
+
+    #[test]
+    fn a_decided_csr_s_kept_types_answer_as_its_whole_conditions_did() {
+        let mut decided = 0;
+        for types in condition_lists() {
+            for certificate in [&b""[..], b"PEM"] {
+                let kept = with_status(certificate, &types);
+                let mut whole = with_status(certificate, &[]);
+                whole.conditions = types.iter().map(|type_| condition(type_)).collect();
+                let answers = |csr: &CsrObject| {
+                    let sub = csr.submission();
+                    (csr.is_decided(), csr.is_approved(), csr.is_refused(), sub.decided, sub.approved)
+                };
+                assert_eq!(answers(&kept), answers(&whole), "{types:?} {certificate:?}");
+                assert_eq!(kept.pending_facts().decided, whole.pending_facts().decided, "{types:?}");
+                let has_decision = types.iter().any(|type_| matches!(*type_, "Approved" | "Denied"));
+                assert_eq!(kept.conditions.is_empty(), has_decision || types.is_empty(), "{types:?}");
+                decided += usize::from(has_decision);
+            }
+        }
+        assert!(decided > 50, "the decided cases are covered: {decided}");
     }
 
     #[test]
