@@ -208,6 +208,13 @@ impl<T: Named> Cache<T> {
             .collect()
     }
 
+    /// The cached objects that `keep` answers true for, in no particular order: one pass under
+    /// the cache's read lock, so `keep` must take no lock of its own.
+    pub fn filtered(&self, keep: impl Fn(&T) -> bool) -> Vec<Arc<T>> {
+        let state = self.state.read().unwrap_or_else(PoisonError::into_inner);
+        state.objects.by_name.iter().filter(|cached| keep(&cached.0)).map(|cached| cached.0.clone()).collect()
+    }
+
     /// `read` applied to the cached objects of group `group` ([`Named::group`]), in no
     /// particular order, under the cache's read lock: nothing is copied.
     pub fn in_group<R>(&self, group: &str, read: impl FnOnce(&[Arc<T>]) -> R) -> R {

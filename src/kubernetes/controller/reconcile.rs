@@ -622,7 +622,7 @@ mod tests {
             status: "True".into(),
             ..Default::default()
         };
-        decided.conditions = [approved].into();
+        decided.pending.get_or_insert_default().conditions = [approved].into();
         for object in [&kept, &decided, &csr("gone", "3", "1"), &csr("recreated", "4", "1")] {
             memory.settle(object, retried(false));
         }
