@@ -22,6 +22,10 @@ pub trait Named {
     fn group(&self) -> Option<&Arc<str>> {
         None
     }
+
+    /// Holds `group`, the same text as its own group that the cache already holds, in place of
+    /// its own copy: a group's members share one.
+    fn share_group(&mut self, _group: &Arc<str>) {}
 }
 
 /// One set of objects: by name, and the grouped ones by group. Each is a set of entries that
@@ -152,8 +156,13 @@ struct State<T> {
 
 impl<T: Named + PartialEq> State<T> {
     /// `object` behind an `Arc`: the cached one when it is equal to it, so an unchanged object
-    /// (a relist, a watch restarted) is held once, whichever set holds it.
-    fn shared(&self, object: T) -> Arc<T> {
+    /// (a relist, a watch restarted) is held once, whichever set holds it; else a new one that
+    /// shares its group's text with the cached members of its group.
+    fn shared(&self, mut object: T) -> Arc<T> {
+        let held = object.group().and_then(|group| self.objects.by_group.get::<str>(group));
+        if let Some(group) = held.and_then(|members| members.members().first()?.group().cloned()) {
+            object.share_group(&group);
+        }
         match self.objects.by_name.get::<str>(object.name()) {
             Some(ByName(cached)) if **cached == object => cached.clone(),
             _ => Arc::new(object),
@@ -287,6 +296,10 @@ mod tests {
 
         fn group(&self) -> Option<&Arc<str>> {
             self.2.as_ref()
+        }
+
+        fn share_group(&mut self, group: &Arc<str>) {
+            self.2 = Some(group.clone());
         }
     }
 
@@ -458,6 +471,23 @@ mod tests {
         assert_eq!(group(&cache, "h"), [("new".into(), 1), ("twice".into(), 2)], "listed twice: the later one");
         assert!(group(&cache, "v").is_empty() && cache.get("vanishes").is_none() && cache.get("alone").is_none());
         assert!(cache.state.read().unwrap().listing.is_none(), "nothing of the list is held beside the cache");
+    }
+
+    #[test]
+    fn the_members_of_a_group_share_one_copy_of_its_text() {
+        let (cache, mut writer) = cache::<Object>();
+        for name in ["a", "b"] {
+            writer.apply(Event::Apply(grouped(name, 1, "g")));
+        }
+        writer.apply(Event::<Object>::Init);
+        writer.apply(Event::InitApply(grouped("c", 1, "g")));
+        writer.apply(Event::<Object>::InitDone);
+        writer.apply(Event::Apply(grouped("d", 1, "g")));
+        writer.apply(Event::Apply(grouped("e", 1, "h")));
+        let group_of = |name: &str| cache.get(name).and_then(|object| object.2.clone()).unwrap();
+        assert!(Arc::ptr_eq(&group_of("c"), &group_of("d")), "one copy");
+        assert_eq!((&*group_of("d"), &*group_of("e")), ("g", "h"));
+        assert_eq!(group(&cache, "g"), [("c".into(), 1), ("d".into(), 1)]);
     }
 
     #[test]

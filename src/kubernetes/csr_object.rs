@@ -275,6 +275,13 @@ impl Named for CsrObject {
     fn group(&self) -> Option<&Arc<str>> {
         (&*self.signer_name == KUBELET_SERVING_SIGNER).then_some(&self.username)
     }
+
+    /// The group is the username: a node's CSRs hold one copy of it.
+    fn share_group(&mut self, group: &Arc<str>) {
+        if self.username == *group {
+            self.username = group.clone();
+        }
+    }
 }
 
 impl CsrObject {
@@ -688,5 +695,21 @@ mod tests {
         };
         assert_eq!(reference, expected);
         assert_eq!(reference, csr.object_ref(&()), "as kube refers to it");
+    }
+
+    #[test]
+    fn a_node_s_serving_csrs_share_one_copy_of_its_username_in_the_cache() {
+        let (cache, mut writer) = crate::kubernetes::csr_cache::cache::<CsrObject>();
+        let mut client = full(&[]);
+        (client.metadata.name, client.spec.signer_name) = (Some("client".into()), KUBELET_CLIENT_SIGNER.into());
+        for (name, csr) in [("csr-1", full(&[])), ("csr-2", full(&[])), ("client", client)] {
+            let mut csr = csr;
+            csr.metadata.name = Some(name.into());
+            writer.apply(kube::runtime::watcher::Event::Apply(csr));
+        }
+        let username = |name: &str| cache.get(name).map(|csr| csr.username.clone()).unwrap_or_default();
+        assert!(Arc::ptr_eq(&username("csr-1"), &username("csr-2")));
+        assert!(!Arc::ptr_eq(&username("csr-1"), &username("client")), "a client CSR is in no group");
+        assert_eq!(&*username("client"), "system:node:n");
     }
 }
