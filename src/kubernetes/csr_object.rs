@@ -276,7 +276,7 @@ impl Named for CsrObject {
         (&*self.signer_name == KUBELET_SERVING_SIGNER).then_some(&self.username)
     }
 
-    /// The group is the username: a node's CSRs hold one copy of it.
+    /// The group is the username: a node's CSR takes the copy its cached CSRs hold.
     fn share_group(&mut self, group: &Arc<str>) {
         if self.username == *group {
             self.username = group.clone();
