@@ -1,7 +1,8 @@
 //! The CSR cache, which the controller's watch fills: the objects by name, each behind an `Arc` shared with whoever reads
-//! it. A relist builds a new set beside the old one and swaps it in when complete, so readers see
-//! either the old state or the new, never half a list. An object the relist finds unchanged is
-//! the cached one, shared by both sets: a relist holds a second copy only of what changed.
+//! it. A relist gathers what it lists in a plain list beside the cache and, when complete, builds
+//! the cache's sets from it in place of the old ones, so readers see either the old state or the
+//! new, never half a list, and no second pair of sets is held. An object the relist finds
+//! unchanged is the cached one, shared by both: a relist holds a second copy only of what changed.
 //! Objects that name a group (a kubelet-serving CSR: its requester) are also indexed by it, so
 //! a reader asks for one group without a pass over the whole cache.
 
@@ -21,6 +22,10 @@ pub trait Named {
     fn group(&self) -> Option<&Arc<str>> {
         None
     }
+
+    /// Holds `group`, the same text as its own group that the cache already holds, in place of
+    /// its own copy: a group's members share one.
+    fn share_group(&mut self, _group: &Arc<str>) {}
 }
 
 /// One set of objects: by name, and the grouped ones by group. Each is a set of entries that
@@ -61,10 +66,12 @@ impl<T: Named> PartialEq for ByName<T> {
 impl<T: Named> Eq for ByName<T> {}
 
 /// The objects of one group, in a set keyed by their group ([`Named::group`]): never empty, and
-/// one object (most groups) held without an allocation of its own.
+/// one object (most groups) held without an allocation of its own. Either way one pointer and a
+/// tag, so a slot of the set is 16 bytes.
+#[expect(clippy::box_collection, reason = "a thin pointer: the list inline would make every slot 24 bytes")]
 enum Group<T> {
     One(Arc<T>),
-    Many(Vec<Arc<T>>),
+    Many(Box<Vec<Arc<T>>>),
 }
 
 impl<T> Group<T> {
@@ -105,7 +112,7 @@ impl<T: Named> Objects<T> {
         let Some(group) = object.group() else { return };
         let members = match self.by_group.take(&**group) {
             None => Group::One(object),
-            Some(Group::One(first)) => Group::Many(vec![first, object]),
+            Some(Group::One(first)) => Group::Many(Box::new(vec![first, object])),
             Some(Group::Many(mut members)) => {
                 members.push(object);
                 Group::Many(members)
@@ -140,16 +147,22 @@ impl<T: Named> Objects<T> {
 /// What the cache holds.
 struct State<T> {
     objects: Objects<T>,
-    /// The objects of a list under way, swapped in when it completes.
-    listing: Option<Objects<T>>,
+    /// The objects of a list under way, in the order listed: the cache's sets are built from them
+    /// when it completes.
+    listing: Option<Vec<Arc<T>>>,
     /// A list has completed at least once.
     ready: bool,
 }
 
 impl<T: Named + PartialEq> State<T> {
     /// `object` behind an `Arc`: the cached one when it is equal to it, so an unchanged object
-    /// (a relist, a watch restarted) is held once, whichever set holds it.
-    fn shared(&self, object: T) -> Arc<T> {
+    /// (a relist, a watch restarted) is held once, whichever set holds it; else a new one that
+    /// shares its group's text with the cached members of its group.
+    fn shared(&self, mut object: T) -> Arc<T> {
+        let held = object.group().and_then(|group| self.objects.by_group.get::<str>(group));
+        if let Some(group) = held.and_then(|members| members.members().first()?.group().cloned()) {
+            object.share_group(&group);
+        }
         match self.objects.by_name.get::<str>(object.name()) {
             Some(ByName(cached)) if **cached == object => cached.clone(),
             _ => Arc::new(object),
@@ -204,6 +217,16 @@ impl<T: Named> Cache<T> {
             .collect()
     }
 
+    /// The cached objects that `keep` answers true for, in no particular order: one pass under
+    /// the cache's read lock, so `keep` must take no lock of its own.
+    pub fn filtered(&self, keep: impl Fn(&T) -> bool) -> Vec<Arc<T>> {
+        let state = self.state.read().unwrap_or_else(PoisonError::into_inner);
+        // Room for all of them at once: no list grown by doubling, with up to twice the room.
+        let mut kept = Vec::with_capacity(state.objects.by_name.len());
+        kept.extend(state.objects.by_name.iter().filter(|cached| keep(&cached.0)).map(|cached| cached.0.clone()));
+        kept
+    }
+
     /// `read` applied to the cached objects of group `group` ([`Named::group`]), in no
     /// particular order, under the cache's read lock: nothing is copied.
     pub fn in_group<R>(&self, group: &str, read: impl FnOnce(&[Arc<T>]) -> R) -> R {
@@ -239,16 +262,22 @@ impl<T: Named + PartialEq> CacheWriter<T> {
                 Event::Delete(Arc::new(object))
             }
             Event::Init => {
-                state.listing = Some(Objects::default());
+                state.listing = Some(Vec::new());
                 Event::Init
             }
             Event::InitApply(object) => {
                 let object = state.shared(object.into());
-                state.listing.get_or_insert_default().insert(object.clone());
+                state.listing.get_or_insert_default().push(object.clone());
                 Event::InitApply(object)
             }
             Event::InitDone => {
-                state.objects = state.listing.take().unwrap_or_default();
+                let listed = state.listing.take().unwrap_or_default();
+                // The old sets go before the new ones are built: never two pairs at once.
+                state.objects = Objects::default();
+                state.objects.by_name.reserve(listed.len());
+                for object in listed {
+                    state.objects.insert(object);
+                }
                 state.ready = true;
                 Event::InitDone
             }
@@ -270,6 +299,10 @@ mod tests {
 
         fn group(&self) -> Option<&Arc<str>> {
             self.2.as_ref()
+        }
+
+        fn share_group(&mut self, group: &Arc<str>) {
+            self.2 = Some(group.clone());
         }
     }
 
@@ -414,6 +447,50 @@ mod tests {
         // A live event of an unchanged object is the cached one too.
         let Event::Apply(c) = writer.apply(Event::Apply(object("c", 1))) else { panic!("not an apply") };
         assert!(Arc::ptr_eq(&c, &before[2]));
+    }
+
+    #[test]
+    fn a_completed_relist_drops_what_vanished_keeps_what_stayed_and_updates_what_changed_in_both_sets() {
+        let (cache, mut writer) = cache::<Object>();
+        for (name, group) in [("stays", "g"), ("changes", "g"), ("vanishes", "g"), ("moves", "h"), ("alone", "v")] {
+            writer.apply(Event::Apply(grouped(name, 1, group)));
+        }
+        writer.apply(Event::<Object>::Init);
+        for object in [
+            grouped("stays", 1, "g"),
+            grouped("changes", 2, "g"),
+            grouped("moves", 1, "g"),
+            grouped("new", 1, "h"),
+            grouped("twice", 1, "h"),
+            grouped("twice", 2, "h"),
+        ] {
+            writer.apply(Event::InitApply(object));
+        }
+        assert_eq!(group(&cache, "v"), [("alone".into(), 1)], "the old sets answer until the list completes");
+        writer.apply(Event::<Object>::InitDone);
+        let expected = [("changes", 2), ("moves", 1), ("new", 1), ("stays", 1), ("twice", 2)];
+        assert_eq!(versions(&cache), expected.map(|(name, version)| (name.to_owned(), version)));
+        assert_eq!(group(&cache, "g"), [("changes".into(), 2), ("moves".into(), 1), ("stays".into(), 1)]);
+        assert_eq!(group(&cache, "h"), [("new".into(), 1), ("twice".into(), 2)], "listed twice: the later one");
+        assert!(group(&cache, "v").is_empty() && cache.get("vanishes").is_none() && cache.get("alone").is_none());
+        assert!(cache.state.read().unwrap().listing.is_none(), "nothing of the list is held beside the cache");
+    }
+
+    #[test]
+    fn the_members_of_a_group_share_one_copy_of_its_text() {
+        let (cache, mut writer) = cache::<Object>();
+        for name in ["a", "b"] {
+            writer.apply(Event::Apply(grouped(name, 1, "g")));
+        }
+        writer.apply(Event::<Object>::Init);
+        writer.apply(Event::InitApply(grouped("c", 1, "g")));
+        writer.apply(Event::<Object>::InitDone);
+        writer.apply(Event::Apply(grouped("d", 1, "g")));
+        writer.apply(Event::Apply(grouped("e", 1, "h")));
+        let group_of = |name: &str| cache.get(name).and_then(|object| object.2.clone()).unwrap();
+        assert!(Arc::ptr_eq(&group_of("c"), &group_of("d")), "one copy");
+        assert_eq!((&*group_of("d"), &*group_of("e")), ("g", "h"));
+        assert_eq!(group(&cache, "g"), [("c".into(), 1), ("d".into(), 1)]);
     }
 
     #[test]

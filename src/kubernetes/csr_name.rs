@@ -109,9 +109,9 @@ mod tests {
             let (cached, cut) = (CsrObject::from(csr("x".repeat(len), signer, approved)), len > MAX_KEPT_NAME_BYTES);
             assert_eq!((cached.name.clone(), cached.name_cut), (kept_name("x".repeat(len)).0, cut), "{len}");
             assert_eq!((&*cached.signer_name, &*cached.username), (signer, "system:node:n"));
-            assert_eq!(cached.request.is_empty(), cut, "{len}");
-            assert_eq!(cached.groups.is_empty() && cached.usages.is_empty(), cut || approved, "{len}");
-            assert_eq!(cached.conditions.iter().all(|c| c.message.is_none()), cut || approved, "{len}");
+            assert_eq!(cached.request().is_none(), cut, "{len}");
+            assert_eq!(cached.groups().is_empty() && cached.usages().is_empty(), cut || approved, "{len}");
+            assert_eq!(cached.conditions().iter().all(|c| c.message.is_none()), cut || approved, "{len}");
         }
     }
 }

@@ -25,14 +25,17 @@ use super::triggers::Trigger;
 pub(super) struct WorkQueue {
     entries: HashMap<Arc<str>, Entry>,
     /// Each requester with ready CSRs, and its ready CSRs after the one its place in the ring
-    /// holds, in arrival order: none for most requesters (one CSR each), which an empty queue
-    /// holds without an allocation.
-    ready: HashMap<Arc<str>, VecDeque<Arc<str>>>,
+    /// holds, in arrival order: none for most requesters (one CSR each), held as a null pointer,
+    /// so a slot of the table is 24 bytes.
+    ready: HashMap<Arc<str>, ReadyAfter>,
     /// The requesters with ready CSRs and each one's first, in the order their turn comes.
     ring: VecDeque<(Arc<str>, Arc<str>)>,
     /// The delayed CSRs by when they are due.
     delayed: BTreeSet<(Instant, Arc<str>)>,
 }
+
+/// A requester's ready CSRs after its first: none (most requesters) held as a null pointer.
+type ReadyAfter = Option<Box<VecDeque<Arc<str>>>>;
 
 /// One queued CSR.
 #[derive(Debug)]
@@ -83,7 +86,7 @@ impl WorkQueue {
     /// The next ready CSR, the next requester's first, now running; `None` when none is ready.
     pub(super) fn next(&mut self) -> Option<Arc<str>> {
         while let Some((requester, name)) = self.ring.pop_front() {
-            match self.ready.get_mut(&requester).map(VecDeque::pop_front) {
+            match self.ready.get_mut(&requester).map(|rest| rest.as_mut().and_then(|rest| rest.pop_front())) {
                 Some(Some(after)) => self.ring.push_back((requester, after)),
                 Some(None) | None => {
                     self.ready.remove(&requester);
@@ -159,9 +162,9 @@ impl WorkQueue {
     /// had none.
     fn push_ready(&mut self, requester: Arc<str>, name: Arc<str>) {
         match self.ready.get_mut(&requester) {
-            Some(names) => names.push_back(name),
+            Some(rest) => rest.get_or_insert_default().push_back(name),
             None => {
-                self.ready.insert(requester.clone(), VecDeque::new());
+                self.ready.insert(requester.clone(), None);
                 self.ring.push_back((requester, name));
             }
         }

@@ -182,7 +182,7 @@ fn condition_patch(csr: &CsrObject, decision: &Decision) -> Option<Value> {
         last_transition_time: Some(now),
     };
     // A merge patch replaces a list whole: the cached conditions go first, unchanged.
-    let conditions: Vec<&CertificateSigningRequestCondition> = csr.conditions.iter().chain([&condition]).collect();
+    let conditions: Vec<&CertificateSigningRequestCondition> = csr.conditions().iter().chain([&condition]).collect();
     Some(json!({
         "metadata": {"resourceVersion": resource_version},
         "status": {"conditions": conditions},
