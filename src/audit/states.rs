@@ -61,11 +61,13 @@ impl StateMemory {
     }
 
     /// How many Nodes are remembered.
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.last.len()
     }
 
     /// Whether no Node is remembered.
+    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.last.is_empty()
     }
