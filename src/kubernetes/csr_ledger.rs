@@ -233,9 +233,8 @@ mod tests {
     use std::time::Duration;
 
     use k8s_openapi::api::certificates::v1::{CertificateSigningRequestCondition, CertificateSigningRequestStatus};
+    use testkit::csr::node_serving as serving;
     use testkit::request::Request;
-
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
     use super::*;
     use crate::policy::Bootstrapper;
@@ -289,26 +288,6 @@ mod tests {
         assert!(second.is_ok_and(|turn| turn.is_some()), "the next one's turn");
         drop(other);
         assert!(ledger.turns.lock().unwrap_or_else(PoisonError::into_inner).is_empty(), "no lock is kept");
-    }
-
-    /// A serving CSR `name` of node `node`, created `second` seconds into the epoch, with a
-    /// condition of type `decided` when given.
-    fn serving(name: &str, node: &str, second: i64, decided: Option<&str>) -> CertificateSigningRequest {
-        let usages = ["digital signature", "server auth"];
-        let mut csr = testkit::csr::object(name, KUBELET_SERVING_SIGNER, &usages, &Request::node(node).pem());
-        csr.metadata.uid = Some(format!("uid-{name}"));
-        csr.metadata.creation_timestamp = Some(Time(Timestamp::from_second(second).unwrap_or_default()));
-        csr.spec.username = Some(format!("system:node:{node}"));
-        let condition = |type_: &str| CertificateSigningRequestCondition {
-            type_: type_.into(),
-            status: "True".into(),
-            ..Default::default()
-        };
-        csr.status = decided.map(|type_| CertificateSigningRequestStatus {
-            conditions: Some(vec![condition(type_)]),
-            ..Default::default()
-        });
-        csr
     }
 
     #[tokio::test]

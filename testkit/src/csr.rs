@@ -3,9 +3,12 @@
 #[cfg(feature = "cluster")]
 use k8s_openapi::ByteString;
 #[cfg(feature = "cluster")]
-use k8s_openapi::api::certificates::v1::{CertificateSigningRequest, CertificateSigningRequestSpec};
+use k8s_openapi::api::certificates::v1::{
+    CertificateSigningRequest, CertificateSigningRequestCondition, CertificateSigningRequestSpec,
+    CertificateSigningRequestStatus,
+};
 #[cfg(feature = "cluster")]
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 
 /// The signer of kubelet serving certificates.
 pub const SERVING_SIGNER: &str = "kubernetes.io/kubelet-serving";
@@ -31,4 +34,26 @@ pub fn object(name: &str, signer: &str, usages: &[&str], pem: &str) -> Certifica
         },
         status: None,
     }
+}
+
+/// The kubelet-serving CSR `name` of node `node` (requested by `system:node:<node>`, uid
+/// `uid-<name>`) as the apiserver holds it, created `second` seconds into the epoch, with a
+/// condition of type `decided` when given.
+#[cfg(feature = "cluster")]
+pub fn node_serving(name: &str, node: &str, second: i64, decided: Option<&str>) -> CertificateSigningRequest {
+    let pem = crate::request::Request::node(node).pem();
+    let mut csr = object(name, SERVING_SIGNER, &ECDSA_SERVING_USAGES, &pem);
+    csr.metadata.uid = Some(format!("uid-{name}"));
+    csr.metadata.creation_timestamp = Some(Time(jiff::Timestamp::from_second(second).unwrap_or_default()));
+    csr.spec.username = Some(format!("system:node:{node}"));
+    let condition = |type_: &str| CertificateSigningRequestCondition {
+        type_: type_.into(),
+        status: "True".into(),
+        ..Default::default()
+    };
+    csr.status = decided.map(|type_| CertificateSigningRequestStatus {
+        conditions: Some(vec![condition(type_)]),
+        ..Default::default()
+    });
+    csr
 }

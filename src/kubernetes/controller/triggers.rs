@@ -229,31 +229,10 @@ fn on_cluster_change(
 
 #[cfg(test)]
 mod tests {
-    use k8s_openapi::api::certificates::v1::{CertificateSigningRequestCondition, CertificateSigningRequestStatus};
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-    use testkit::request::Request;
+    use testkit::csr::node_serving as serving;
 
     use super::*;
     use crate::kubernetes::csr_cache;
-
-    /// A kubelet-serving CSR `name` of `node` created `second` seconds into the epoch, with a
-    /// condition of type `decided` when given.
-    fn serving(name: &str, node: &str, second: i64, decided: Option<&str>) -> CertificateSigningRequest {
-        let usages = ["digital signature", "server auth"];
-        let mut csr = testkit::csr::object(name, KUBELET_SERVING_SIGNER, &usages, &Request::node(node).pem());
-        csr.spec.username = Some(format!("system:node:{node}"));
-        csr.metadata.creation_timestamp = Some(Time(jiff::Timestamp::from_second(second).unwrap_or_default()));
-        let condition = |type_: &str| CertificateSigningRequestCondition {
-            type_: type_.into(),
-            status: "True".into(),
-            ..Default::default()
-        };
-        csr.status = decided.map(|type_| CertificateSigningRequestStatus {
-            conditions: Some(vec![condition(type_)]),
-            ..Default::default()
-        });
-        csr
-    }
 
     /// The names `applied` triggers for `csr` among `cached`, sorted.
     fn triggered(cached: Vec<CertificateSigningRequest>, csr: CertificateSigningRequest) -> Vec<String> {
