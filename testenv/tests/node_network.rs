@@ -7,11 +7,21 @@ use std::io::{BufRead, BufReader};
 use std::net::{IpAddr, SocketAddr, TcpStream};
 use std::path::Path;
 use std::process::{Command, Stdio};
+use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use testenv::{AddressFamilies, NodeNetwork};
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
+
+/// Held by every test that creates node networks: a slot another test takes as soon as it is free
+/// reuses the link name, so a test that checks a name is gone must not share the machine's slots.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+/// Waits for this binary's other network-creating tests to finish.
+fn serial() -> MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(PoisonError::into_inner)
+}
 
 /// The global (not link-local) addresses of this machine's namespace, or of the `namespace` file's.
 fn global_addresses(namespace: Option<&Path>) -> Result<Vec<IpAddr>, Box<dyn std::error::Error>> {
@@ -31,6 +41,7 @@ fn link_exists(name: &str) -> bool {
 
 #[test]
 fn each_family_lives_in_its_own_namespace_and_goes_with_the_network() -> TestResult {
+    let _serial = serial();
     let families = [
         AddressFamilies::Ipv4,
         AddressFamilies::Ipv6,
@@ -77,6 +88,7 @@ fn each_family_lives_in_its_own_namespace_and_goes_with_the_network() -> TestRes
 
 #[test]
 fn a_panicking_owner_leaves_no_link() {
+    let _serial = serial();
     let mut link = String::new();
     let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         let network = NodeNetwork::create(AddressFamilies::DualStack).unwrap();
@@ -103,6 +115,7 @@ fn owner_killed_by_its_parent() {
 
 #[test]
 fn a_killed_owner_leaves_no_link() -> TestResult {
+    let _serial = serial();
     let mut child = Command::new(std::env::current_exe()?)
         .args(["--ignored", "--exact", "owner_killed_by_its_parent", "--nocapture", "--test-threads=1"])
         .env(CHILD_ENV, "1")
