@@ -83,7 +83,11 @@ impl<R: Resolver + 'static, C: ClusterView + 'static> Reconcile for Reconciler<R
     /// again by itself, if ever. A CSR gone from the cache, or decided (the watch event of every
     /// decision written), needs nothing: [`Memory::prune`] drops what was remembered of it.
     async fn reconcile(self: Arc<Self>, name: Arc<str>) -> Option<Duration> {
-        let csr = self.csrs.get(&name).filter(|csr| !csr.is_decided())?;
+        let csr = self.csrs.get(&name)?;
+        if csr.is_decided() {
+            tracing::debug!(csr = %short_name(&csr.name), "decided: nothing to do");
+            return None;
+        }
         Box::pin(self.carry_out(&csr)).await
     }
 }
