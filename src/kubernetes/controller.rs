@@ -8,6 +8,7 @@
 //!             ─▶ work_queue.rs  dispatch: queued once per CSR, taken round-robin by requester,
 //!                               run as a task ───────────────────────────────────────────────┐
 //!             ─▶ reconcile.rs   Reconciler::reconcile: read from the cache, evaluated, its Step │
+//!             ─▶ read.rs        a pending serving CSR read whole from the apiserver first       │
 //!             ─▶ write.rs       send: the approval PATCH, then its log line and Event           │
 //!             ◀─ reconcile.rs   every way the write ended handled, settled in the Memory        │
 //!             ◀─ work_queue.rs  the answer, Option<Duration> (when to run again), ends the run ◀┘
@@ -21,6 +22,7 @@
 
 mod oldest;
 mod periodic_audit;
+mod read;
 mod reconcile;
 mod triggers;
 mod work_queue;

@@ -100,7 +100,8 @@ pub struct PendingSpec {
     /// spec.expirationSeconds (none kept once decided).
     pub expiration_seconds: Option<i32>,
     /// spec.request ([`Request`]); empty once decided, except for an approved client CSR (one
-    /// client certificate per Machine reads its common name).
+    /// client certificate per Machine reads its common name); in the controller's cache, not kept
+    /// for a pending kubelet-serving CSR ([`Request::InApiserver`], see [`CsrObject::cached`]).
     pub request: Request,
     /// status.conditions: whole while pending (the write sends them back), none once decided
     /// (then [`CsrObject::decision_types`] holds what is read of them).
@@ -219,6 +220,8 @@ fn texts(strings: Option<Vec<String>>) -> Texts {
 /// the DER inside it (1.37 × smaller than its base64) and handed to decisions as its canonical
 /// block, which every check of the core reads as it reads the request itself
 /// ([`CsrFacts::canonical_block`]); any other is kept as it came, so each check sees its bytes.
+/// The controller's cache keeps none of a pending kubelet-serving CSR's canonical request
+/// ([`Request::InApiserver`]): its reconcile reads the CSR from the apiserver when it decides it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Request {
     /// The DER inside a request that is one canonical `CERTIFICATE REQUEST` block.
@@ -226,6 +229,9 @@ pub enum Request {
     /// Any other request: at most its first [`MAX_REQUEST_BYTES`] + 1 bytes (the canonical gate
     /// refuses a longer one on its length alone).
     Other(Box<[u8]>),
+    /// A canonical request left in the apiserver: nothing of it is kept, and whoever decides the
+    /// CSR reads it from there first.
+    InApiserver,
 }
 
 impl Default for Request {
@@ -249,11 +255,12 @@ impl Request {
         }
     }
 
-    /// The bytes decisions read as spec.request.
+    /// The bytes decisions read as spec.request (none of a request left in the apiserver).
     pub fn pem(&self) -> Vec<u8> {
         match self {
             Request::Canonical(der) => CsrFacts::canonical_block(der).into_bytes(),
             Request::Other(bytes) => bytes.to_vec(),
+            Request::InApiserver => Vec::new(),
         }
     }
 
@@ -261,7 +268,18 @@ impl Request {
     pub fn is_empty(&self) -> bool {
         match self {
             Request::Canonical(bytes) | Request::Other(bytes) => bytes.is_empty(),
+            Request::InApiserver => true,
         }
+    }
+}
+
+/// A CSR as the controller's watch brings it: kept by the cache as [`CsrObject::cached`].
+#[derive(Debug, Clone)]
+pub struct Watched(pub CertificateSigningRequest);
+
+impl From<Watched> for CsrObject {
+    fn from(Watched(csr): Watched) -> CsrObject {
+        CsrObject::cached(csr)
     }
 }
 
@@ -285,6 +303,29 @@ impl Named for CsrObject {
 }
 
 impl CsrObject {
+    /// `csr` as the controller's cache keeps it: as [`CsrObject::from`] does, but a pending
+    /// kubelet-serving CSR's canonical request is left in the apiserver ([`Request::InApiserver`]):
+    /// nothing but deciding that CSR reads it, and the reconcile that decides it reads the CSR
+    /// from the apiserver first. Client CSRs keep theirs (the pending brake, the turn of a node
+    /// name and one client certificate per Machine read it from the cache), and so does a request
+    /// the canonical gate refuses (it is refused on the bytes kept, with no read).
+    pub fn cached(csr: CertificateSigningRequest) -> CsrObject {
+        let mut object = CsrObject::from(csr);
+        if &*object.signer_name == KUBELET_SERVING_SIGNER
+            && let Some(pending) = object.pending.as_deref_mut()
+            && matches!(pending.request, Request::Canonical(_))
+        {
+            pending.request = Request::InApiserver;
+        }
+        object
+    }
+
+    /// True when deciding this CSR needs it read from the apiserver first: its request was left
+    /// there ([`CsrObject::cached`]).
+    pub fn request_in_apiserver(&self) -> bool {
+        self.pending.as_ref().is_some_and(|pending| pending.request == Request::InApiserver)
+    }
+
     /// spec.groups (none once decided).
     pub fn groups(&self) -> &[Text] {
         self.pending.as_ref().map_or(&[], |pending| &pending.groups)

@@ -69,6 +69,7 @@ pub struct Write {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 struct Switches {
     writes: WriteFault,
+    csr_reads: WriteFault,
     expire_watches: bool,
     block: Block,
     slow_initial_events: Option<Duration>,
@@ -84,6 +85,8 @@ struct Shared {
     watch_requests: AtomicU64,
     expired_watches: AtomicU64,
     held_initial_events_ends: AtomicU64,
+    csr_reads: AtomicU64,
+    failed_csr_reads: AtomicU64,
 }
 
 impl Shared {
@@ -129,6 +132,8 @@ impl FaultProxy {
             watch_requests: AtomicU64::new(0),
             expired_watches: AtomicU64::new(0),
             held_initial_events_ends: AtomicU64::new(0),
+            csr_reads: AtomicU64::new(0),
+            failed_csr_reads: AtomicU64::new(0),
         });
         let (ready, listening) = oneshot::channel();
         let (stop, stopped) = oneshot::channel();
@@ -168,6 +173,18 @@ impl FaultProxy {
     /// From now on, approval writes are answered as `fault` says ([`WriteFault::Pass`] ends it).
     pub fn fail_writes(&self, fault: WriteFault) {
         self.shared.switches.send_modify(|switches| switches.writes = fault);
+    }
+
+    /// From now on, reads of one CSR by name (a GET of `…/certificatesigningrequests/<name>`, not
+    /// a watch) are answered as `fault` says ([`WriteFault::Pass`] ends it).
+    pub fn fail_csr_reads(&self, fault: WriteFault) {
+        self.shared.switches.send_modify(|switches| switches.csr_reads = fault);
+    }
+
+    /// How many reads of one CSR by name arrived so far, and how many of them a fault answered
+    /// ([`FaultProxy::fail_csr_reads`]).
+    pub fn csr_reads(&self) -> (u64, u64) {
+        (self.shared.csr_reads.load(Ordering::Relaxed), self.shared.failed_csr_reads.load(Ordering::Relaxed))
     }
 
     /// Ends every response still streaming (watches above all) abruptly, so the clients see their

@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use jiff::Timestamp;
 
 use super::Context;
+use super::read::{self, Read};
 use super::work_queue::{Reconcile, sparse};
 use super::write::{self, Note, WRITE_TIMEOUT, WriteError};
 use crate::display::short_name;
@@ -119,6 +120,20 @@ impl<R: Resolver, C: ClusterView> Reconciler<R, C> {
             tracing::debug!(csr = %logged, "decision written on this version: waiting for the watch");
             return None;
         }
+        // A pending serving CSR's request is left in the apiserver: the CSR is decided as read
+        // from there (the same uid, still undecided), on that request and resourceVersion.
+        let whole;
+        let csr = if csr.request_in_apiserver() {
+            match self.read_whole(csr).await {
+                Ok(read) => {
+                    whole = read;
+                    &whole
+                }
+                Err(retry_in) => return retry_in,
+            }
+        } else {
+            csr
+        };
         // Held until the decision is written: no other client CSR for the same node name, nor serving
         // CSR of the same node, is decided meanwhile, and the ledger counts a client approval
         // before the turn passes on.
@@ -159,6 +174,26 @@ impl<R: Resolver, C: ClusterView> Reconciler<R, C> {
                 }
             };
         self.memory.settle(csr, outcome)
+    }
+
+    /// Reads `csr` from the apiserver ([`read::read_whole`]): the same CSR, still undecided,
+    /// whole, or (`Err`) when to reconcile it again: never when it is decided, gone or replaced by
+    /// another CSR of its name (the watch brings what there is now, and triggers it), after the
+    /// failed write's backoff when the read failed (a read failing is never a decision).
+    async fn read_whole(&self, csr: &CsrObject) -> Result<CsrObject, Option<Duration>> {
+        let logged = short_name(&csr.name);
+        let error = match read::read_whole(&self.ctx.api, csr, read::READ_TIMEOUT).await {
+            Ok(Read::Same(whole)) => return Ok(whole),
+            Ok(other) => {
+                tracing::debug!(csr = %logged, read = ?other, "read before deciding: nothing to decide now");
+                return Err(None);
+            }
+            Err(error) => error,
+        };
+        let retry_in = self.memory.settle(csr, Outcome::ReadFailed);
+        let error = format!("reading {logged} before deciding it: {error}");
+        tracing::warn!(%error, retry_in = ?retry_in, "reconcile failed; retrying");
+        Err(retry_in)
     }
 
     /// Writes `decision` on `csr`, preconditioned on the cached resourceVersion and given up when
@@ -236,6 +271,9 @@ pub(super) enum Outcome {
     Excused { announced: Option<Announced> },
     /// Its name fits into no request: no decision can be written.
     Unaddressable,
+    /// Reading it from the apiserver before deciding it failed (no answer, or an error other than
+    /// not found): retried as a failed write is.
+    ReadFailed,
     /// The decision's write ended so.
     Write(WriteResult),
 }
@@ -245,7 +283,7 @@ pub(super) enum Outcome {
 ///
 /// ```text
 /// Retried           → Retrying { attempts: n + 1 if it was Retrying (n), else 1 }   after 2 s … 60 s
-/// Write(Error)      → WriteFailing { failures: n + 1, or 1 }                      after 0.5 s … 8 s
+/// Write(Error), ReadFailed → WriteFailing { failures: n + 1, or 1 }               after 0.5 s … 8 s
 /// Write(Conflict)   → Conflicting { conflicts: n + 1, or 1 }                      after 0.2 s … 30 s
 /// Excused           → Excused                                                     on a change or a pass
 /// Unaddressable, Write(Unaddressable) → Unaddressable                             never evaluated again
@@ -260,8 +298,8 @@ enum Phase {
     /// Evaluated to retry `attempts` times in a row; `on_cluster` when the last one waits on a
     /// Machine, a Node or the pending brake.
     Retrying { attempts: u32, on_cluster: bool },
-    /// Its write failed `failures` times in a row without an answer, or with an error other than
-    /// a conflict.
+    /// Its write, or the read before it, failed `failures` times in a row without an answer, or
+    /// with an error other than a conflict (or, for the read, not found).
     WriteFailing { failures: u32 },
     /// Its write conflicted `conflicts` times in a row: it changed since it was read.
     Conflicting { conflicts: u32 },
@@ -283,10 +321,10 @@ impl Phase {
                 Phase::Retrying { attempts: attempts.saturating_add(1), on_cluster }
             }
             (Outcome::Retried { on_cluster, .. }, _) => Phase::Retrying { attempts: 1, on_cluster },
-            (Outcome::Write(WriteResult::Error), Some(Phase::WriteFailing { failures })) => {
+            (Outcome::Write(WriteResult::Error) | Outcome::ReadFailed, Some(Phase::WriteFailing { failures })) => {
                 Phase::WriteFailing { failures: failures.saturating_add(1) }
             }
-            (Outcome::Write(WriteResult::Error), _) => Phase::WriteFailing { failures: 1 },
+            (Outcome::Write(WriteResult::Error) | Outcome::ReadFailed, _) => Phase::WriteFailing { failures: 1 },
             (Outcome::Write(WriteResult::Conflict), Some(Phase::Conflicting { conflicts })) => {
                 Phase::Conflicting { conflicts: conflicts.saturating_add(1) }
             }
@@ -554,6 +592,17 @@ mod tests {
         assert_eq!(millis(memory.settle(&a, retried(false))), 2000, "evaluation retries count apart");
         assert_eq!(memory.settle(&a, Outcome::Write(WriteResult::NotFound)), None, "gone");
         assert_eq!(waiting(&memory), gauge(1), "as it was");
+    }
+
+    #[test]
+    fn a_failed_read_is_retried_as_a_failed_write_is_and_decides_nothing() {
+        let memory = Memory::new(Metrics::new());
+        let a = csr("csr-a", "1", "1");
+        let reads: Vec<u128> = (0..6).map(|_| millis(memory.settle(&a, Outcome::ReadFailed))).collect();
+        assert_eq!(reads, [500, 1000, 2000, 4000, 8000, 8000]);
+        assert_eq!(waiting(&memory), gauge(1));
+        assert!(!memory.written_at(&a) && !memory.is_excused(&a), "nothing is decided or excused");
+        assert_eq!(millis(memory.settle(&a, Outcome::Write(WriteResult::Error))), 8000, "one count of failures");
     }
 
     #[test]

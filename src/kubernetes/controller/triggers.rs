@@ -16,7 +16,7 @@ use kube::runtime::watcher::{self, Event};
 use tokio::sync::{Notify, oneshot};
 
 use crate::kubernetes::csr_cache::{Cache, CacheWriter};
-use crate::kubernetes::csr_object::CsrObject;
+use crate::kubernetes::csr_object::{CsrObject, Watched};
 use crate::kubernetes::kube_watch;
 use crate::kubernetes::machines::MachineCache;
 use crate::metrics::{Metrics, PassTrigger};
@@ -71,11 +71,12 @@ where
     // the apiserver's maximum object size would be hundreds of MiB in one page.
     let config = watcher::Config::default().streaming_lists();
     let config = if client_csrs { config } else { config.fields(&format!("spec.signerName={KUBELET_SERVING_SIGNER}")) };
-    // The cache keeps only what decisions and the write need (`CsrObject`): no labels,
-    // annotations or managedFields, no PKCS#10 request once a CSR is decided. Every watch event
+    // The cache keeps only what decisions and the write need (`CsrObject::cached`): no labels,
+    // annotations or managedFields, no PKCS#10 request once a CSR is decided, nor that of a
+    // pending kubelet-serving CSR (its reconcile reads it from the apiserver). Every watch event
     // carries the whole object, so nothing is lost.
     let store = cache.reader();
-    let watch = kube_watch::stream(api, config).map_ok(move |event| cache.apply(event));
+    let watch = kube_watch::stream(api, config).map_ok(move |event| cache.apply(watched(event)));
     let relisted = Arc::new(Notify::new());
     let live = live_triggers(watch, relisted.clone(), synced, store.clone());
     let passes = undecided_in_each_pass(passes(relisted, writable, resync_period), store.clone(), metrics);
@@ -84,6 +85,17 @@ where
         None => futures::stream::empty().boxed(),
     };
     futures::stream::select(live, futures::stream::select(passes, changes))
+}
+
+/// `event` with its CSR as the watch brought it, to be kept as [`CsrObject::cached`].
+fn watched(event: Event<CertificateSigningRequest>) -> Event<Watched> {
+    match event {
+        Event::Apply(csr) => Event::Apply(Watched(csr)),
+        Event::Delete(csr) => Event::Delete(Watched(csr)),
+        Event::Init => Event::Init,
+        Event::InitApply(csr) => Event::InitApply(Watched(csr)),
+        Event::InitDone => Event::InitDone,
+    }
 }
 
 /// The trigger of `csr`: its name and requester shared with the cache, not copied.

@@ -156,8 +156,13 @@ pub async fn write_condition(
 
 /// The path of a CSR's `approval` subresource, its name one percent-encoded path segment.
 fn approval_path(name: &str) -> String {
+    format!("{}/approval", csr_path(name))
+}
+
+/// The path of a CSR, its name one percent-encoded path segment.
+pub(super) fn csr_path(name: &str) -> String {
     let collection = CertificateSigningRequest::url_path(&(), None);
-    format!("{collection}/{}/approval", utf8_percent_encode(name, PATH_SEGMENT))
+    format!("{collection}/{}", utf8_percent_encode(name, PATH_SEGMENT))
 }
 
 /// `duration` as a Go duration in whole milliseconds, rounded down, so never later than the

@@ -25,7 +25,9 @@ use crate::{Error, kubeconfig};
 /// The watch event the apiserver sends when a watch's resourceVersion is too old.
 const EXPIRED_EVENT: &str = r#"{"type":"ERROR","object":{"kind":"Status","apiVersion":"v1","status":"Failure","message":"too old resource version","reason":"Expired","code":410}}"#;
 
-/// The answer to an approval write while [`WriteFault::Unavailable`] is on.
+/// The path of the CSR collection, followed by `/<name>` in a read of one CSR.
+const CSR_COLLECTION: &str = "/apis/certificates.k8s.io/v1/certificatesigningrequests/";
+/// The answer to an approval write (or a CSR read) while [`WriteFault::Unavailable`] is on.
 const UNAVAILABLE_STATUS: &str = r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"the fault proxy fails approval writes","reason":"ServiceUnavailable","code":503}"#;
 
 /// Headers of one connection that are not passed on.
@@ -123,6 +125,7 @@ fn reset(socket: &std::net::TcpStream) -> Reset {
 struct Kind {
     write: bool,
     approval_write: bool,
+    csr_read: bool,
     watch: bool,
     resource_version: String,
     initial_events: bool,
@@ -143,7 +146,10 @@ impl Kind {
             }
         }
         let write = !matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS);
-        Kind { write, approval_write, watch, resource_version, initial_events }
+        let one_csr =
+            uri.path().strip_prefix(CSR_COLLECTION).is_some_and(|name| !name.is_empty() && !name.contains('/'));
+        let csr_read = *method == Method::GET && !watch && one_csr;
+        Kind { write, approval_write, csr_read, watch, resource_version, initial_events }
     }
 
     /// Whether [`super::FaultProxy::expire_watches`] answers it.
@@ -179,6 +185,21 @@ async fn handle(
     if switches.expire_watches && kind.expirable() {
         shared.expired_watches.fetch_add(1, Ordering::Relaxed);
         return Ok(fixed(StatusCode::OK, format!("{EXPIRED_EVENT}\n"), &shared));
+    }
+    if kind.csr_read {
+        shared.csr_reads.fetch_add(1, Ordering::Relaxed);
+        let failed = |shared: &Shared| shared.failed_csr_reads.fetch_add(1, Ordering::Relaxed);
+        match switches.csr_reads {
+            WriteFault::Pass => {}
+            WriteFault::Unavailable => {
+                failed(&shared);
+                return Ok(fixed(StatusCode::SERVICE_UNAVAILABLE, UNAVAILABLE_STATUS.to_owned(), &shared));
+            }
+            WriteFault::Reset => {
+                failed(&shared);
+                return Err(reset(&socket));
+            }
+        }
     }
     if kind.approval_write {
         match switches.writes {

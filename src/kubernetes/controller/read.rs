@@ -1,0 +1,132 @@
+//! Reading a CSR whose request the cache left in the apiserver ([`CsrObject::cached`]) before it
+//! is decided: one GET by name ([`read_whole`]), and what the answer means for the reconcile
+//! ([`Read`]). The CSR is then decided as read, on the request the signer reads.
+
+use std::time::Duration;
+
+use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
+use kube::Api;
+
+use super::write::{WRITE_TIMEOUT, csr_path};
+use crate::kubernetes::csr_object::CsrObject;
+
+/// The longest one read may take before it counts as failed (and is retried), as for a write:
+/// the client sets no read timeout of its own.
+pub(super) const READ_TIMEOUT: Duration = WRITE_TIMEOUT;
+
+/// What the apiserver holds under a cached CSR's name.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) enum Read {
+    /// The same CSR (its uid), still undecided: as read, its request whole.
+    Same(CsrObject),
+    /// The same CSR, decided meanwhile: nothing to decide, the watch brings it.
+    Decided,
+    /// Another CSR under the name (the cached one was deleted and the name used again): nothing
+    /// is decided now; the watch brings the new one, and its event triggers it.
+    Replaced,
+    /// No CSR of the name: gone, nothing to decide.
+    Gone,
+}
+
+/// Why a CSR could not be read; each is transient, and the read is retried.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum ReadError {
+    /// The name does not fit into a request URL.
+    #[error("a name of {bytes} bytes does not fit into a request URL")]
+    Unaddressable {
+        /// The name's length in bytes.
+        bytes: usize,
+    },
+    /// No answer within the read's timeout.
+    #[error("no answer within {:.1?}", .0)]
+    TimedOut(Duration),
+    /// The apiserver answered with an error other than not found, or the request failed on its
+    /// way.
+    #[error(transparent)]
+    Api(#[from] kube::Error),
+}
+
+/// Reads the CSR named as `cached` from the apiserver (given up after `timeout`) and tells what
+/// it is ([`compare`]); a 404 is [`Read::Gone`].
+pub(super) async fn read_whole(
+    api: &Api<CertificateSigningRequest>,
+    cached: &CsrObject,
+    timeout: Duration,
+) -> Result<Read, ReadError> {
+    let name = &cached.name;
+    let uri = http::Uri::try_from(csr_path(name)).map_err(|_| ReadError::Unaddressable { bytes: name.len() })?;
+    let request = http::Request::get(uri)
+        .body(Vec::new())
+        .map_err(|error| kube::Error::BuildRequest(kube::core::request::Error::BuildRequest(error)))?;
+    let client = api.clone().into_client();
+    match tokio::time::timeout(timeout, client.request::<CertificateSigningRequest>(request)).await {
+        Err(_) => Err(ReadError::TimedOut(timeout)),
+        Ok(Err(kube::Error::Api(status))) if status.code == 404 => Ok(Read::Gone),
+        Ok(Err(error)) => Err(ReadError::Api(error)),
+        Ok(Ok(read)) => Ok(compare(cached, CsrObject::from(read))),
+    }
+}
+
+/// What `read` (the apiserver's answer for `cached`'s name, kept whole) is to the reconcile of
+/// `cached`: the same CSR only under the same name and uid, and then only while undecided.
+pub(super) fn compare(cached: &CsrObject, read: CsrObject) -> Read {
+    if read.uid != cached.uid || read.name != cached.name {
+        Read::Replaced
+    } else if read.is_decided() {
+        Read::Decided
+    } else {
+        Read::Same(read)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::certificates::v1::CertificateSigningRequestCondition;
+    use testkit::csr::node_serving;
+
+    use super::*;
+    use crate::policy::KUBELET_SERVING_SIGNER;
+
+    /// Node `n1`'s serving CSR `a` of uid `1`, as the watch brings it.
+    fn watched() -> CertificateSigningRequest {
+        let mut csr = node_serving("a", "n1", 1, None);
+        csr.metadata.uid = Some("1".into());
+        csr
+    }
+
+    #[test]
+    fn the_cache_leaves_a_pending_serving_csr_s_request_in_the_apiserver_and_the_read_gives_it_back() {
+        let csr = watched();
+        let cached = CsrObject::cached(csr.clone());
+        assert!(cached.request_in_apiserver() && cached.request().is_none());
+        assert!(cached.submission().request.is_empty());
+        let Read::Same(whole) = compare(&cached, CsrObject::from(csr.clone())) else {
+            panic!("the same CSR, undecided, is decided as read");
+        };
+        assert!(!whole.request_in_apiserver());
+        assert_eq!(whole.submission(), CsrObject::from(csr.clone()).submission());
+        assert_eq!(whole.submission().request, csr.spec.request.0, "the request as the apiserver holds it");
+        assert_eq!(&*whole.signer_name, KUBELET_SERVING_SIGNER);
+    }
+
+    #[test]
+    fn another_csr_under_the_name_or_a_decided_one_is_not_decided() {
+        let cached = CsrObject::cached(watched());
+        let mut recreated = watched();
+        recreated.metadata.uid = Some("2".into());
+        assert_eq!(compare(&cached, CsrObject::from(recreated)), Read::Replaced);
+        let mut renamed = watched();
+        renamed.metadata.name = Some("b".into());
+        assert_eq!(compare(&cached, CsrObject::from(renamed)), Read::Replaced);
+        for decision in ["Approved", "Denied"] {
+            let mut decided = watched();
+            let condition = CertificateSigningRequestCondition {
+                type_: decision.into(),
+                status: "True".into(),
+                ..Default::default()
+            };
+            decided.status.get_or_insert_default().conditions = Some(vec![condition]);
+            assert_eq!(compare(&cached, CsrObject::from(decided)), Read::Decided, "{decision}");
+        }
+    }
+}
