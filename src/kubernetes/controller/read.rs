@@ -85,6 +85,7 @@ mod tests {
     use testkit::csr::node_serving;
 
     use super::*;
+    use crate::csr::CsrFacts;
     use crate::policy::KUBELET_SERVING_SIGNER;
 
     /// Node `n1`'s serving CSR `a` of uid `1`, as the watch brings it.
@@ -105,7 +106,10 @@ mod tests {
         };
         assert!(!whole.request_in_apiserver());
         assert_eq!(whole.submission(), CsrObject::from(csr.clone()).submission());
-        assert_eq!(whole.submission().request, csr.spec.request.0, "the request as the apiserver holds it");
+        let (decided_on, held) = (whole.submission().request, &csr.spec.request.0);
+        assert!(!decided_on.is_empty(), "the request as the apiserver holds it");
+        assert_eq!(CsrFacts::canonical_der(&decided_on), CsrFacts::canonical_der(held));
+        assert_eq!(CsrFacts::from_pem(&decided_on), CsrFacts::from_pem(held));
         assert_eq!(&*whole.signer_name, KUBELET_SERVING_SIGNER);
     }
 
