@@ -6,6 +6,10 @@
 
 use std::sync::Arc;
 
+use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
+use kube::Resource;
+use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
+
 /// The longest name kept whole, in bytes: a DNS subdomain's maximum, what every other object's
 /// name is held to (the kubelet names its CSRs `csr-` and 5 characters).
 pub const MAX_KEPT_NAME_BYTES: usize = 253;
@@ -28,6 +32,16 @@ pub fn kept_name(name: String) -> (Arc<str>, bool) {
     let digest = ring::digest::digest(&ring::digest::SHA256, name.as_bytes());
     let hex: String = digest.as_ref().iter().map(|byte| format!("{byte:02x}")).collect();
     (Arc::from(format!("{}{CUT_NAME_MARK}{hex}", &name[..end])), true)
+}
+
+/// What is percent-encoded in a path segment: everything but RFC 3986's unreserved characters,
+/// so `?`, `#`, `/`, `%`, spaces and control characters in a name stay inside its segment.
+const PATH_SEGMENT: &AsciiSet = &NON_ALPHANUMERIC.remove(b'-').remove(b'.').remove(b'_').remove(b'~');
+
+/// The path of the CSR named `name`, its name one percent-encoded path segment.
+pub fn csr_path(name: &str) -> String {
+    let collection = CertificateSigningRequest::url_path(&(), None);
+    format!("{collection}/{}", utf8_percent_encode(name, PATH_SEGMENT))
 }
 
 #[cfg(test)]

@@ -7,12 +7,12 @@ use std::time::Duration;
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use kube::Api;
 
-use super::write::{WRITE_TIMEOUT, csr_path};
+use crate::kubernetes::csr_name::csr_path;
 use crate::kubernetes::csr_object::CsrObject;
 
-/// The longest one read may take before it counts as failed (and is retried), as for a write:
-/// the client sets no read timeout of its own.
-pub(super) const READ_TIMEOUT: Duration = WRITE_TIMEOUT;
+/// The longest one read may take before it counts as failed (and is retried), as long as a write
+/// may take (`WRITE_TIMEOUT`): the client sets no read timeout of its own.
+pub(super) const READ_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// What the apiserver holds under a cached CSR's name.
 #[derive(Debug, Clone, PartialEq)]

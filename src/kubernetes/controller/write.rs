@@ -15,8 +15,7 @@ use k8s_openapi::api::events::v1::Event as K8sEvent;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time};
 use kube::api::PostParams;
 use kube::runtime::events::Reporter;
-use kube::{Api, Client, Resource};
-use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
+use kube::{Api, Client};
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, oneshot};
 
@@ -24,6 +23,7 @@ use super::Context;
 use crate::audit::states::StateChange;
 use crate::config::EventLevel;
 use crate::display::{prefix_within, short_name};
+use crate::kubernetes::csr_name::csr_path;
 use crate::kubernetes::csr_object::CsrObject;
 use crate::policy::{Decision, DecisionKind, is_dns_subdomain};
 
@@ -90,10 +90,6 @@ const METADATA_ONLY: &str = "application/json;as=PartialObjectMetadata;g=meta.k8
 /// ([`crate::kubernetes::leader::Leadership::write_timeout`]).
 pub const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// What is percent-encoded in a path segment: everything but RFC 3986's unreserved characters,
-/// so `?`, `#`, `/`, `%`, spaces and control characters in a name stay inside its segment.
-const PATH_SEGMENT: &AsciiSet = &NON_ALPHANUMERIC.remove(b'-').remove(b'.').remove(b'_').remove(b'~');
-
 /// Why a decision could not be written.
 #[derive(Debug, thiserror::Error)]
 pub enum WriteError {
@@ -157,12 +153,6 @@ pub async fn write_condition(
 /// The path of a CSR's `approval` subresource, its name one percent-encoded path segment.
 fn approval_path(name: &str) -> String {
     format!("{}/approval", csr_path(name))
-}
-
-/// The path of a CSR, its name one percent-encoded path segment.
-pub(super) fn csr_path(name: &str) -> String {
-    let collection = CertificateSigningRequest::url_path(&(), None);
-    format!("{collection}/{}", utf8_percent_encode(name, PATH_SEGMENT))
 }
 
 /// `duration` as a Go duration in whole milliseconds, rounded down, so never later than the
