@@ -1,6 +1,7 @@
 //! One reconcile of a CSR, and what is remembered of each CSR from one reconcile to the next.
 //!
-//! A reconcile ([`Reconciler`]) reads the CSR from the cache (the queue holds names only),
+//! A reconcile ([`Reconciler`]) reads the CSR from the cache (the queue holds names only), and a
+//! pending serving CSR, whose request the cache does not keep, from the apiserver too ([`read`]),
 //! evaluates it while this replica may write (every replica under `--dry-run`), picks its
 //! [`Step`] and carries it out. What it did is one [`Outcome`], which it settles in the per-CSR
 //! [`Memory`] (a state machine of [`Phase`]s, its only change there), and the memory answers when
