@@ -123,15 +123,19 @@ impl<R: Resolver, C: ClusterView> Reconciler<R, C> {
         }
         // A pending serving CSR's request is left in the apiserver: the CSR is decided as read
         // from there (the same uid, still undecided), on that request and resourceVersion.
+        // A CSR retried on what was read keeps that read while its version stays the same, so a
+        // CSR waiting on a newer one of its node is read once, not at every retry.
+        let read = csr.request_in_apiserver();
         let whole;
-        let csr = if csr.request_in_apiserver() {
-            match self.read_whole(csr).await {
-                Ok(read) => {
-                    whole = read;
-                    &whole
-                }
-                Err(retry_in) => return retry_in,
+        let csr = if read {
+            match self.memory.kept_read(csr) {
+                Some(kept) => whole = kept,
+                None => match self.read_whole(csr).await {
+                    Ok(fetched) => whole = fetched,
+                    Err(retry_in) => return retry_in,
+                },
             }
+            &whole
         } else {
             csr
         };
@@ -174,7 +178,11 @@ impl<R: Resolver, C: ClusterView> Reconciler<R, C> {
                     Outcome::Retried { on_cluster, announced: note.map(|_| told) }
                 }
             };
-        self.memory.settle(csr, outcome)
+        let retry_in = self.memory.settle(csr, outcome);
+        if read && matches!(outcome, Outcome::Retried { .. }) {
+            self.memory.keep_read(csr);
+        }
+        retry_in
     }
 
     /// Reads `csr` from the apiserver ([`read::read_whole`]): the same CSR, still undecided,
@@ -364,6 +372,10 @@ struct Entry {
     /// The decisions told for it, each told once (at most a few): forgotten once a decision is
     /// written. A list, not a hash set: 24 bytes in the entry, not 48.
     announced: Vec<Announced>,
+    /// The CSR as read from the apiserver by the reconcile that retried it last
+    /// ([`Memory::keep_read`]): its next reconcile decides on it while the cached version is the
+    /// one read. Forgotten at the next settle.
+    read: Option<Box<CsrObject>>,
 }
 
 /// The entries by CSR name, and how many of them wait on a retry.
@@ -399,7 +411,7 @@ impl Memory {
         let phase = Phase::after(before, outcome, csr)?;
         let retry_after = phase.retry_after();
         *waiting = (*waiting + usize::from(phase.waits())).saturating_sub(usize::from(was_waiting));
-        let fresh = || Entry { uid: csr.uid.clone(), phase: Phase::Excused, announced: Vec::new() };
+        let fresh = || Entry { uid: csr.uid.clone(), phase: Phase::Excused, announced: Vec::new(), read: None };
         let entry = by_name.entry(csr.name.clone()).or_insert_with(fresh);
         if entry.uid != csr.uid {
             *entry = fresh();
@@ -414,8 +426,26 @@ impl Memory {
             _ => {}
         }
         entry.phase = phase;
+        entry.read = None;
         self.metrics.set_waiting_retry(*waiting);
         retry_after
+    }
+
+    /// Keeps `read` (a CSR as read from the apiserver, just settled as retried) for its next
+    /// reconcile ([`Memory::kept_read`]).
+    pub(super) fn keep_read(&self, read: &CsrObject) {
+        if let Some(entry) = self.lock().by_name.get_mut(&read.name).filter(|entry| entry.uid == read.uid) {
+            entry.read = Some(Box::new(read.clone()));
+        }
+    }
+
+    /// The CSR kept as read for `cached` ([`Memory::keep_read`]), when it is the same CSR at the
+    /// same version: its request and everything else as the apiserver holds it now.
+    pub(super) fn kept_read(&self, cached: &CsrObject) -> Option<CsrObject> {
+        let entries = self.lock();
+        let entry = entries.by_name.get(&cached.name).filter(|entry| entry.uid == cached.uid)?;
+        let read = entry.read.as_deref().filter(|read| read.resource_version == cached.resource_version)?;
+        Some(read.clone())
     }
 
     /// Drops every CSR that `csrs` does not hold undecided (under the same uid), once `csrs` holds
@@ -604,6 +634,26 @@ mod tests {
         assert_eq!(waiting(&memory), gauge(1));
         assert!(!memory.written_at(&a) && !memory.is_excused(&a), "nothing is decided or excused");
         assert_eq!(millis(memory.settle(&a, Outcome::Write(WriteResult::Error))), 8000, "one count of failures");
+    }
+
+    #[test]
+    fn a_read_is_kept_for_the_next_reconcile_of_the_same_version_only() {
+        let memory = Memory::new(Metrics::new());
+        let mut read = csr("csr-a", "1", "7");
+        read.certificate_issued = true;
+        assert_eq!(memory.kept_read(&read), None, "nothing kept before a reconcile settled");
+        memory.keep_read(&read);
+        assert_eq!(memory.kept_read(&read), None, "a CSR never settled keeps nothing");
+        memory.settle(&read, retried(false));
+        memory.keep_read(&read);
+        assert_eq!(memory.kept_read(&csr("csr-a", "1", "7")), Some(read.clone()), "the read, not the cached one");
+        assert_eq!(memory.kept_read(&csr("csr-a", "1", "8")), None, "another version is read again");
+        assert_eq!(memory.kept_read(&csr("csr-a", "2", "7")), None, "another CSR of the name is read again");
+        memory.keep_read(&csr("csr-a", "2", "7"));
+        assert_eq!(memory.kept_read(&csr("csr-a", "2", "7")), None, "a read of another uid is not kept");
+        assert_eq!(memory.kept_read(&read), Some(read.clone()), "nor does it replace the kept one");
+        memory.settle(&read, retried(false));
+        assert_eq!(memory.kept_read(&read), None, "each settle forgets the read");
     }
 
     #[test]
