@@ -97,6 +97,7 @@ pub async fn run(settings: Settings) -> Result<(), RunError> {
     let schedule = controller::Schedule {
         concurrency: cfg.concurrency,
         resync_period: cfg.resync_period,
+        cache_requests_below: usize::try_from(cfg.cache_requests_below).unwrap_or(usize::MAX),
         writable,
         shutdown: async move {
             let _ = controller_stopped.await;
@@ -108,6 +109,7 @@ pub async fn run(settings: Settings) -> Result<(), RunError> {
         concurrency = cfg.concurrency,
         dry_run = cfg.dry_run,
         resync_period = %humantime::format_duration(cfg.resync_period),
+        cache_requests_below = cfg.cache_requests_below,
         leader_election = lease.is_some(),
         audit_period = %audit.map(|audit| humantime::format_duration(audit.period).to_string()).unwrap_or_else(|| "off".into()),
         "started"

@@ -39,6 +39,9 @@ pub struct RunArgs {
     /// Every undecided CSR is evaluated again at this interval, besides after each list of the CSR watch and whenever this replica becomes able to write, 1s..=1h
     #[arg(long, env = "RESYNC_PERIOD", default_value = "1m", value_parser = duration(SECOND, HOUR))]
     pub resync_period: Duration,
+    /// While the CSR cache holds fewer CSRs than this, a pending kubelet-serving CSR keeps its PKCS#10 request in memory (about 0.3 KiB); from this many on, its request is read from the apiserver when it is decided (one GET), which bounds the memory of a renewal storm, 0..=1000000
+    #[arg(long, env = "CACHE_REQUESTS_BELOW", default_value = "10000", value_parser = number::<u32>(0..=1_000_000))]
+    pub cache_requests_below: u32,
     /// On SIGTERM/SIGINT, how long in-flight work may take to finish
     #[arg(long, env = "DRAIN_TIMEOUT", default_value = "20s", value_parser = duration(Duration::ZERO, HOUR))]
     pub drain_timeout: Duration,
@@ -313,6 +316,20 @@ mod tests {
         for bad in ["0s", "999ms", "61m", "often"] {
             let error = period(bad).unwrap_err();
             assert!(error.contains("--resync-period (env RESYNC_PERIOD)"), "{bad}: {error}");
+        }
+    }
+
+    #[test]
+    fn requests_are_cached_below_ten_thousand_csrs_by_default_and_up_to_a_million() {
+        let below = |value: &str| {
+            read::<RunArgs>(&[&format!("--cache-requests-below={value}")]).map(|c| c.cache_requests_below)
+        };
+        assert_eq!(read::<RunArgs>(&[]).unwrap().cache_requests_below, 10_000);
+        assert_eq!(below("0"), Ok(0));
+        assert_eq!(below("1000000"), Ok(1_000_000));
+        for bad in ["1000001", "-1", "many"] {
+            let error = below(bad).unwrap_err();
+            assert!(error.contains("--cache-requests-below (env CACHE_REQUESTS_BELOW)"), "{bad}: {error}");
         }
     }
 

@@ -75,6 +75,9 @@ pub(crate) struct Schedule<W, S> {
     pub concurrency: u16,
     /// Every undecided CSR is reconciled again at this interval.
     pub resync_period: Duration,
+    /// While the CSR cache holds fewer CSRs than this, a pending kubelet-serving CSR keeps its
+    /// request in memory; from this many on, it is read from the apiserver when decided.
+    pub cache_requests_below: usize,
     /// Yields whenever this replica becomes able to write.
     pub writable: W,
     /// Resolves when the controller should stop taking work.
@@ -134,6 +137,7 @@ pub(crate) async fn run<R, C, W, S>(
         api: ctx.api.clone(),
         client_csrs,
         cache: csrs,
+        cache_requests_below: schedule.cache_requests_below,
         synced,
         writable: schedule.writable,
         resync_period: schedule.resync_period,

@@ -246,6 +246,14 @@ impl<T: Named + PartialEq> CacheWriter<T> {
         self.cache.clone()
     }
 
+    /// How many objects the cache holds, or, while a list is under way, the larger of that and how
+    /// many the list brought so far.
+    pub fn size(&self) -> usize {
+        let state = self.cache.state.read().unwrap_or_else(PoisonError::into_inner);
+        let listed = state.listing.as_ref().map_or(0, Vec::len);
+        state.objects.by_name.len().max(listed)
+    }
+
     /// Applies one watch event to the cache, its object turned into what the cache keeps, and
     /// hands back the event with the object as cached.
     pub fn apply(&mut self, event: Event<impl Into<T>>) -> Event<Arc<T>> {
@@ -420,6 +428,33 @@ mod tests {
         writer.apply(Event::<Object>::InitDone);
         assert!(cache.state().is_empty());
         assert!(cache.is_ready());
+    }
+
+    #[test]
+    fn its_size_counts_what_it_holds_or_the_larger_list_under_way() {
+        let (_, mut writer) = cache::<Object>();
+        assert_eq!(writer.size(), 0);
+        writer.apply(Event::<Object>::Init);
+        for (listed, name) in ["a", "b", "c"].into_iter().enumerate() {
+            writer.apply(Event::InitApply(object(name, 1)));
+            assert_eq!(writer.size(), listed + 1, "a first list counts as it comes");
+        }
+        writer.apply(Event::<Object>::InitDone);
+        assert_eq!(writer.size(), 3);
+        writer.apply(Event::Apply(object("d", 1)));
+        writer.apply(Event::Apply(object("a", 2)));
+        assert_eq!(writer.size(), 4, "a new object counts, a changed one does not count twice");
+        writer.apply(Event::Delete(object("b", 1)));
+        assert_eq!(writer.size(), 3);
+        writer.apply(Event::<Object>::Init);
+        writer.apply(Event::InitApply(object("a", 2)));
+        assert_eq!(writer.size(), 3, "a relist shorter than the cache so far counts the cache");
+        for name in ["b", "c", "e", "f"] {
+            writer.apply(Event::InitApply(object(name, 1)));
+        }
+        assert_eq!(writer.size(), 5, "and a longer one itself");
+        writer.apply(Event::<Object>::InitDone);
+        assert_eq!(writer.size(), 5);
     }
 
     #[test]

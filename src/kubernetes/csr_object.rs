@@ -273,13 +273,19 @@ impl Request {
     }
 }
 
-/// A CSR as the controller's watch brings it: kept by the cache as [`CsrObject::cached`].
+/// A CSR as the controller's watch brings it, and whether the cache keeps its request: kept by
+/// the cache as [`CsrObject::cached`].
 #[derive(Debug, Clone)]
-pub struct Watched(pub CertificateSigningRequest);
+pub struct Watched {
+    /// The CSR.
+    pub csr: CertificateSigningRequest,
+    /// Whether a pending kubelet-serving CSR keeps its request in the cache.
+    pub keep_request: bool,
+}
 
 impl From<Watched> for CsrObject {
-    fn from(Watched(csr): Watched) -> CsrObject {
-        CsrObject::cached(csr)
+    fn from(Watched { csr, keep_request }: Watched) -> CsrObject {
+        CsrObject::cached(csr, keep_request)
     }
 }
 
@@ -303,15 +309,17 @@ impl Named for CsrObject {
 }
 
 impl CsrObject {
-    /// `csr` as the controller's cache keeps it: as [`CsrObject::from`] does, but a pending
-    /// kubelet-serving CSR's canonical request is left in the apiserver ([`Request::InApiserver`]):
-    /// nothing but deciding that CSR reads it, and the reconcile that decides it reads the CSR
-    /// from the apiserver first. Client CSRs keep theirs (the pending brake, the turn of a node
-    /// name and one client certificate per Machine read it from the cache), and so does a request
-    /// the canonical gate refuses (it is refused on the bytes kept, with no read).
-    pub fn cached(csr: CertificateSigningRequest) -> CsrObject {
+    /// `csr` as the controller's cache keeps it: as [`CsrObject::from`] does, but unless
+    /// `keep_request`, a pending kubelet-serving CSR's canonical request is left in the apiserver
+    /// ([`Request::InApiserver`]): nothing but deciding that CSR reads it, and the reconcile that
+    /// decides it reads the CSR from the apiserver first. Client CSRs keep theirs (the pending
+    /// brake, the turn of a node name and one client certificate per Machine read it from the
+    /// cache), and so does a request the canonical gate refuses (it is refused on the bytes kept,
+    /// with no read).
+    pub fn cached(csr: CertificateSigningRequest, keep_request: bool) -> CsrObject {
         let mut object = CsrObject::from(csr);
-        if &*object.signer_name == KUBELET_SERVING_SIGNER
+        if !keep_request
+            && &*object.signer_name == KUBELET_SERVING_SIGNER
             && let Some(pending) = object.pending.as_deref_mut()
             && matches!(pending.request, Request::Canonical(_))
         {

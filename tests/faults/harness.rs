@@ -59,11 +59,16 @@ pub struct Scenario {
 impl Scenario {
     /// Starts a control plane of its own, `replicas` replicas (see [`replicas`]) and its nodes.
     pub async fn start(replicas: usize) -> Scenario {
+        Scenario::start_with(replicas, &[]).await
+    }
+
+    /// As [`Scenario::start`], each replica with `extra` arguments.
+    pub async fn start_with(replicas: usize, extra: &[&str]) -> Scenario {
         let cp = ControlPlane::start().await.unwrap();
         let admin = cp.admin_client().await.unwrap();
         let lease_name = unique("faults");
         let lease = LeaseLog::start(&admin, &lease_name);
-        let (replicas, leader) = self::replicas(&cp, &lease_name, replicas, &[]).await;
+        let (replicas, leader) = self::replicas(&cp, &lease_name, replicas, extra).await;
         let nodes = Nodes::new(&cp).await;
         Scenario { cp, admin, lease_name, lease, replicas, leader, nodes }
     }

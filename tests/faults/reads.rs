@@ -1,6 +1,8 @@
 //! Reads of one CSR by name failing for 10 s (503, or a reset connection) during a burst: a pending
-//! serving CSR is read from the apiserver before it is decided, and a read that fails is retried
-//! like a failed write, never taken for a decision.
+//! serving CSR is read from the apiserver before it is decided once the cache holds
+//! `--cache-requests-below` CSRs (0 here: every one), and a read that fails is retried like a
+//! failed write, never taken for a decision. Below that many, requests are kept and nothing is
+//! read.
 
 use std::time::{Duration, Instant, SystemTime};
 
@@ -19,7 +21,8 @@ const ATTEMPTS_PER_CSR: u64 = 8;
 /// them pass.
 async fn failing_reads(fault: WriteFault) {
     let _serial = SERIAL.lock().await;
-    let Scenario { cp: _cp, admin, lease_name: _, lease, replicas, leader: _, nodes } = Scenario::start(1).await;
+    let Scenario { cp: _cp, admin, lease_name: _, lease, replicas, leader: _, nodes } =
+        Scenario::start_with(1, &["--cache-requests-below=0"]).await;
     let proxy = &replicas[0].proxy;
     let scenario = format!("CSR reads failing ({fault:?})");
 
@@ -64,4 +67,30 @@ async fn serving_csrs_whose_reads_fail_with_503_are_decided_once_reads_pass() {
 #[tokio::test]
 async fn serving_csrs_whose_reads_are_reset_are_decided_once_reads_pass() {
     failing_reads(WriteFault::Reset).await;
+}
+
+/// The cache keeps the requests of the CSRs that came while it held fewer than
+/// `--cache-requests-below` (10 here), and reads the others, each once, when deciding them.
+#[tokio::test]
+async fn requests_are_kept_below_the_cache_size_and_read_from_it_on() {
+    let _serial = SERIAL.lock().await;
+    let Scenario { cp: _cp, admin, lease_name: _, lease, replicas, leader: _, nodes } =
+        Scenario::start_with(1, &["--cache-requests-below=10"]).await;
+    let proxy = &replicas[0].proxy;
+    let mut created = burst(&nodes, "kept", 6, 6).await;
+    decided(&admin, "kept", &created, Instant::now(), "creation", RECOVERY)
+        .await
+        .assert_within(RECOVERY, || logs(&replicas));
+    assert_eq!(proxy.csr_reads(), (0, 0), "6 CSRs in a cache of room for 10: their requests were kept");
+    let more = burst(&nodes, "read", 10, 10).await;
+    let read = more.len() as u64;
+    created.extend(more);
+    let report = decided(&admin, "read", &created, Instant::now(), "creation", RECOVERY).await;
+    let writes = writes(&replicas, &lease);
+    report.assert_within(RECOVERY, || logs(&replicas));
+    writes.assert(report.decided());
+    let (reads, _) = proxy.csr_reads();
+    // The CSRs that came once the cache held 10 are read: at least the 6 after the 10th, at most
+    // all 10 of the second burst, each once (none of them retried).
+    assert!((6..=read).contains(&reads), "{reads} CSRs read for {read} created, 6 of them beyond the cache's 10");
 }

@@ -98,7 +98,7 @@ mod tests {
     #[test]
     fn the_cache_leaves_a_pending_serving_csr_s_request_in_the_apiserver_and_the_read_gives_it_back() {
         let csr = watched();
-        let cached = CsrObject::cached(csr.clone());
+        let cached = CsrObject::cached(csr.clone(), false);
         assert!(cached.request_in_apiserver() && cached.request().is_none());
         assert!(cached.submission().request.is_empty());
         let Read::Same(whole) = compare(&cached, CsrObject::from(csr.clone())) else {
@@ -111,11 +111,14 @@ mod tests {
         assert_eq!(CsrFacts::canonical_der(&decided_on), CsrFacts::canonical_der(held));
         assert_eq!(CsrFacts::from_pem(&decided_on), CsrFacts::from_pem(held));
         assert_eq!(&*whole.signer_name, KUBELET_SERVING_SIGNER);
+        let kept = CsrObject::cached(csr.clone(), true);
+        assert!(!kept.request_in_apiserver(), "a cache with room keeps the request");
+        assert_eq!(kept, CsrObject::from(csr), "as a CSR read whole");
     }
 
     #[test]
     fn another_csr_under_the_name_or_a_decided_one_is_not_decided() {
-        let cached = CsrObject::cached(watched());
+        let cached = CsrObject::cached(watched(), false);
         let mut recreated = watched();
         recreated.metadata.uid = Some("2".into());
         assert_eq!(compare(&cached, CsrObject::from(recreated)), Read::Replaced);

@@ -44,6 +44,9 @@ pub(super) struct Sources<W, F> {
     pub client_csrs: bool,
     /// The CSR cache the watch fills.
     pub cache: CacheWriter<CsrObject>,
+    /// While the cache holds fewer CSRs than this, a pending kubelet-serving CSR keeps its request
+    /// there; from this many on, its reconcile reads it from the apiserver.
+    pub cache_requests_below: usize,
     /// Told once the first list of the watch is complete.
     pub synced: oneshot::Sender<()>,
     /// Yields whenever this replica becomes able to write.
@@ -64,19 +67,32 @@ where
     W: Stream<Item = ()> + Send + 'static,
     F: Fn() -> bool + Send + 'static,
 {
-    let Sources { api, client_csrs, mut cache, synced, writable, resync_period, metrics, machines, waiting_on_cluster } =
-        sources;
+    let Sources {
+        api,
+        client_csrs,
+        mut cache,
+        cache_requests_below,
+        synced,
+        writable,
+        resync_period,
+        metrics,
+        machines,
+        waiting_on_cluster,
+    } = sources;
     // A streaming list (WatchList, on by default since Kubernetes 1.34) sends what exists one
     // object at a time, where a paged list holds up to 500 objects at once: a few hostile CSRs at
     // the apiserver's maximum object size would be hundreds of MiB in one page.
     let config = watcher::Config::default().streaming_lists();
     let config = if client_csrs { config } else { config.fields(&format!("spec.signerName={KUBELET_SERVING_SIGNER}")) };
     // The cache keeps only what decisions and the write need (`CsrObject::cached`): no labels,
-    // annotations or managedFields, no PKCS#10 request once a CSR is decided, nor that of a
-    // pending kubelet-serving CSR (its reconcile reads it from the apiserver). Every watch event
-    // carries the whole object, so nothing is lost.
+    // annotations or managedFields, no PKCS#10 request once a CSR is decided, nor, once the cache
+    // holds `cache_requests_below` CSRs, that of a pending kubelet-serving CSR (its reconcile
+    // reads it from the apiserver). Every watch event carries the whole object, so nothing is lost.
     let store = cache.reader();
-    let watch = kube_watch::stream(api, config).map_ok(move |event| cache.apply(watched(event)));
+    let watch = kube_watch::stream(api, config).map_ok(move |event| {
+        let keep_request = cache.size() < cache_requests_below;
+        cache.apply(watched(event, keep_request))
+    });
     let relisted = Arc::new(Notify::new());
     let live = live_triggers(watch, relisted.clone(), synced, store.clone());
     let passes = undecided_in_each_pass(passes(relisted, writable, resync_period), store.clone(), metrics);
@@ -87,13 +103,15 @@ where
     futures::stream::select(live, futures::stream::select(passes, changes))
 }
 
-/// `event` with its CSR as the watch brought it, to be kept as [`CsrObject::cached`].
-fn watched(event: Event<CertificateSigningRequest>) -> Event<Watched> {
+/// `event` with its CSR as the watch brought it, to be kept as [`CsrObject::cached`] (its request
+/// too when `keep_request`).
+fn watched(event: Event<CertificateSigningRequest>, keep_request: bool) -> Event<Watched> {
+    let watched = |csr| Watched { csr, keep_request };
     match event {
-        Event::Apply(csr) => Event::Apply(Watched(csr)),
-        Event::Delete(csr) => Event::Delete(Watched(csr)),
+        Event::Apply(csr) => Event::Apply(watched(csr)),
+        Event::Delete(csr) => Event::Delete(watched(csr)),
         Event::Init => Event::Init,
-        Event::InitApply(csr) => Event::InitApply(Watched(csr)),
+        Event::InitApply(csr) => Event::InitApply(watched(csr)),
         Event::InitDone => Event::InitDone,
     }
 }
