@@ -20,10 +20,12 @@
 //! events, every undecided CSR is reconciled after each list of the watch, whenever this replica
 //! becomes able to write, and every resync period.
 
+mod memory;
 mod oldest;
 mod periodic_audit;
 mod read;
 mod reconcile;
+mod room;
 mod triggers;
 mod work_queue;
 mod write;
@@ -47,7 +49,8 @@ use crate::kubernetes::leader::Leadership;
 use crate::kubernetes::machines::MachineCache;
 use crate::metrics::Metrics;
 use crate::policy::{ClusterView, PolicyConfig, Resolver};
-use reconcile::{Memory, Reconciler};
+use memory::Memory;
+use reconcile::Reconciler;
 use triggers::Sources;
 
 /// Everything a reconcile needs, shared by all of them.

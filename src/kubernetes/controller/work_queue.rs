@@ -18,6 +18,7 @@ use futures::stream::FuturesUnordered;
 use futures::{Stream, StreamExt};
 use tokio::time::Instant;
 
+use super::room::sparse;
 use super::triggers::Trigger;
 
 /// The queued CSRs and their order.
@@ -171,15 +172,6 @@ impl WorkQueue {
     }
 }
 
-/// The room a table of the queue or of the reconcile memory keeps however little it holds.
-const KEPT_ROOM: usize = 1024;
-
-/// True when a table of `capacity` holding `len` is worth cutting down: at most a quarter full,
-/// and larger than [`KEPT_ROOM`].
-pub(super) fn sparse(len: usize, capacity: usize) -> bool {
-    capacity > KEPT_ROOM && len.saturating_mul(4) < capacity
-}
-
 /// A reconcile that panicked is tried again after this long.
 const PANIC_RETRY: Duration = Duration::from_secs(8);
 
@@ -245,6 +237,7 @@ async fn sleep_until(due: Option<Instant>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kubernetes::controller::room::KEPT_ROOM;
     use std::sync::Mutex;
     use std::sync::atomic::{AtomicUsize, Ordering};
     use tokio::sync::{Notify, mpsc};
@@ -283,9 +276,6 @@ mod tests {
         assert_eq!(drain(&mut queue).len(), 20_000);
         let drained = (queue.entries.capacity(), queue.ready.capacity(), queue.ring.capacity());
         assert!(drained.0 <= 2 * KEPT_ROOM && drained.1 <= 2 * KEPT_ROOM && drained.2 <= 2 * KEPT_ROOM, "{drained:?}");
-        assert!(
-            !sparse(0, KEPT_ROOM) && !sparse(KEPT_ROOM / 4 + 1, KEPT_ROOM + 1) && sparse(KEPT_ROOM / 4, KEPT_ROOM * 2)
-        );
     }
 
     #[test]
