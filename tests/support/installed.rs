@@ -41,7 +41,25 @@ pub async fn can_run() -> Option<MutexGuard<'static, ()>> {
         eprintln!("skipped: a container node needs root");
         return None;
     }
+    echo_panics();
     Some(TURN.lock().await)
+}
+
+/// Writes each panic straight to the process's stderr too, when it happens: the test harness
+/// prints a failing test's captured output only in its summary, after every test of the binary,
+/// and a long CI log may be cut there.
+fn echo_panics() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            let thread = std::thread::current();
+            let line = format!("panicked ({}): {info}\n", thread.name().unwrap_or("unnamed thread"));
+            // Not `eprintln!`: the harness captures that; a write to the handle goes to the terminal.
+            let _ = std::io::Write::write_all(&mut std::io::stderr(), line.as_bytes());
+            previous(info);
+        }));
+    });
 }
 
 /// A container cluster with the approver's image (built from `$NODE_CSR_APPROVER_BIN` when set,
