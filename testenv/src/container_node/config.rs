@@ -108,7 +108,10 @@ pub(crate) struct KubeletSettings<'a> {
 /// The KubeletConfiguration of a node running real containers: cgroupfs under its own cgroup root
 /// (QoS cgroups and node-allocatable enforcement for pods, as on a real node), cgroup v1 allowed,
 /// serving certificates by CSR, the cluster DNS, no image garbage collection (the imported images
-/// could not be pulled back) and eviction only at the very end of memory and disk.
+/// could not be pulled back) and eviction only at the very end of memory and disk: thresholds in
+/// bytes, not in percent of the disk's size, which on a large disk mostly full of build output
+/// would put the node under disk pressure (its pods evicted, its imported images deleted) with
+/// gigabytes still free.
 pub(crate) fn kubelet(settings: &KubeletSettings<'_>) -> serde_json::Value {
     let endpoint = format!("unix://{}", settings.dir.join("containerd.sock").display());
     let taints = if settings.control_plane_role {
@@ -145,7 +148,7 @@ pub(crate) fn kubelet(settings: &KubeletSettings<'_>) -> serde_json::Value {
         "resolvConf": "",
         "imageGCHighThresholdPercent": 100,
         "imageGCLowThresholdPercent": 99,
-        "evictionHard": {"memory.available": "1Mi", "nodefs.available": "1%", "imagefs.available": "1%"},
+        "evictionHard": {"memory.available": "1Mi", "nodefs.available": "256Mi", "imagefs.available": "256Mi"},
         "registerWithTaints": taints,
         "podLogsDir": settings.dir.join("pod-logs").display().to_string(),
         "volumePluginDir": settings.dir.join("volume-plugins").display().to_string(),
@@ -174,4 +177,31 @@ pub(crate) fn kube_proxy(dir: &Path, node_name: &str, node_ip: IpAddr) -> serde_
             "tcpCloseWaitTimeout": "0s",
         },
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// In percent, a threshold scales with the disk's size, not with what is free: on a large
+    /// disk mostly full of build output the node went under disk pressure with gigabytes free.
+    #[test]
+    fn the_kubelet_evicts_only_below_fixed_amounts_of_free_memory_and_disk() {
+        let settings = KubeletSettings {
+            dir: Path::new("/node"),
+            ca: Path::new("/node/ca.crt"),
+            node_ip: IpAddr::from([198, 51, 100, 1]),
+            cluster_dns: IpAddr::from([10, 96, 0, 10]),
+            cgroup_root: "/node",
+            control_plane_role: false,
+        };
+        let config = kubelet(&settings);
+        let thresholds = config["evictionHard"].as_object().cloned().unwrap_or_default();
+        let signals: Vec<&str> = thresholds.keys().map(String::as_str).collect();
+        assert_eq!(signals, ["imagefs.available", "memory.available", "nodefs.available"]);
+        for (signal, threshold) in &thresholds {
+            let threshold = threshold.as_str().unwrap_or_default();
+            assert!(threshold.ends_with("Mi"), "{signal}: {threshold}");
+        }
+    }
 }
