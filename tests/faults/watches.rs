@@ -1,6 +1,7 @@
 //! The CSR watch down while CSRs are created, then told its resourceVersion expired (410), and its
 //! relist (a streaming list) slow to complete: its objects arrive at once, the bookmark ending them
-//! only [`RELIST_DELAY`] later, as when a relist of many CSRs takes a while.
+//! only [`RELIST_DELAY`] later, as when a relist of many CSRs takes a while. Once with room for
+//! every request in the cache, once with the relist passing `--cache-requests-below`.
 
 use std::time::{Duration, Instant};
 
@@ -17,8 +18,25 @@ const RELIST_DELAY: Duration = Duration::from_secs(3);
 
 #[tokio::test]
 async fn csrs_created_while_the_watch_is_down_are_decided_after_a_410_relist() {
+    let reads = relist_after_410(&[]).await;
+    assert_eq!(reads, 0, "CSRs read from the apiserver with room for every request in the cache");
+}
+
+/// The same with room for 10 requests in the cache (`--cache-requests-below=10`): the relist
+/// passes it, so the CSRs it lists first keep their requests and the others are read when decided.
+#[tokio::test]
+async fn csrs_a_410_relist_lists_past_the_cache_of_requests_are_read_and_decided() {
+    let reads = relist_after_410(&["--cache-requests-below=10"]).await;
+    assert!(reads > 0, "no CSR listed past the cache of requests was read");
+}
+
+/// Cuts the watches of one replica (with `extra` arguments) while CSRs are created, answers its
+/// next watches 410 and slows the relist; checks that every CSR is decided once after it; returns
+/// how many CSRs the replica read from the apiserver.
+async fn relist_after_410(extra: &[&str]) -> u64 {
     let _serial = SERIAL.lock().await;
-    let Scenario { cp: _cp, admin, lease_name: _, lease, replicas, leader: _, nodes } = Scenario::start(1).await;
+    let Scenario { cp: _cp, admin, lease_name: _, lease, replicas, leader: _, nodes } =
+        Scenario::start_with(1, extra).await;
     let proxy = &replicas[0].proxy;
 
     let mut created = burst(&nodes, "watched", 4, 4).await;
@@ -58,4 +76,7 @@ async fn csrs_created_while_the_watch_is_down_are_decided_after_a_410_relist() {
     let writes = writes(&replicas, &lease);
     report.assert_within(RECOVERY, || logs(&replicas));
     writes.assert(report.decided());
+    let (reads, _) = proxy.csr_reads();
+    println!("CSR reads: {reads}");
+    reads
 }
