@@ -7,9 +7,6 @@ use std::io::Write;
 use std::path::PathBuf;
 
 use jiff::Timestamp;
-use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
-use k8s_openapi::api::core::v1::{Node, Service};
-use k8s_openapi::api::discovery::v1::EndpointSlice;
 use rustls::pki_types::CertificateDer;
 use serde::Serialize;
 
@@ -19,12 +16,17 @@ use crate::config::Settings;
 use crate::display::Escaped;
 use crate::dns::{DnsError, HickoryResolver};
 use crate::kubelet_tls::read_chain;
-use crate::kubernetes::apiserver::{is_apiserver_service, is_apiserver_slice, service_addresses, slice_addresses};
+use crate::kubernetes::apiserver::{
+    ServiceObject, SliceObject, is_apiserver_service, is_apiserver_slice, service_addresses, slice_addresses,
+};
 use crate::kubernetes::cluster::{KubeCluster, StaticCluster, node_info};
 use crate::kubernetes::connect::{ConnectError, connect};
+use crate::kubernetes::csr_fields::Csr;
 use crate::kubernetes::csr_ledger::CsrLedger;
 use crate::kubernetes::csr_object::CsrObject;
+use crate::kubernetes::decoded::Skipped;
 use crate::kubernetes::machines::{machine_from_json, pending_in};
+use crate::kubernetes::node_object::NodeObject;
 use crate::object_files::{Input, InputError, Object, read_objects};
 use crate::policy::{
     ApiserverAddresses, ClusterView, Evaluation, Outcome, PolicyConfig, Resolver, Submission, evaluate,
@@ -57,7 +59,7 @@ pub fn read_inputs(args: &CheckArgs, source: Option<&MachineSource>) -> Result<I
         .iter()
         .map(|object| {
             expect_kind(&input, object, "CertificateSigningRequest")?;
-            object.parse::<CertificateSigningRequest>(&input).map(|csr| CsrObject::from(csr).submission())
+            object.parse::<Csr>(&input).map(|csr| CsrObject::from(csr).submission())
         })
         .collect::<Result<Vec<_>, _>>()?;
     let (mut nodes, mut machines, mut apiserver) = (Vec::new(), Vec::new(), ApiserverAddresses::default());
@@ -65,7 +67,7 @@ pub fn read_inputs(args: &CheckArgs, source: Option<&MachineSource>) -> Result<I
         let input = Input::from_arg(path);
         for object in read_objects(&input)? {
             if object.kind == "Node" {
-                nodes.push(node_info(&object.parse::<Node>(&input)?));
+                nodes.push(node_info(&object.parse::<NodeObject>(&input)?));
             } else if let Some(addresses) = apiserver_object(&input, &object)? {
                 apiserver.service.extend(addresses.service);
                 apiserver.endpoints.extend(addresses.endpoints);
@@ -113,13 +115,13 @@ fn apiserver_object(input: &Input, object: &Object) -> Result<Option<ApiserverAd
         message: format!("{what}: only {APISERVER_OBJECTS} may stand in for the cluster"),
     };
     match object.kind.as_str() {
-        "Service" => match object.parse::<Service>(input)? {
+        "Service" => match object.parse::<ServiceObject>(input)? {
             service if is_apiserver_service(&service) => {
                 Ok(Some(ApiserverAddresses { service: service_addresses(&service), endpoints: Vec::new() }))
             }
             _ => Err(other("a Service other than default/kubernetes")),
         },
-        "EndpointSlice" => match object.parse::<EndpointSlice>(input)? {
+        "EndpointSlice" => match object.parse::<SliceObject>(input)? {
             slice if is_apiserver_slice(&slice) => {
                 Ok(Some(ApiserverAddresses { service: Vec::new(), endpoints: slice_addresses(&slice) }))
             }
@@ -159,12 +161,13 @@ pub async fn command(args: &CheckArgs, settings: &Settings, out: &mut impl Write
         let inputs = read_inputs(args, settings.machines.as_ref())?;
         return Ok(run(&inputs.csrs, policy, &resolver, &inputs.cluster, now, args.output, out).await?);
     }
-    let connection = connect(settings.run.kubeconfig.as_deref(), settings.machines.as_ref()).await?;
+    let skipped = Skipped::logged();
+    let connection = connect(settings.run.kubeconfig.as_deref(), settings.machines.as_ref(), &skipped).await?;
     let csrs = fetch(connection.client.clone(), &args.names).await?;
     // Every CSR of the cluster, listed once: the newer serving CSRs of a node, and in machine mode
     // the brake's count and the approved client CSRs, as the controller's cache would hold them.
     let rules = settings.machines.as_ref().map(|source| source.rules.clone());
-    let ledger = CsrLedger::listed(connection.client.clone(), rules).await?;
+    let ledger = CsrLedger::listed(connection.client.clone(), rules, &skipped).await?;
     let machines = match (connection.machines, settings.machines.as_ref()) {
         (Some(cache), Some(_)) => {
             cache.synced().await;
@@ -173,7 +176,7 @@ pub async fn command(args: &CheckArgs, settings: &Settings, out: &mut impl Write
         _ => None,
     };
     let kubelet_dial = settings.machines.as_ref().and_then(|source| source.kubelet_dial(policy));
-    let cluster = KubeCluster::new(connection.client, machines, ledger).with_kubelet_dial(kubelet_dial);
+    let cluster = KubeCluster::new(connection.client, machines, ledger, skipped).with_kubelet_dial(kubelet_dial);
     // Until listed, a CSR with an IP SAN is reported as a retry (ClusterUnavailable).
     cluster.apiserver_first_answer(APISERVER_SYNC).await;
     Ok(run(&csrs, policy, &resolver, &cluster, now, args.output, out).await?)
@@ -181,7 +184,7 @@ pub async fn command(args: &CheckArgs, settings: &Settings, out: &mut impl Write
 
 /// Fetches the named CSRs from the cluster, in the order given.
 async fn fetch(client: kube::Client, names: &[String]) -> Result<Vec<Submission>, kube::Error> {
-    let api: kube::Api<CertificateSigningRequest> = kube::Api::all(client);
+    let api: kube::Api<Csr> = kube::Api::all(client);
     let mut csrs = Vec::with_capacity(names.len());
     for name in names {
         csrs.push(CsrObject::from(api.get(name).await?).submission());

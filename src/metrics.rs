@@ -94,6 +94,54 @@ impl PassTrigger {
     }
 }
 
+/// A kind of object the approver reads from the apiserver: the `kind` label of
+/// `undecodable_objects_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ObjectKind {
+    /// A CertificateSigningRequest.
+    Csr,
+    /// A Node.
+    Node,
+    /// A Machine (machine mode).
+    Machine,
+    /// The leader Lease.
+    Lease,
+    /// The `default/kubernetes` Service.
+    Service,
+    /// An EndpointSlice of the `default/kubernetes` Service.
+    EndpointSlice,
+}
+
+impl ObjectKind {
+    /// Every kind, in label order.
+    pub const ALL: [ObjectKind; 6] = [
+        ObjectKind::Csr,
+        ObjectKind::Node,
+        ObjectKind::Machine,
+        ObjectKind::Lease,
+        ObjectKind::Service,
+        ObjectKind::EndpointSlice,
+    ];
+
+    /// The `kind` label value: the object's Kubernetes kind.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ObjectKind::Csr => "CertificateSigningRequest",
+            ObjectKind::Node => "Node",
+            ObjectKind::Machine => "Machine",
+            ObjectKind::Lease => "Lease",
+            ObjectKind::Service => "Service",
+            ObjectKind::EndpointSlice => "EndpointSlice",
+        }
+    }
+}
+
+impl fmt::Display for ObjectKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// The `kind` label value of `dns_failures_total` for a failure.
 fn failure_kind(failure: &DnsFailure) -> &'static str {
     match failure {
@@ -145,6 +193,7 @@ pub struct Metrics {
     oldest_undecided: Gauge,
     passes: Family<TriggerLabels, Counter>,
     unaddressable_csrs: Counter,
+    undecodable_objects: Family<KindLabels, Counter>,
     audit: AuditMetrics,
 }
 
@@ -224,6 +273,16 @@ impl Metrics {
             unaddressable_csrs.clone(),
         );
 
+        let undecodable_objects = Family::<KindLabels, Counter>::default();
+        for kind in ObjectKind::ALL {
+            undecodable_objects.get_or_create_owned(&KindLabels { kind: kind.as_str() });
+        }
+        registry.register(
+            "undecodable_objects",
+            "Objects skipped because they could not be decoded, by kind, each time one is skipped (a list, a watch event, a read)",
+            undecodable_objects.clone(),
+        );
+
         let pending_node_csrs = Gauge::default();
         registry.register(
             "pending_node_csrs",
@@ -253,6 +312,7 @@ impl Metrics {
             oldest_undecided,
             passes,
             unaddressable_csrs,
+            undecodable_objects,
             audit,
         }
     }
@@ -278,6 +338,11 @@ impl Metrics {
     /// Counts one CSR found with a name too long to be written (once per CSR).
     pub fn record_unaddressable_csr(&self) {
         self.unaddressable_csrs.inc();
+    }
+
+    /// Counts an object of `kind` skipped because it could not be decoded.
+    pub fn record_undecodable(&self, kind: ObjectKind) {
+        self.undecodable_objects.get_or_create(&KindLabels { kind: kind.as_str() }).inc();
     }
 
     /// Sets the age of the oldest CSR this replica must decide and has not.

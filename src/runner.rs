@@ -19,6 +19,7 @@ use crate::kubernetes::cluster::KubeCluster;
 use crate::kubernetes::connect::{ConnectError, Connection, connect};
 use crate::kubernetes::controller::{self, Context, Events};
 use crate::kubernetes::csr_ledger::CsrLedger;
+use crate::kubernetes::decoded::Skipped;
 use crate::kubernetes::leader;
 use crate::metrics::{MeteredResolver, Metrics};
 use crate::shutdown::ShutdownSignals;
@@ -50,12 +51,13 @@ pub async fn run(settings: Settings) -> Result<(), RunError> {
     let Settings { policy, dns, run: cfg, leader: lease, machines: machine_source, audit, .. } = settings;
     // Registered first, so a signal during startup is seen once the controller runs.
     let signals = ShutdownSignals::register();
-    let Connection { client, machines } = connect(cfg.kubeconfig.as_deref(), machine_source.as_ref()).await?;
+    let metrics = Metrics::new();
+    let skipped = Skipped::new(metrics.clone());
+    let Connection { client, machines } = connect(cfg.kubeconfig.as_deref(), machine_source.as_ref(), &skipped).await?;
     // The CSR cache: the controller's watch fills it, the ledger reads it.
     let (csr_cache, csrs) = csr_cache::cache();
     let kubelet_dial = machine_source.as_ref().and_then(|source| source.kubelet_dial(&policy));
     let ledger = CsrLedger::new(csr_cache, machine_source.map(|source| source.rules));
-    let metrics = Metrics::new();
     let readiness = Readiness::new();
     let servers = admin::Servers::start(
         cfg.health_probe_bind_address,
@@ -64,7 +66,7 @@ pub async fn run(settings: Settings) -> Result<(), RunError> {
         metrics.clone(),
     )
     .await?;
-    let (leadership, mut election) = leader::claim(client.clone(), lease.as_ref()).await?;
+    let (leadership, mut election) = leader::claim(client.clone(), lease.as_ref(), skipped.clone()).await?;
     metrics.set_leader(leadership.is_leader());
     if let Some(changes) = leadership.changes() {
         tokio::spawn(metrics.clone().follow_leader(changes));
@@ -79,7 +81,8 @@ pub async fn run(settings: Settings) -> Result<(), RunError> {
         api: Api::all(client.clone()),
         policy,
         resolver,
-        cluster: KubeCluster::new(client.clone(), machines.clone(), ledger.clone()).with_kubelet_dial(kubelet_dial),
+        cluster: KubeCluster::new(client.clone(), machines.clone(), ledger.clone(), skipped)
+            .with_kubelet_dial(kubelet_dial),
         ledger,
         leadership,
         events,

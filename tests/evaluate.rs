@@ -7,9 +7,9 @@ mod support;
 
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Node;
 use node_csr_approver::dns::HickoryResolver;
 use node_csr_approver::kubernetes::cluster::{StaticCluster, node_info};
+use node_csr_approver::kubernetes::node_object::NodeObject;
 use node_csr_approver::policy::{
     ApiserverAddresses, DecisionKind, Evaluation, NodeAddress, NodeInfo, PolicyConfig, Reason, Submission, UserRule,
     UserRules, evaluate,
@@ -159,7 +159,7 @@ async fn a_rule_reading_node_reads_the_node_from_the_cluster_view() {
     let rule = UserRule::compile("pool", "node.metadata.labels['pool'] == 'cpu'", "CPU pool only").unwrap();
     let cfg = PolicyConfig { user_rules: UserRules::new(vec![rule]).unwrap(), ..config() };
     let cluster = |pool: &str| {
-        let node: Node = serde_json::from_value(serde_json::json!({
+        let node: NodeObject = serde_json::from_value(serde_json::json!({
             "metadata": { "name": "n1", "labels": { "pool": pool }, "managedFields": [{ "manager": "kubelet" }] },
         }))
         .unwrap();

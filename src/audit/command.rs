@@ -9,7 +9,6 @@
 use std::io::Write;
 
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::Node;
 
 use super::NodeAudit;
 use super::output;
@@ -21,7 +20,9 @@ use crate::kubelet_tls::KubeletServingCa;
 use crate::kubernetes::cluster::KubeCluster;
 use crate::kubernetes::connect::{ConnectError, connect};
 use crate::kubernetes::csr_ledger::CsrLedger;
-use crate::kubernetes::kubelet_endpoint::{dial_targets, node_target};
+use crate::kubernetes::decoded::{Decoded, Skipped};
+use crate::kubernetes::kubelet_endpoint::{dial_targets, read_node_target};
+use crate::kubernetes::node_object::NodeObject;
 use crate::policy::KubeletDialRules;
 
 /// How long the audit waits for the apiserver's addresses before dialling anyway (a kubelet whose
@@ -65,8 +66,9 @@ pub async fn command(
     out: &mut impl Write,
 ) -> Result<Vec<NodeAudit>, AuditError> {
     let resolver = HickoryResolver::new(settings.dns.servers.as_deref(), settings.dns.timeout)?;
-    let connection = connect(settings.run.kubeconfig.as_deref(), settings.machines.as_ref()).await?;
-    let nodes_api: kube::Api<Node> = kube::Api::all(connection.client.clone());
+    let skipped = Skipped::logged();
+    let connection = connect(settings.run.kubeconfig.as_deref(), settings.machines.as_ref(), &skipped).await?;
+    let nodes_api: kube::Api<Decoded<NodeObject>> = kube::Api::all(connection.client.clone());
     let machines = match (connection.machines, settings.machines.as_ref()) {
         (Some(cache), Some(_)) => {
             cache.synced().await;
@@ -74,17 +76,17 @@ pub async fn command(
         }
         _ => None,
     };
-    let cluster = KubeCluster::new(connection.client, machines, CsrLedger::without_csrs());
+    let cluster = KubeCluster::new(connection.client, machines, CsrLedger::without_csrs(), skipped.clone());
     cluster.apiserver_first_answer(APISERVER_SYNC).await;
     let dial_rules = KubeletDialRules { prefixes: settings.policy.ip_prefixes.clone(), port: kubelet.port };
     let mut targets = Vec::new();
     if args.nodes.is_empty() {
-        targets = dial_targets(&nodes_api, &cluster, &dial_rules).await?;
+        targets = dial_targets(&nodes_api, &cluster, &dial_rules, &skipped).await?;
     }
     let mut named = std::collections::BTreeSet::new();
     for name in args.nodes.iter().filter(|name| named.insert(name.as_str())) {
         let node = nodes_api.get_opt(name).await?.ok_or_else(|| AuditError::NoSuchNode(name.clone()))?;
-        targets.push(node_target(&cluster, &node, &dial_rules).await);
+        targets.push(read_node_target(&cluster, &node, &dial_rules, &skipped).await);
     }
     let scan = ScanSettings {
         ca: kubelet.ca,

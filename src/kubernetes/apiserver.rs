@@ -10,7 +10,10 @@
 //! unknown and every CSR with an IP SAN is retried, after a short wait for the first lists
 //! ([`ApiserverWatch::first_answer`]). Afterwards the last state listed or watched
 //! stands while a watch restarts, as in every reflector-backed cache of this controller; a relist
-//! replaces it whole.
+//! replaces it whole. Both are read as types of the approver's own that read only the addresses
+//! ([`ServiceObject`], [`SliceObject`]); one that still cannot be decoded is reported and makes the
+//! addresses unknown (every CSR with an IP SAN retried) until it changes or goes: these addresses
+//! are the ones no node may claim, so none is ever left out.
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -22,10 +25,56 @@ use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::runtime::watcher;
 use kube::{Api, Client, ResourceExt};
+use serde::Deserialize;
 use tokio::task::JoinHandle;
 
+use crate::kubernetes::decoded::{Decoded, Meta, Skipped, resource_of};
 use crate::kubernetes::kube_watch;
+use crate::metrics::ObjectKind;
 use crate::policy::{ApiserverAddresses, ClusterError};
+
+/// A Service as the approver reads it: its ClusterIPs.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+pub struct ServiceObject {
+    /// Its metadata ([`Meta`]).
+    pub metadata: Meta,
+    /// Its ClusterIPs.
+    #[serde(default)]
+    pub spec: ServiceFields,
+}
+
+resource_of!(ServiceObject, Service);
+
+/// The fields of a Service's spec the approver reads.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+pub struct ServiceFields {
+    /// spec.clusterIP.
+    #[serde(rename = "clusterIP")]
+    pub cluster_ip: Option<String>,
+    /// spec.clusterIPs.
+    #[serde(rename = "clusterIPs")]
+    pub cluster_ips: Option<Vec<String>>,
+}
+
+/// An EndpointSlice as the approver reads it: its endpoints' addresses.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+pub struct SliceObject {
+    /// Its metadata ([`Meta`]).
+    pub metadata: Meta,
+    /// Its endpoints.
+    #[serde(default)]
+    pub endpoints: Vec<EndpointFields>,
+}
+
+resource_of!(SliceObject, EndpointSlice);
+
+/// The field of an endpoint the approver reads.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+pub struct EndpointFields {
+    /// addresses.
+    #[serde(default)]
+    pub addresses: Vec<String>,
+}
 
 /// The namespace of the apiserver's Service.
 pub const NAMESPACE: &str = "default";
@@ -38,27 +87,27 @@ const FIRST_ANSWER_POLL: Duration = Duration::from_millis(20);
 
 /// The Service's ClusterIPs (`spec.clusterIPs` and `spec.clusterIP`); `None` and other text that
 /// is no address is skipped.
-pub fn service_addresses(service: &Service) -> Vec<IpAddr> {
-    let spec = service.spec.iter();
-    let ips = spec.flat_map(|spec| spec.cluster_ips.iter().flatten().chain(spec.cluster_ip.iter()));
+pub fn service_addresses(service: &ServiceObject) -> Vec<IpAddr> {
+    let spec = &service.spec;
+    let ips = spec.cluster_ips.iter().flatten().chain(spec.cluster_ip.iter());
     ips.filter_map(|ip| ip.trim().parse().ok()).collect()
 }
 
 /// Every address of every endpoint of the slice, ready or not.
-pub fn slice_addresses(slice: &EndpointSlice) -> Vec<IpAddr> {
+pub fn slice_addresses(slice: &SliceObject) -> Vec<IpAddr> {
     let addresses = slice.endpoints.iter().flat_map(|endpoint| endpoint.addresses.iter());
     addresses.filter_map(|ip| ip.trim().parse().ok()).collect()
 }
 
 /// Whether `slice` belongs to the apiserver's Service.
-pub fn is_apiserver_slice(slice: &EndpointSlice) -> bool {
+pub fn is_apiserver_slice(slice: &SliceObject) -> bool {
     slice.namespace().as_deref() == Some(NAMESPACE)
         && slice.labels().get(SERVICE_NAME_LABEL).map(String::as_str) == Some(SERVICE)
 }
 
 /// Whether `service` is the apiserver's Service.
-pub fn is_apiserver_service(service: &Service) -> bool {
-    service.namespace().as_deref() == Some(NAMESPACE) && service.metadata.name.as_deref() == Some(SERVICE)
+pub fn is_apiserver_service(service: &ServiceObject) -> bool {
+    service.namespace().as_deref() == Some(NAMESPACE) && service.metadata.0.name.as_deref() == Some(SERVICE)
 }
 
 /// What one watch has seen: the addresses of each object by name.
@@ -68,21 +117,30 @@ struct Part {
     synced: bool,
     /// The last error, for the message while not synced.
     error: Option<String>,
-    objects: BTreeMap<String, Vec<IpAddr>>,
+    objects: BTreeMap<String, Addresses>,
     /// A relist under way: it replaces `objects` when it completes.
-    relist: Option<BTreeMap<String, Vec<IpAddr>>>,
+    relist: Option<BTreeMap<String, Addresses>>,
 }
+
+/// The addresses of one object, or why they are unknown: it could not be decoded.
+type Addresses = Result<Vec<IpAddr>, String>;
 
 impl Part {
     fn apply<K: kube::Resource>(
         &mut self,
-        event: Result<watcher::Event<K>, watcher::Error>,
+        event: Result<watcher::Event<Decoded<K>>, watcher::Error>,
         addresses: fn(&K) -> Vec<IpAddr>,
+        kind: ObjectKind,
+        skipped: &Skipped,
     ) {
+        let read = |object: &Decoded<K>| match object {
+            Decoded::Object(object) => Ok(addresses(object)),
+            Decoded::Undecodable(undecodable) => Err(skipped.report(kind, undecodable).to_string()),
+        };
         match event {
             Ok(watcher::Event::Init) => self.relist = Some(BTreeMap::new()),
             Ok(watcher::Event::InitApply(object)) => {
-                self.relist.get_or_insert_default().insert(object.name_any(), addresses(&object));
+                self.relist.get_or_insert_default().insert(object.name_any(), read(&object));
             }
             Ok(watcher::Event::InitDone) => {
                 self.objects = self.relist.take().unwrap_or_default();
@@ -90,7 +148,7 @@ impl Part {
                 self.error = None;
             }
             Ok(watcher::Event::Apply(object)) => {
-                self.objects.insert(object.name_any(), addresses(&object));
+                self.objects.insert(object.name_any(), read(&object));
             }
             Ok(watcher::Event::Delete(object)) => {
                 self.objects.remove(&object.name_any());
@@ -112,7 +170,10 @@ impl Part {
             let why = self.error.as_deref().unwrap_or("the first list has not completed");
             return Err(ClusterError::NotListed { what: what.to_owned(), why: why.to_owned() });
         }
-        Ok(self.objects.values().flatten().copied())
+        if let Some(Err(why)) = self.objects.values().find(|addresses| addresses.is_err()) {
+            return Err(ClusterError::NotListed { what: what.to_owned(), why: why.clone() });
+        }
+        Ok(self.objects.values().flatten().flatten().copied())
     }
 }
 
@@ -141,25 +202,28 @@ pub struct ApiserverWatch {
 }
 
 impl ApiserverWatch {
-    /// Starts both watches on the current Tokio runtime.
-    pub fn start(client: Client) -> ApiserverWatch {
+    /// Starts both watches on the current Tokio runtime; what they cannot decode is reported to
+    /// `skipped`.
+    pub fn start(client: Client, skipped: Skipped) -> ApiserverWatch {
         let state = Arc::new(Mutex::new(State::default()));
-        let services = Api::<Service>::namespaced(client.clone(), NAMESPACE);
+        let services = Api::<Decoded<ServiceObject>>::namespaced(client.clone(), NAMESPACE);
         let service_config = watcher::Config::default().fields(&format!("metadata.name={SERVICE}"));
-        let slices = Api::<EndpointSlice>::namespaced(client, NAMESPACE);
+        let slices = Api::<Decoded<SliceObject>>::namespaced(client, NAMESPACE);
         let slice_config = watcher::Config::default().labels(&format!("{SERVICE_NAME_LABEL}={SERVICE}"));
         let service_state = state.clone();
+        let service_skipped = skipped.clone();
         let service_task = tokio::spawn(async move {
             let mut events = std::pin::pin!(kube_watch::stream(services, service_config));
             while let Some(event) = events.next().await {
-                lock(&service_state).service.apply(event, service_addresses);
+                let skipped = &service_skipped;
+                lock(&service_state).service.apply(event, service_addresses, ObjectKind::Service, skipped);
             }
         });
         let slice_state = state.clone();
         let slice_task = tokio::spawn(async move {
             let mut events = std::pin::pin!(kube_watch::stream(slices, slice_config));
             while let Some(event) = events.next().await {
-                lock(&slice_state).slices.apply(event, slice_addresses);
+                lock(&slice_state).slices.apply(event, slice_addresses, ObjectKind::EndpointSlice, &skipped);
             }
         });
         ApiserverWatch { state, _tasks: Arc::new(Tasks(vec![service_task, slice_task])) }
@@ -198,20 +262,47 @@ fn lock(state: &Mutex<State>) -> std::sync::MutexGuard<'_, State> {
 
 #[cfg(test)]
 mod tests {
-    use k8s_openapi::api::core::v1::ServiceSpec;
     use kube::api::ObjectMeta;
 
     use super::*;
+    use crate::kubernetes::decoded::Undecodable;
 
-    fn service(name: &str, ips: &[&str]) -> Service {
-        Service {
-            metadata: ObjectMeta { name: Some(name.into()), ..ObjectMeta::default() },
-            spec: Some(ServiceSpec {
+    fn service(name: &str, ips: &[&str]) -> Decoded<ServiceObject> {
+        Decoded::Object(ServiceObject {
+            metadata: Meta(ObjectMeta { name: Some(name.into()), ..ObjectMeta::default() }),
+            spec: ServiceFields {
                 cluster_ips: Some(ips.iter().map(|ip| (*ip).to_owned()).collect()),
-                ..ServiceSpec::default()
-            }),
-            ..Service::default()
-        }
+                ..ServiceFields::default()
+            },
+        })
+    }
+
+    fn undecodable(name: &str) -> Decoded<ServiceObject> {
+        let metadata = ObjectMeta { name: Some(name.into()), ..ObjectMeta::default() };
+        Decoded::Undecodable(Box::new(Undecodable { metadata, error: "a time out of range".into() }))
+    }
+
+    #[test]
+    fn an_undecodable_object_makes_the_addresses_unknown_until_it_changes_or_goes() {
+        let skipped = Skipped::logged();
+        let mut part = Part::default();
+        let apply = |part: &mut Part, event| part.apply(Ok(event), service_addresses, ObjectKind::Service, &skipped);
+        apply(&mut part, watcher::Event::Init);
+        apply(&mut part, watcher::Event::InitApply(service("kubernetes", &["10.96.0.1"])));
+        apply(&mut part, watcher::Event::InitApply(undecodable("other")));
+        apply(&mut part, watcher::Event::InitDone);
+        let error = part.addresses("s").err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(error.contains("could not be decoded: a time out of range"), "{error}");
+        apply(&mut part, watcher::Event::Apply(service("other", &["10.96.0.2"])));
+        let ips = part.addresses("s").map(Iterator::count).unwrap_or_default();
+        assert_eq!(ips, 2, "decoded again: known again");
+        apply(&mut part, watcher::Event::Apply(undecodable("kubernetes")));
+        assert!(
+            part.addresses("s").is_err(),
+            "a changed object that cannot be decoded is unknown, not its old version"
+        );
+        apply(&mut part, watcher::Event::Delete(undecodable("kubernetes")));
+        assert_eq!(part.addresses("s").map(Iterator::count).unwrap_or_default(), 1, "gone: known again");
     }
 
     #[tokio::test]
@@ -231,13 +322,19 @@ mod tests {
         let state = Arc::new(Mutex::new(State::default()));
         let watch = ApiserverWatch { state: state.clone(), _tasks: Arc::new(Tasks(Vec::new())) };
         let limit = Duration::from_millis(200);
+        let skipped = Skipped::logged();
         let started = std::time::Instant::now();
         watch.first_answer(limit).await;
         assert!(started.elapsed() >= limit, "waited {:?}", started.elapsed());
         {
             let mut state = lock(&state);
-            state.service.apply(Ok(watcher::Event::<Service>::InitDone), service_addresses);
-            state.slices.apply(Err(watcher::Error::NoResourceVersion), slice_addresses);
+            state.service.apply(Ok(watcher::Event::InitDone), service_addresses, ObjectKind::Service, &skipped);
+            state.slices.apply(
+                Err(watcher::Error::NoResourceVersion),
+                slice_addresses,
+                ObjectKind::EndpointSlice,
+                &skipped,
+            );
         }
         let started = std::time::Instant::now();
         watch.first_answer(Duration::from_secs(60)).await;
@@ -246,29 +343,50 @@ mod tests {
 
     #[test]
     fn unknown_until_listed_then_kept_current() {
+        let skipped = Skipped::logged();
         let mut part = Part::default();
         assert!(part.addresses("s").is_err());
         assert!(!part.answered(), "nothing listed, nothing failed");
-        part.apply(Err(watcher::Error::NoResourceVersion), service_addresses);
+        part.apply(Err(watcher::Error::NoResourceVersion), service_addresses, ObjectKind::Service, &skipped);
         assert!(part.answered(), "a failed watch has answered: waiting longer does not help");
         let error = part.addresses("s").err().map(|e| e.to_string()).unwrap_or_default();
         assert!(error.contains("resourceVersion"), "{error}");
-        part.apply(Ok(watcher::Event::Init), service_addresses);
-        part.apply(Ok(watcher::Event::InitApply(service("kubernetes", &["10.96.0.1", "None"]))), service_addresses);
+        part.apply(Ok(watcher::Event::Init), service_addresses, ObjectKind::Service, &skipped);
+        part.apply(
+            Ok(watcher::Event::InitApply(service("kubernetes", &["10.96.0.1", "None"]))),
+            service_addresses,
+            ObjectKind::Service,
+            &skipped,
+        );
         assert!(part.addresses("s").is_err());
-        part.apply(Ok(watcher::Event::InitDone), service_addresses);
+        part.apply(Ok(watcher::Event::InitDone), service_addresses, ObjectKind::Service, &skipped);
         assert!(part.answered());
         let ips = |part: &Part| part.addresses("s").map(Iterator::collect::<Vec<_>>).unwrap_or_default();
         assert_eq!(ips(&part), ["10.96.0.1".parse::<IpAddr>().unwrap()]);
-        part.apply(Ok(watcher::Event::Apply(service("kubernetes", &["fd00::1"]))), service_addresses);
+        part.apply(
+            Ok(watcher::Event::Apply(service("kubernetes", &["fd00::1"]))),
+            service_addresses,
+            ObjectKind::Service,
+            &skipped,
+        );
         assert_eq!(ips(&part), ["fd00::1".parse::<IpAddr>().unwrap()]);
         // A relist serves the old state until it completes, then replaces it whole.
-        part.apply(Ok(watcher::Event::Init), service_addresses);
+        part.apply(Ok(watcher::Event::Init), service_addresses, ObjectKind::Service, &skipped);
         assert_eq!(ips(&part).len(), 1);
-        part.apply(Ok(watcher::Event::InitDone), service_addresses);
+        part.apply(Ok(watcher::Event::InitDone), service_addresses, ObjectKind::Service, &skipped);
         assert!(ips(&part).is_empty());
-        part.apply(Ok(watcher::Event::Apply(service("kubernetes", &["10.96.0.1"]))), service_addresses);
-        part.apply(Ok(watcher::Event::Delete(service("kubernetes", &[]))), service_addresses);
+        part.apply(
+            Ok(watcher::Event::Apply(service("kubernetes", &["10.96.0.1"]))),
+            service_addresses,
+            ObjectKind::Service,
+            &skipped,
+        );
+        part.apply(
+            Ok(watcher::Event::Delete(service("kubernetes", &[]))),
+            service_addresses,
+            ObjectKind::Service,
+            &skipped,
+        );
         assert!(ips(&part).is_empty());
     }
 }

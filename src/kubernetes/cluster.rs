@@ -5,16 +5,16 @@ use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::Node;
-use kube::ResourceExt;
 use rustls::pki_types::CertificateDer;
 
 use crate::kubelet_tls::KubeletServingCa;
 use crate::kubernetes::apiserver::ApiserverWatch;
 use crate::kubernetes::csr_ledger::CsrLedger;
+use crate::kubernetes::decoded::{Decoded, Skipped};
 use crate::kubernetes::kubelet_endpoint::{node_addresses, served_by, served_offline, undialled_apiserver_addresses};
 use crate::kubernetes::machines::MachineCache;
-use crate::metrics::Metrics;
+use crate::kubernetes::node_object::NodeObject;
+use crate::metrics::{Metrics, ObjectKind};
 use crate::policy::{
     AddressClaim, ApiserverAddresses, BrakeInputs, ClusterError, ClusterView, KubeletCertificate, KubeletDialRules,
     MachineInfo, NodeInfo, RequestError, ServingCsr, brake_limit, same_ip,
@@ -27,7 +27,8 @@ use crate::policy::{
 /// from a GET of its Node and a dial of the address that Node gives, where the rules allow it.
 #[derive(Clone)]
 pub struct KubeCluster {
-    nodes: kube::Api<Node>,
+    nodes: kube::Api<Decoded<NodeObject>>,
+    skipped: Skipped,
     machines: Option<MachineCache>,
     ledger: CsrLedger,
     apiserver: ApiserverWatch,
@@ -37,10 +38,27 @@ pub struct KubeCluster {
 impl KubeCluster {
     /// Reads Nodes through `client`, in machine mode Machines and Nodes from their caches, and
     /// CSRs from the ledger; starts watching the apiserver's Service and EndpointSlices (so it must
-    /// be called on a Tokio runtime).
-    pub fn new(client: kube::Client, machines: Option<MachineCache>, ledger: CsrLedger) -> KubeCluster {
-        let apiserver = ApiserverWatch::start(client.clone());
-        KubeCluster { nodes: kube::Api::all(client), machines, ledger, apiserver, kubelet_dial: None }
+    /// be called on a Tokio runtime). Objects that cannot be decoded are reported to `skipped`.
+    pub fn new(
+        client: kube::Client,
+        machines: Option<MachineCache>,
+        ledger: CsrLedger,
+        skipped: Skipped,
+    ) -> KubeCluster {
+        let apiserver = ApiserverWatch::start(client.clone(), skipped.clone());
+        KubeCluster { nodes: kube::Api::all(client), skipped, machines, ledger, apiserver, kubelet_dial: None }
+    }
+
+    /// Node `name` as read, or none; one that cannot be decoded is reported and an error, so what
+    /// needs it is retried, never decided without it.
+    async fn read_node(&self, name: &str) -> Result<Option<NodeObject>, ClusterError> {
+        match self.nodes.get_opt(name).await.map_err(failed)? {
+            None => Ok(None),
+            Some(Decoded::Object(node)) => Ok(Some(node)),
+            Some(Decoded::Undecodable(undecodable)) => {
+                Err(ClusterError::Request(RequestError::new(self.skipped.report(ObjectKind::Node, &undecodable))))
+            }
+        }
     }
 
     /// The same view, dialling kubelets only where the rules allow and verifying the certificates
@@ -81,8 +99,7 @@ const BRAKE_REPORT_PERIOD: std::time::Duration = std::time::Duration::from_secs(
 
 impl ClusterView for KubeCluster {
     async fn node(&self, name: &str) -> Result<Option<NodeInfo>, ClusterError> {
-        let node = self.nodes.get_opt(name).await.map_err(failed)?;
-        Ok(node.as_ref().map(node_info))
+        Ok(self.read_node(name).await?.as_ref().map(node_info))
     }
 
     async fn machines(&self) -> Result<Vec<Arc<MachineInfo>>, ClusterError> {
@@ -102,15 +119,25 @@ impl ClusterView for KubeCluster {
         self.apiserver.addresses()
     }
 
-    /// Lists every Node, [`NODE_PAGE`] at a time, keeping only which of `ips` each lists.
+    /// Lists every Node, [`NODE_PAGE`] at a time, keeping only which of `ips` each lists. A Node
+    /// that cannot be decoded might list any of them: it is reported, and the claims are an error
+    /// (retried), never read without it.
     async fn nodes_claiming(&self, ips: &[IpAddr]) -> Result<Vec<AddressClaim>, ClusterError> {
         let mut claims = unclaimed(ips);
         let mut page = kube::api::ListParams::default().limit(NODE_PAGE);
         loop {
             let nodes = self.nodes.list(&page).await.map_err(failed)?;
             for node in &nodes.items {
+                let node = match node {
+                    Decoded::Object(node) => node,
+                    Decoded::Undecodable(undecodable) => {
+                        let error = self.skipped.report(ObjectKind::Node, undecodable);
+                        return Err(ClusterError::Request(RequestError::new(error)));
+                    }
+                };
                 let addresses = node.status.iter().flat_map(|status| status.addresses.iter().flatten());
-                claim(&mut claims, &node.name_any(), addresses.map(|a| a.address.as_str()));
+                let name = node.metadata.0.name.as_deref().unwrap_or_default();
+                claim(&mut claims, name, addresses.map(|a| a.address.as_str()));
             }
             match nodes.metadata.continue_.filter(|token| !token.is_empty()) {
                 Some(token) => page = page.continue_token(&token),
@@ -131,8 +158,7 @@ impl ClusterView for KubeCluster {
         let Some((ca, rules)) = &self.kubelet_dial else {
             return Ok(KubeletCertificate::Unusable("--kubelet-serving-ca-file is not set".into()));
         };
-        let node = self.nodes.get_opt(name).await.map_err(failed)?;
-        let Some(node) = node else {
+        let Some(node) = self.read_node(name).await? else {
             return Ok(KubeletCertificate::Unusable(format!("Node {name:?} does not exist")));
         };
         let addresses = node_info(&node).addresses;
@@ -268,9 +294,9 @@ fn claim<'a>(claims: &mut [AddressClaim], name: &str, addresses: impl Iterator<I
 /// The parts of a Node that decisions read, and for the rules of `--rules` the parts of its object
 /// they may see (its metadata's name, uid, creation time, labels and annotations, its spec and its
 /// status's addresses: the core projects them further and bounds their size).
-pub fn node_info(node: &Node) -> NodeInfo {
+pub fn node_info(node: &NodeObject) -> NodeInfo {
     let addresses = node_addresses(node);
-    let metadata = &node.metadata;
+    let metadata = &node.metadata.0;
     let object = serde_json::json!({
         "metadata": {
             "name": metadata.name, "uid": metadata.uid, "creationTimestamp": metadata.creation_timestamp,
@@ -279,5 +305,5 @@ pub fn node_info(node: &Node) -> NodeInfo {
         "spec": node.spec,
         "status": {"addresses": node.status.as_ref().and_then(|status| status.addresses.as_ref())},
     });
-    NodeInfo { name: node.metadata.name.clone().unwrap_or_default(), addresses, object: Some(Arc::new(object)) }
+    NodeInfo { name: metadata.name.clone().unwrap_or_default(), addresses, object: Some(Arc::new(object)) }
 }

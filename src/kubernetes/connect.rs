@@ -7,6 +7,7 @@ use kube::Client;
 use kube::config::{InferConfigError, KubeConfigOptions, Kubeconfig, KubeconfigError};
 
 use crate::config::MachineSource;
+use crate::kubernetes::decoded::Skipped;
 use crate::kubernetes::machines::MachineCache;
 
 /// No usable cluster configuration.
@@ -55,8 +56,12 @@ async fn config(kubeconfig: Option<&Path>) -> Result<kube::Config, ConnectError>
 }
 
 /// Connects with `kubeconfig` and, in machine mode, starts the caches, reading Machines through
-/// `--machine-kubeconfig` when given.
-pub async fn connect(kubeconfig: Option<&Path>, machines: Option<&MachineSource>) -> Result<Connection, ConnectError> {
+/// `--machine-kubeconfig` when given; what they cannot decode is reported to `skipped`.
+pub async fn connect(
+    kubeconfig: Option<&Path>,
+    machines: Option<&MachineSource>,
+    skipped: &Skipped,
+) -> Result<Connection, ConnectError> {
     let client = client(kubeconfig).await?;
     let machines = match machines {
         Some(source) => {
@@ -64,7 +69,7 @@ pub async fn connect(kubeconfig: Option<&Path>, machines: Option<&MachineSource>
                 Some(path) => self::client(Some(path)).await?,
                 None => client.clone(),
             };
-            Some(MachineCache::start(client.clone(), machine_client, source).await)
+            Some(MachineCache::start(client.clone(), machine_client, source, skipped.clone()).await)
         }
         None => None,
     };

@@ -37,14 +37,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::{FutureExt, Stream};
-use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use kube::Api;
 use tokio_util::task::AbortOnDropHandle;
 
 use crate::config::AuditSchedule;
 use crate::kubernetes::csr_cache::CacheWriter;
+use crate::kubernetes::csr_fields::Csr;
 use crate::kubernetes::csr_ledger::CsrLedger;
 use crate::kubernetes::csr_object::CsrObject;
+use crate::kubernetes::decoded::Decoded;
 use crate::kubernetes::leader::Leadership;
 use crate::kubernetes::machines::MachineCache;
 use crate::metrics::Metrics;
@@ -55,7 +56,7 @@ use triggers::Sources;
 
 /// Everything a reconcile needs, shared by all of them.
 pub(crate) struct Context<R, C> {
-    pub api: Api<CertificateSigningRequest>,
+    pub api: Api<Decoded<Csr>>,
     pub policy: PolicyConfig,
     pub resolver: R,
     pub cluster: C,

@@ -12,13 +12,15 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use jiff::Timestamp;
-use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use kube::runtime::watcher;
 use kube::{Api, Client};
 
 use crate::kubernetes::csr_cache::{self, Cache};
+use crate::kubernetes::csr_fields::Csr;
 use crate::kubernetes::csr_object::CsrObject;
 use crate::kubernetes::csr_uid::Uid;
+use crate::kubernetes::decoded::{Decoded, Skipped};
+use crate::metrics::ObjectKind;
 use crate::policy::{
     AwaitedNodes, KUBELET_CLIENT_SIGNER, KUBELET_SERVING_SIGNER, MachineInfo, MachinePolicy, PendingKey, ServingCsr,
     ServingCsrState, capped_pending, client_node, counted_under, issued_client_node, pending_key, serving_node,
@@ -77,19 +79,26 @@ impl CsrLedger {
 
     /// Lists every CSR once (for `check`, which runs no watch), so the superseded serving CSRs, the
     /// brake and one client certificate per Machine read what the controller's cache would hold.
-    pub async fn listed(client: Client, rules: Option<MachinePolicy>) -> Result<CsrLedger, kube::Error> {
-        let listed = Api::<CertificateSigningRequest>::all(client).list(&Default::default()).await?;
-        Ok(CsrLedger::of(listed.items, rules))
+    /// A CSR that cannot be decoded is reported to `skipped` and left out, as the controller's
+    /// watch leaves it out.
+    pub async fn listed(
+        client: Client,
+        rules: Option<MachinePolicy>,
+        skipped: &Skipped,
+    ) -> Result<CsrLedger, kube::Error> {
+        let listed = Api::<Decoded<Csr>>::all(client).list(&Default::default()).await?;
+        let csrs = listed.items.into_iter().filter_map(|csr| skipped.keep(ObjectKind::Csr, csr));
+        Ok(CsrLedger::of(csrs.collect(), rules))
     }
 
     /// A ledger of no CSR, for `audit`: it judges certificates already issued, so no serving CSR
     /// supersedes one and no brake holds one back, and it judges no client CSR.
     pub fn without_csrs() -> CsrLedger {
-        CsrLedger::of(Vec::new(), None)
+        CsrLedger::of(Vec::<Csr>::new(), None)
     }
 
     /// A ledger of exactly `csrs`, as a cache that has listed them.
-    fn of(csrs: Vec<CertificateSigningRequest>, rules: Option<MachinePolicy>) -> CsrLedger {
+    fn of<C: Into<CsrObject>>(csrs: Vec<C>, rules: Option<MachinePolicy>) -> CsrLedger {
         let (store, mut writer) = csr_cache::cache();
         writer.apply(watcher::Event::<CsrObject>::Init);
         for csr in csrs {
@@ -232,7 +241,9 @@ fn serving_state(csr: &CsrObject) -> ServingCsrState {
 mod tests {
     use std::time::Duration;
 
-    use k8s_openapi::api::certificates::v1::{CertificateSigningRequestCondition, CertificateSigningRequestStatus};
+    use k8s_openapi::api::certificates::v1::{
+        CertificateSigningRequest, CertificateSigningRequestCondition, CertificateSigningRequestStatus,
+    };
     use testkit::csr::node_serving as serving;
     use testkit::request::Request;
 

@@ -6,12 +6,13 @@ use std::borrow::Cow;
 use std::sync::Arc;
 
 use jiff::Timestamp;
-use k8s_openapi::api::certificates::v1::{CertificateSigningRequest, CertificateSigningRequestCondition};
+use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::Resource;
 
 use crate::csr::{CsrFacts, MAX_REQUEST_BYTES};
 use crate::kubernetes::csr_cache::Named;
+use crate::kubernetes::csr_fields::{Condition, Csr};
 use crate::kubernetes::csr_name::kept_name;
 use crate::kubernetes::csr_uid::Uid;
 use crate::policy::{KUBELET_CLIENT_SIGNER, KUBELET_SERVING_SIGNER, PendingFacts, Submission};
@@ -57,7 +58,7 @@ fn text(value: String) -> Text {
 }
 
 /// A CSR reduced to what decisions and the approval write read. The apiserver's object is read
-/// by k8s-openapi (one reader of the request's bytes, wherever they come from) and turned into
+/// as a [`Csr`] (one reader of the request's bytes, wherever they come from) and turned into
 /// this at once, so a cache of thousands of CSRs holds no more: no labels, annotations,
 /// finalizers or managedFields (the write patches the conditions only), the request cut to what
 /// the canonical gate can accept plus one byte, and of a decided CSR only what triage and
@@ -105,7 +106,7 @@ pub struct PendingSpec {
     pub request: Request,
     /// status.conditions: whole while pending (the write sends them back), none once decided
     /// (then [`CsrObject::decision_types`] holds what is read of them).
-    pub conditions: Box<[CertificateSigningRequestCondition]>,
+    pub conditions: Box<[Condition]>,
 }
 
 /// The condition types a decided CSR keeps in place of its conditions: whether an Approved, a
@@ -121,7 +122,7 @@ const DENIED_FIRST: u8 = 1 << KEPT_TYPES.len();
 
 impl DecisionTypes {
     /// What is kept of `conditions`.
-    fn of(conditions: &[CertificateSigningRequestCondition]) -> DecisionTypes {
+    fn of(conditions: &[Condition]) -> DecisionTypes {
         let mut bits = 0;
         for condition in conditions {
             if let Some(bit) = KEPT_TYPES.iter().position(|kept| *kept == condition.type_) {
@@ -153,8 +154,14 @@ impl DecisionTypes {
 
 impl From<CertificateSigningRequest> for CsrObject {
     fn from(csr: CertificateSigningRequest) -> CsrObject {
-        let CertificateSigningRequest { metadata, spec, status } = csr;
-        let status = status.unwrap_or_default();
+        CsrObject::from(Csr::from(csr))
+    }
+}
+
+impl From<Csr> for CsrObject {
+    fn from(csr: Csr) -> CsrObject {
+        let Csr { metadata, spec, status } = csr;
+        let metadata = metadata.0;
         let (name, name_cut) = kept_name(metadata.name.unwrap_or_default());
         let mut object = CsrObject {
             name,
@@ -166,7 +173,7 @@ impl From<CertificateSigningRequest> for CsrObject {
             username: Arc::from(spec.username.unwrap_or_default()),
             pending: None,
             decision_types: DecisionTypes::default(),
-            certificate_issued: status.certificate.is_some_and(|certificate| !certificate.0.is_empty()),
+            certificate_issued: status.certificate_issued,
         };
         let mut pending = PendingSpec {
             groups: texts(spec.groups),
@@ -202,7 +209,7 @@ impl From<CertificateSigningRequest> for CsrObject {
 }
 
 /// True for a condition that decides a CSR: Approved or Denied.
-fn is_decision(condition: &CertificateSigningRequestCondition) -> bool {
+fn is_decision(condition: &Condition) -> bool {
     matches!(condition.type_.as_str(), "Approved" | "Denied")
 }
 
@@ -278,7 +285,7 @@ impl Request {
 #[derive(Debug, Clone)]
 pub struct Watched {
     /// The CSR.
-    pub csr: CertificateSigningRequest,
+    pub csr: Csr,
     /// Whether a pending kubelet-serving CSR keeps its request in the cache.
     pub keep_request: bool,
 }
@@ -316,7 +323,7 @@ impl CsrObject {
     /// brake, the turn of a node name and one client certificate per Machine read it from the
     /// cache), and so does a request the canonical gate refuses (it is refused on the bytes kept,
     /// with no read).
-    pub fn cached(csr: CertificateSigningRequest, keep_request: bool) -> CsrObject {
+    pub fn cached(csr: Csr, keep_request: bool) -> CsrObject {
         let mut object = CsrObject::from(csr);
         if !keep_request
             && &*object.signer_name == KUBELET_SERVING_SIGNER
@@ -350,7 +357,7 @@ impl CsrObject {
     }
 
     /// status.conditions kept whole (none once decided).
-    pub fn conditions(&self) -> &[CertificateSigningRequestCondition] {
+    pub fn conditions(&self) -> &[Condition] {
         self.pending.as_ref().map_or(&[], |pending| &pending.conditions)
     }
 
@@ -421,7 +428,9 @@ impl CsrObject {
 #[cfg(test)]
 mod tests {
     use k8s_openapi::ByteString;
-    use k8s_openapi::api::certificates::v1::{CertificateSigningRequestSpec, CertificateSigningRequestStatus};
+    use k8s_openapi::api::certificates::v1::{
+        CertificateSigningRequestCondition, CertificateSigningRequestSpec, CertificateSigningRequestStatus,
+    };
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, ObjectMeta, OwnerReference, Time};
 
     use super::*;
@@ -537,7 +546,7 @@ mod tests {
                 usages: Cow::Owned(vec!["server auth".into()]),
                 expiration_seconds: Some(3600),
                 request: Request::Other((*b"request").into()),
-                conditions: [condition("Other")].into(),
+                conditions: [condition("Other").into()].into(),
             })),
             decision_types: DecisionTypes::default(),
             certificate_issued: true,
@@ -628,7 +637,8 @@ mod tests {
             for certificate in [&b""[..], b"PEM"] {
                 let kept = with_status(certificate, &types);
                 let mut whole = with_status(certificate, &[]);
-                whole.pending.get_or_insert_default().conditions = types.iter().map(|type_| condition(type_)).collect();
+                whole.pending.get_or_insert_default().conditions =
+                    types.iter().map(|type_| condition(type_).into()).collect();
                 let answers = |csr: &CsrObject| {
                     let sub = csr.submission();
                     (csr.is_decided(), csr.is_approved(), csr.is_refused(), sub.decided, sub.approved)

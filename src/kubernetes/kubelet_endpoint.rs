@@ -7,12 +7,14 @@
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Node;
 use kube::api::ListParams;
 use rustls::pki_types::{CertificateDer, UnixTime};
 
 use crate::kubelet_tls::KubeletServingCa;
 use crate::kubelet_tls::dial::{Served, served_certificate};
+use crate::kubernetes::decoded::{Decoded, Skipped};
+use crate::kubernetes::node_object::NodeObject;
+use crate::metrics::ObjectKind;
 use crate::policy::{
     ClusterError, ClusterView, KubeletCertificate, KubeletDialRules, NodeAddress, kubelet_dial_not_owned,
 };
@@ -36,34 +38,55 @@ pub struct NodeTarget {
 }
 
 /// The addresses of a Node's status.
-pub fn node_addresses(node: &Node) -> Vec<NodeAddress> {
+pub fn node_addresses(node: &NodeObject) -> Vec<NodeAddress> {
     let addresses = node.status.iter().flat_map(|status| status.addresses.iter().flatten());
     addresses.map(|a| NodeAddress { kind: a.type_.clone(), address: a.address.clone() }).collect()
 }
 
 /// Node `node` and where its kubelet is dialled, or why it is not.
-pub async fn node_target<C: ClusterView>(cluster: &C, node: &Node, rules: &KubeletDialRules) -> NodeTarget {
-    let name = node.metadata.name.clone().unwrap_or_default();
+pub async fn node_target<C: ClusterView>(cluster: &C, node: &NodeObject, rules: &KubeletDialRules) -> NodeTarget {
+    let node_meta = &node.metadata.0;
+    let name = node_meta.name.clone().unwrap_or_default();
     let addresses = node_addresses(node);
     let target = match undialled_apiserver_addresses(cluster, &name, &addresses).await {
         Ok(apiserver) => dial_target(node, &addresses, rules, &apiserver),
         Err(error) => Err(format!("the kubelet is not dialled: the apiserver's addresses: {error}")),
     };
-    NodeTarget { node: name, uid: node.metadata.uid.clone(), target }
+    NodeTarget { node: name, uid: node_meta.uid.clone(), target }
 }
 
-/// Every Node of `nodes`, read [`NODES_PAGE`] at a time, and where its kubelet is dialled.
+/// Node `node` as read from the apiserver and where its kubelet is dialled; one that cannot be
+/// decoded is reported to `skipped` and not dialled, saying why.
+pub async fn read_node_target<C: ClusterView>(
+    cluster: &C,
+    node: &Decoded<NodeObject>,
+    rules: &KubeletDialRules,
+    skipped: &Skipped,
+) -> NodeTarget {
+    match node {
+        Decoded::Object(node) => node_target(cluster, node, rules).await,
+        Decoded::Undecodable(undecodable) => NodeTarget {
+            node: undecodable.metadata.name.clone().unwrap_or_default(),
+            uid: undecodable.metadata.uid.clone(),
+            target: Err(skipped.report(ObjectKind::Node, undecodable).to_string()),
+        },
+    }
+}
+
+/// Every Node of `nodes`, read [`NODES_PAGE`] at a time, and where its kubelet is dialled. A Node
+/// that cannot be decoded is reported to `skipped` and listed as not dialled, saying why.
 pub async fn dial_targets<C: ClusterView>(
-    nodes: &kube::Api<Node>,
+    nodes: &kube::Api<Decoded<NodeObject>>,
     cluster: &C,
     rules: &KubeletDialRules,
+    skipped: &Skipped,
 ) -> Result<Vec<NodeTarget>, kube::Error> {
     let mut targets = Vec::new();
     let mut page = ListParams::default().limit(NODES_PAGE);
     loop {
         let listed = nodes.list(&page).await?;
         for node in &listed.items {
-            targets.push(node_target(cluster, node, rules).await);
+            targets.push(read_node_target(cluster, node, rules, skipped).await);
         }
         match listed.metadata.continue_ {
             Some(token) if !token.is_empty() => page = page.continue_token(&token),
@@ -85,7 +108,7 @@ pub fn internal_ip(addresses: &[NodeAddress]) -> Result<IpAddr, String> {
 /// Where the kubelet of `node` is dialled, when `rules` allow its address and port (`apiserver`
 /// holds the apiserver's addresses the node does not own), or why it is not.
 pub fn dial_target(
-    node: &Node,
+    node: &NodeObject,
     addresses: &[NodeAddress],
     rules: &KubeletDialRules,
     apiserver: &[IpAddr],
@@ -120,7 +143,7 @@ pub async fn undialled_apiserver_addresses<C: ClusterView>(
 /// Dials the kubelet of `node`, when `rules` allow its address and port (`apiserver` holds the
 /// apiserver's addresses the node does not own), and verifies what it presents against `ca`.
 pub async fn served_by(
-    node: &Node,
+    node: &NodeObject,
     addresses: &[NodeAddress],
     ca: &KubeletServingCa,
     rules: &KubeletDialRules,

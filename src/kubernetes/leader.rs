@@ -29,7 +29,9 @@ use kube_lease_manager::{LeaseCreateMode, LeaseManager, LeaseManagerError, Lease
 use tokio::task::JoinHandle;
 
 use crate::config::LeaderConfig;
+use crate::kubernetes::decoded::{Decoded, Meta, Skipped, resource_of};
 use crate::kubernetes::kube_watch;
+use crate::metrics::ObjectKind;
 pub use fence::Leadership;
 use fence::WriteFence;
 
@@ -72,11 +74,15 @@ pub struct Election {
 }
 
 /// The one Lease claim of `run`: contends for the Lease of `cfg` (`--leader-election`); without
-/// it this replica always writes.
-pub async fn claim(client: Client, cfg: Option<&LeaderConfig>) -> Result<(Leadership, Option<Election>), LeaderError> {
+/// it this replica always writes. The Lease's watch reports what it cannot decode to `skipped`.
+pub async fn claim(
+    client: Client,
+    cfg: Option<&LeaderConfig>,
+    skipped: Skipped,
+) -> Result<(Leadership, Option<Election>), LeaderError> {
     match cfg {
         Some(cfg) => {
-            let (leadership, election) = start(client, cfg).await?;
+            let (leadership, election) = start(client, cfg, skipped).await?;
             Ok((leadership, Some(election)))
         }
         None => Ok((Leadership::always(), None)),
@@ -92,7 +98,7 @@ pub async fn failed(election: &mut Option<Election>) -> LeaderError {
 }
 
 /// Starts contending for the Lease of `cfg` as [`holder_identity`].
-async fn start(client: Client, cfg: &LeaderConfig) -> Result<(Leadership, Election), LeaderError> {
+async fn start(client: Client, cfg: &LeaderConfig, skipped: Skipped) -> Result<(Leadership, Election), LeaderError> {
     let identity = holder_identity();
     let duration = cfg.lease_duration.as_secs();
     let grace = duration.saturating_sub(cfg.retry_period.as_secs().max(1)).max(1);
@@ -106,8 +112,8 @@ async fn start(client: Client, cfg: &LeaderConfig) -> Result<(Leadership, Electi
     let fence = Arc::new(WriteFence::new(identity.clone(), cfg.renew_deadline));
     let (stop, stopped) = tokio::sync::oneshot::channel();
     let task = tokio::spawn(contend(lease, manager, fence.clone(), stopped, cfg.retry_period));
-    let observer =
-        tokio::spawn(observe(Api::namespaced(client, &cfg.namespace), cfg.lease_name.clone(), fence.clone()));
+    let leases = Api::namespaced(client, &cfg.namespace);
+    let observer = tokio::spawn(observe(leases, cfg.lease_name.clone(), fence.clone(), skipped));
     let election = Election { identity, stop: Some(stop), task: Some(task), observer };
     Ok((Leadership::fenced(fence), election))
 }
@@ -181,22 +187,45 @@ async fn contend(
     manager.release().await
 }
 
+/// The Lease as the fence reads it: its holder and last renewal.
+#[derive(Debug, Clone, serde::Deserialize)]
+struct LeaseObject {
+    metadata: Meta,
+    #[serde(default)]
+    spec: LeaseFields,
+}
+
+resource_of!(LeaseObject, Lease);
+
+/// The fields of a Lease's spec the fence reads.
+#[derive(Debug, Clone, Default, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct LeaseFields {
+    holder_identity: Option<String>,
+    renew_time: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime>,
+}
+
 /// Follows the Lease: records its `renewTime` whenever it names this replica as holder, and
-/// wakes [`contend`] when it has no holder.
-async fn observe(api: Api<Lease>, name: String, fence: Arc<WriteFence>) {
+/// wakes [`contend`] when it has no holder. A version of the Lease that cannot be decoded is
+/// reported to `skipped` and changes nothing: the fence closes by itself when no renewal it can
+/// read comes within the renew deadline.
+async fn observe(api: Api<Decoded<LeaseObject>>, name: String, fence: Arc<WriteFence>, skipped: Skipped) {
     let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
     let leases = kube_watch::stream(api, config);
     let mut leases = std::pin::pin!(leases);
     while let Some(event) = leases.next().await {
         let lease = match event {
-            Ok(watcher::Event::Apply(lease) | watcher::Event::InitApply(lease)) => lease,
+            Ok(watcher::Event::Apply(lease) | watcher::Event::InitApply(lease)) => {
+                let Some(lease) = skipped.keep(ObjectKind::Lease, lease) else { continue };
+                lease
+            }
             Ok(_) => continue,
             Err(error) => {
                 tracing::warn!(%error, "watching the leader Lease");
                 continue;
             }
         };
-        let spec = lease.spec.unwrap_or_default();
+        let spec = lease.spec;
         let holder = spec.holder_identity.as_deref().unwrap_or_default();
         if holder.is_empty() {
             fence.released.notify_one();

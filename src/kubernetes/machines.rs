@@ -1,5 +1,7 @@
 //! Machine mode's watched caches: Machines of the configured APIs and Node names. Nothing is
-//! listed per CSR; lookups read the caches.
+//! listed per CSR; lookups read the caches. A Machine is read as a [`MachineObject`] (its metadata
+//! as [`Meta`], the rest as plain JSON), a Node as its metadata only; one that still cannot be
+//! decoded is reported and held as such, so it replaces its earlier version and is read by nobody.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -7,15 +9,19 @@ use std::time::Duration;
 use futures::StreamExt;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Node;
-use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
-use kube::core::PartialObjectMeta;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::{ApiResource, GroupVersionKind};
+use kube::core::DynamicResourceScope;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::watcher;
 use kube::{Api, Client, ResourceExt};
+use serde::Deserialize;
 use tokio::sync::watch;
 
 use crate::config::{MachineApi, MachineSource};
+use crate::kubernetes::decoded::{Decoded, Meta, MetadataOnly, Skipped};
 use crate::kubernetes::kube_watch;
+use crate::metrics::ObjectKind;
 use crate::policy::{AwaitedNodes, MachineInfo, NodeAddress, Submission, object_for_rules, pending_count};
 
 /// How often readiness of the caches is re-checked.
@@ -24,16 +30,22 @@ const SYNC_POLL: Duration = Duration::from_millis(100);
 /// The watched caches of machine mode. Cheap to clone.
 #[derive(Clone)]
 pub struct MachineCache {
-    machines: Vec<Store<DynamicObject>>,
-    nodes: Store<PartialObjectMeta<Node>>,
+    machines: Vec<Store<Decoded<MachineObject>>>,
+    nodes: Store<Decoded<MetadataOnly<Node>>>,
     changes: watch::Receiver<u64>,
     keep_objects: bool,
 }
 
 impl MachineCache {
     /// Starts watching Machines (through `machine_client`) and Node metadata (through `client`).
-    /// An API the cluster does not serve counts as "no Machines".
-    pub async fn start(client: Client, machine_client: Client, source: &MachineSource) -> MachineCache {
+    /// An API the cluster does not serve counts as "no Machines". What cannot be decoded is
+    /// reported to `skipped`.
+    pub async fn start(
+        client: Client,
+        machine_client: Client,
+        source: &MachineSource,
+        skipped: Skipped,
+    ) -> MachineCache {
         let (tx, changes) = watch::channel(0_u64);
         let tx = Arc::new(tx);
         let mut machines = Vec::new();
@@ -44,19 +56,19 @@ impl MachineCache {
             }
             let resource = ApiResource::from_gvk(&GroupVersionKind::gvk(api.group(), "v1beta1", "Machine"));
             let api = match &source.namespace {
-                Some(ns) => Api::<DynamicObject>::namespaced_with(machine_client.clone(), ns, &resource),
-                None => Api::<DynamicObject>::all_with(machine_client.clone(), &resource),
+                Some(ns) => Api::<Decoded<MachineObject>>::namespaced_with(machine_client.clone(), ns, &resource),
+                None => Api::<Decoded<MachineObject>>::all_with(machine_client.clone(), &resource),
             };
             let writer = reflector::store::Writer::new(resource);
             let reader = writer.as_reader();
             let stream = reflector::reflector(writer, kube_watch::stream(api, watcher::Config::default()));
-            tokio::spawn(notify_on_change(stream, tx.clone()));
+            tokio::spawn(notify_on_change(stream, tx.clone(), ObjectKind::Machine, skipped.clone()));
             machines.push(reader);
         }
         let (nodes, writer) = reflector::store();
-        let nodes_api = Api::<PartialObjectMeta<Node>>::all(client);
+        let nodes_api = Api::<Decoded<MetadataOnly<Node>>>::all(client);
         let node_stream = reflector::reflector(writer, kube_watch::stream(nodes_api, watcher::Config::default()));
-        tokio::spawn(notify_on_change(node_stream, tx));
+        tokio::spawn(notify_on_change(node_stream, tx, ObjectKind::Node, skipped));
         MachineCache { machines, nodes, changes, keep_objects: source.keep_objects }
     }
 
@@ -78,15 +90,13 @@ impl MachineCache {
         self.machines
             .iter()
             .flat_map(Store::state)
-            .map(|machine| {
-                let metadata = &machine.metadata;
+            .filter_map(|machine| {
+                let machine = machine.as_object()?;
+                let metadata = &machine.metadata.0;
                 let id = format!("{}/{}", metadata.namespace.as_deref().unwrap_or_default(), machine.name_any());
                 let created = metadata.creation_timestamp.as_ref().map(|t| t.0);
-                let object = self.keep_objects.then(|| serde_json::to_value(machine.as_ref()).ok()).flatten();
-                Arc::new(MachineInfo {
-                    object: object.map(object_for_rules),
-                    ..machine_info(id, created, machine.data.get("status"))
-                })
+                let object = self.keep_objects.then(|| object_for_rules(machine.object.clone()));
+                Some(Arc::new(MachineInfo { object, ..machine_info(id, created, machine.object.get("status")) }))
             })
             .collect()
     }
@@ -96,9 +106,69 @@ impl MachineCache {
         self.machines.iter().map(Store::len).sum()
     }
 
-    /// How many Nodes are cached.
+    /// How many Nodes are cached: also those that could not be decoded, which exist all the same.
     pub fn node_count(&self) -> usize {
         self.nodes.len()
+    }
+}
+
+/// A Machine as the approver reads it: its metadata ([`Meta`]) and the object as plain JSON, as
+/// the apiserver returned it less `metadata.managedFields` (the rules see it; its status is read
+/// for addresses and nodeRef).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(try_from = "serde_json::Value")]
+pub struct MachineObject {
+    /// Its metadata.
+    pub metadata: Meta,
+    /// The whole object, less `metadata.managedFields`.
+    pub object: serde_json::Value,
+}
+
+impl TryFrom<serde_json::Value> for MachineObject {
+    type Error = serde_json::Error;
+
+    fn try_from(mut object: serde_json::Value) -> Result<MachineObject, serde_json::Error> {
+        if let Some(metadata) = object.get_mut("metadata").and_then(|m| m.as_object_mut()) {
+            metadata.remove("managedFields");
+        }
+        let metadata = match object.get("metadata") {
+            Some(metadata) => Meta::deserialize(metadata)?,
+            None => Meta::default(),
+        };
+        Ok(MachineObject { metadata, object })
+    }
+}
+
+impl kube::Resource for MachineObject {
+    type DynamicType = ApiResource;
+    type Scope = DynamicResourceScope;
+
+    fn kind(dt: &ApiResource) -> std::borrow::Cow<'_, str> {
+        dt.kind.as_str().into()
+    }
+
+    fn group(dt: &ApiResource) -> std::borrow::Cow<'_, str> {
+        dt.group.as_str().into()
+    }
+
+    fn version(dt: &ApiResource) -> std::borrow::Cow<'_, str> {
+        dt.version.as_str().into()
+    }
+
+    fn api_version(dt: &ApiResource) -> std::borrow::Cow<'_, str> {
+        dt.api_version.as_str().into()
+    }
+
+    fn plural(dt: &ApiResource) -> std::borrow::Cow<'_, str> {
+        dt.plural.as_str().into()
+    }
+
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata.0
+    }
+
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata.0
     }
 }
 
@@ -113,11 +183,20 @@ async fn serves_machines(client: &Client, api: MachineApi) -> bool {
 }
 
 async fn notify_on_change<K>(
-    stream: impl futures::Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send,
+    stream: impl futures::Stream<Item = Result<watcher::Event<Decoded<K>>, watcher::Error>> + Send,
     tx: Arc<watch::Sender<u64>>,
+    kind: ObjectKind,
+    skipped: Skipped,
 ) {
     let mut stream = std::pin::pin!(stream);
     while let Some(event) = stream.next().await {
+        if let Ok(
+            watcher::Event::Apply(Decoded::Undecodable(undecodable))
+            | watcher::Event::InitApply(Decoded::Undecodable(undecodable)),
+        ) = &event
+        {
+            skipped.report(kind, undecodable);
+        }
         match event {
             Ok(watcher::Event::Apply(_) | watcher::Event::Delete(_) | watcher::Event::InitDone) => {
                 tx.send_modify(|n| *n = n.wrapping_add(1));

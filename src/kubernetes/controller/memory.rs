@@ -444,7 +444,7 @@ mod tests {
             status: "True".into(),
             ..Default::default()
         };
-        decided.pending.get_or_insert_default().conditions = [approved].into();
+        decided.pending.get_or_insert_default().conditions = [approved.into()].into();
         for object in [&kept, &decided, &csr("gone", "3", "1"), &csr("recreated", "4", "1")] {
             memory.settle(object, retried(false));
         }

@@ -75,7 +75,7 @@ mod tests {
     fn decided(mut csr: CsrObject, type_: &str) -> CsrObject {
         let condition =
             CertificateSigningRequestCondition { type_: type_.into(), status: "True".into(), ..Default::default() };
-        csr.pending.get_or_insert_default().conditions = [condition].into();
+        csr.pending.get_or_insert_default().conditions = [condition.into()].into();
         csr
     }
 

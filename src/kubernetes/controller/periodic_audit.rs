@@ -9,14 +9,15 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::Node;
 
 use super::Context;
 use crate::audit::NodeAudit;
 use crate::audit::scan::{Judge, ScanSettings};
 use crate::audit::states::StateMemory;
 use crate::config::AuditSchedule;
+use crate::kubernetes::decoded::{Decoded, Skipped};
 use crate::kubernetes::kubelet_endpoint::{DIAL_LIMIT, dial_targets};
+use crate::kubernetes::node_object::NodeObject;
 use crate::metrics::AuditedNode;
 use crate::policy::{ClusterView, KubeletDialRules, Resolver};
 
@@ -37,7 +38,8 @@ where
     C: ClusterView,
 {
     ctx.metrics.enable_audit(schedule.period, schedule.node_metrics);
-    let nodes = kube::Api::<Node>::all(ctx.api.clone().into_client());
+    let nodes = kube::Api::<Decoded<NodeObject>>::all(ctx.api.clone().into_client());
+    let skipped = Skipped::new(ctx.metrics.clone());
     let mut memory = StateMemory::default();
     let earliest = Instant::now() + FIRST_SCAN_DELAY;
     let mut due = earliest;
@@ -62,7 +64,7 @@ where
             continue;
         }
         tokio::select! {
-            scanned = scan(&ctx, &schedule, &nodes) => match scanned {
+            scanned = scan(&ctx, &schedule, &nodes, &skipped) => match scanned {
                 Ok((reports, uids)) if ctx.leadership.is_leader() => {
                     report(&ctx, &mut memory, &reports, &uids, now.elapsed()).await;
                 }
@@ -93,10 +95,11 @@ async fn stops_writing<R, C>(ctx: &Context<R, C>) {
 async fn scan<R: Resolver, C: ClusterView>(
     ctx: &Context<R, C>,
     schedule: &AuditSchedule,
-    nodes: &kube::Api<Node>,
+    nodes: &kube::Api<Decoded<NodeObject>>,
+    skipped: &Skipped,
 ) -> Result<(Vec<NodeAudit>, HashMap<String, String>), kube::Error> {
     let rules = KubeletDialRules { prefixes: ctx.policy.ip_prefixes.clone(), port: schedule.kubelet_port };
-    let targets = dial_targets(nodes, &ctx.cluster, &rules).await?;
+    let targets = dial_targets(nodes, &ctx.cluster, &rules, skipped).await?;
     let uids = targets.iter().filter_map(|target| Some((target.node.clone(), target.uid.clone()?))).collect();
     let settings = ScanSettings {
         ca: schedule.ca.clone(),

@@ -4,11 +4,12 @@
 
 use std::time::Duration;
 
-use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use kube::Api;
 
+use crate::kubernetes::csr_fields::Csr;
 use crate::kubernetes::csr_name::csr_path;
 use crate::kubernetes::csr_object::CsrObject;
+use crate::kubernetes::decoded::Decoded;
 
 /// The longest one read may take before it counts as failed (and is retried), as long as a write
 /// may take (`WRITE_TIMEOUT`): the client sets no read timeout of its own.
@@ -49,7 +50,7 @@ pub(super) enum ReadError {
 /// Reads the CSR named as `cached` from the apiserver (given up after `timeout`) and tells what
 /// it is ([`compare`]); a 404 is [`Read::Gone`].
 pub(super) async fn read_whole(
-    api: &Api<CertificateSigningRequest>,
+    api: &Api<Decoded<Csr>>,
     cached: &CsrObject,
     timeout: Duration,
 ) -> Result<Read, ReadError> {
@@ -59,7 +60,7 @@ pub(super) async fn read_whole(
         .body(Vec::new())
         .map_err(|error| kube::Error::BuildRequest(kube::core::request::Error::BuildRequest(error)))?;
     let client = api.clone().into_client();
-    match tokio::time::timeout(timeout, client.request::<CertificateSigningRequest>(request)).await {
+    match tokio::time::timeout(timeout, client.request::<Csr>(request)).await {
         Err(_) => Err(ReadError::TimedOut(timeout)),
         Ok(Err(kube::Error::Api(status))) if status.code == 404 => Ok(Read::Gone),
         Ok(Err(error)) => Err(ReadError::Api(error)),
@@ -81,7 +82,7 @@ pub(super) fn compare(cached: &CsrObject, read: CsrObject) -> Read {
 
 #[cfg(test)]
 mod tests {
-    use k8s_openapi::api::certificates::v1::CertificateSigningRequestCondition;
+    use k8s_openapi::api::certificates::v1::{CertificateSigningRequest, CertificateSigningRequestCondition};
     use testkit::csr::node_serving;
 
     use super::*;
@@ -98,7 +99,7 @@ mod tests {
     #[test]
     fn the_cache_leaves_a_pending_serving_csr_s_request_in_the_apiserver_and_the_read_gives_it_back() {
         let csr = watched();
-        let cached = CsrObject::cached(csr.clone(), false);
+        let cached = CsrObject::cached(csr.clone().into(), false);
         assert!(cached.request_in_apiserver() && cached.request().is_none());
         assert!(cached.submission().request.is_empty());
         let Read::Same(whole) = compare(&cached, CsrObject::from(csr.clone())) else {
@@ -111,14 +112,14 @@ mod tests {
         assert_eq!(CsrFacts::canonical_der(&decided_on), CsrFacts::canonical_der(held));
         assert_eq!(CsrFacts::from_pem(&decided_on), CsrFacts::from_pem(held));
         assert_eq!(&*whole.signer_name, KUBELET_SERVING_SIGNER);
-        let kept = CsrObject::cached(csr.clone(), true);
+        let kept = CsrObject::cached(csr.clone().into(), true);
         assert!(!kept.request_in_apiserver(), "a cache with room keeps the request");
         assert_eq!(kept, CsrObject::from(csr), "as a CSR read whole");
     }
 
     #[test]
     fn another_csr_under_the_name_or_a_decided_one_is_not_decided() {
-        let cached = CsrObject::cached(watched(), false);
+        let cached = CsrObject::cached(watched().into(), false);
         let mut recreated = watched();
         recreated.metadata.uid = Some("2".into());
         assert_eq!(compare(&cached, CsrObject::from(recreated)), Read::Replaced);

@@ -10,16 +10,18 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::{Stream, StreamExt, TryStreamExt};
-use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Api;
 use kube::runtime::watcher::{self, Event};
 use tokio::sync::{Notify, oneshot};
 
 use crate::kubernetes::csr_cache::{Cache, CacheWriter};
+use crate::kubernetes::csr_fields::Csr;
 use crate::kubernetes::csr_object::{CsrObject, Watched};
+use crate::kubernetes::decoded::{Decoded, Meta, Skipped, Undecodable};
 use crate::kubernetes::kube_watch;
 use crate::kubernetes::machines::MachineCache;
-use crate::metrics::{Metrics, PassTrigger};
+use crate::metrics::{Metrics, ObjectKind, PassTrigger};
 use crate::policy::KUBELET_SERVING_SIGNER;
 
 /// Machine and Node changes re-trigger waiting CSRs at most this often.
@@ -39,7 +41,7 @@ pub(super) struct Trigger {
 /// Where the triggers come from.
 pub(super) struct Sources<W, F> {
     /// The CSRs, watched.
-    pub api: Api<CertificateSigningRequest>,
+    pub api: Api<Decoded<Csr>>,
     /// Machine mode decides client CSRs too: every CSR is watched, not only kubelet-serving ones.
     pub client_csrs: bool,
     /// The CSR cache the watch fills.
@@ -89,9 +91,11 @@ where
     // holds `cache_requests_below` CSRs, that of a pending kubelet-serving CSR (its reconcile
     // reads it from the apiserver). Every watch event carries the whole object, so nothing is lost.
     let store = cache.reader();
-    let watch = kube_watch::stream(api, config).map_ok(move |event| {
+    let skipped = Skipped::new(metrics.clone());
+    let watch = kube_watch::stream(api, config).try_filter_map(move |event| {
         let keep_request = cache.size() < cache_requests_below;
-        cache.apply(watched(event, keep_request))
+        let applied = watched(event, keep_request, &skipped).map(|event| cache.apply(event));
+        futures::future::ready(Ok(applied))
     });
     let relisted = Arc::new(Notify::new());
     let live = live_triggers(watch, relisted.clone(), synced, store.clone());
@@ -104,16 +108,25 @@ where
 }
 
 /// `event` with its CSR as the watch brought it, to be kept as [`CsrObject::cached`] (its request
-/// too when `keep_request`).
-fn watched(event: Event<CertificateSigningRequest>, keep_request: bool) -> Event<Watched> {
+/// too when `keep_request`). A CSR that could not be decoded is reported to `skipped` and left
+/// out: listed, it is not cached; changed, the version cached before is dropped, as if deleted
+/// (nothing decides on what it no longer is).
+fn watched(event: Event<Decoded<Csr>>, keep_request: bool, skipped: &Skipped) -> Option<Event<Watched>> {
     let watched = |csr| Watched { csr, keep_request };
-    match event {
-        Event::Apply(csr) => Event::Apply(watched(csr)),
-        Event::Delete(csr) => Event::Delete(watched(csr)),
+    let gone = |undecodable: &Undecodable| {
+        skipped.report(ObjectKind::Csr, undecodable);
+        let name = ObjectMeta { name: undecodable.metadata.name.clone(), ..ObjectMeta::default() };
+        Event::Delete(watched(Csr { metadata: Meta(name), ..Csr::default() }))
+    };
+    Some(match event {
+        Event::Apply(Decoded::Object(csr)) => Event::Apply(watched(csr)),
+        Event::Apply(Decoded::Undecodable(undecodable)) => gone(&undecodable),
+        Event::Delete(Decoded::Object(csr)) => Event::Delete(watched(csr)),
+        Event::Delete(Decoded::Undecodable(undecodable)) => gone(&undecodable),
         Event::Init => Event::Init,
-        Event::InitApply(csr) => Event::InitApply(watched(csr)),
+        Event::InitApply(csr) => Event::InitApply(watched(skipped.keep(ObjectKind::Csr, csr)?)),
         Event::InitDone => Event::InitDone,
-    }
+    })
 }
 
 /// The trigger of `csr`: its name and requester shared with the cache, not copied.
@@ -259,10 +272,43 @@ fn on_cluster_change(
 
 #[cfg(test)]
 mod tests {
+    use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
     use testkit::csr::node_serving as serving;
 
     use super::*;
     use crate::kubernetes::csr_cache;
+
+    #[test]
+    fn an_undecodable_csr_is_left_out_of_a_list_and_drops_its_cached_version_when_changed() {
+        let metrics = Metrics::new();
+        let skipped = Skipped::new(metrics.clone());
+        let undecodable = || {
+            let metadata = ObjectMeta { name: Some("bad".into()), ..ObjectMeta::default() };
+            Decoded::<Csr>::Undecodable(Box::new(Undecodable { metadata, error: "a time out of range".into() }))
+        };
+        let good = || Decoded::Object(Csr::from(serving("bad", "n1", 1, None)));
+        let (store, mut writer) = csr_cache::cache::<CsrObject>();
+        let mut apply = |event| watched(event, true, &skipped).map(|event| writer.apply(event));
+        apply(Event::Init);
+        apply(Event::InitApply(good()));
+        apply(Event::InitDone);
+        assert!(store.get("bad").is_some());
+        apply(Event::Init);
+        assert!(apply(Event::InitApply(undecodable())).is_none(), "a relist leaves it out");
+        apply(Event::InitDone);
+        assert!(store.get("bad").is_none());
+        apply(Event::Apply(good()));
+        assert!(matches!(apply(Event::Apply(undecodable())), Some(Event::Delete(_))), "changed: as if deleted");
+        assert!(store.get("bad").is_none());
+        apply(Event::Apply(good()));
+        apply(Event::Delete(undecodable()));
+        assert!(store.get("bad").is_none());
+        let text = metrics.encode().unwrap();
+        assert!(
+            text.contains(r#"node_csr_approver_undecodable_objects_total{kind="CertificateSigningRequest"} 3"#),
+            "{text}"
+        );
+    }
 
     /// The names `applied` triggers for `csr` among `cached`, sorted.
     fn triggered(cached: Vec<CertificateSigningRequest>, csr: CertificateSigningRequest) -> Vec<String> {

@@ -9,7 +9,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use http::HeaderValue;
 use jiff::Timestamp;
-use k8s_openapi::api::certificates::v1::{CertificateSigningRequest, CertificateSigningRequestCondition};
+use k8s_openapi::api::certificates::v1::CertificateSigningRequestCondition;
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::events::v1::Event as K8sEvent;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time};
@@ -23,8 +23,10 @@ use super::Context;
 use crate::audit::states::StateChange;
 use crate::config::EventLevel;
 use crate::display::{prefix_within, short_name};
+use crate::kubernetes::csr_fields::Csr;
 use crate::kubernetes::csr_name::csr_path;
 use crate::kubernetes::csr_object::CsrObject;
+use crate::kubernetes::decoded::Decoded;
 use crate::policy::{Decision, DecisionKind, is_dns_subdomain};
 
 /// How a decision is told: the log line's `message` and the prefix of the event's note.
@@ -128,7 +130,7 @@ impl WriteError {
 /// write is given up after `timeout`, and the apiserver is told the same (`?timeout=`), so it gives
 /// up too, also if it never learns that the client went away.
 pub async fn write_condition(
-    api: &Api<CertificateSigningRequest>,
+    api: &Api<Decoded<Csr>>,
     csr: &CsrObject,
     decision: &Decision,
     timeout: Duration,
@@ -176,8 +178,9 @@ fn condition_patch(csr: &CsrObject, decision: &Decision) -> Option<Value> {
         last_update_time: Some(now.clone()),
         last_transition_time: Some(now),
     };
-    // A merge patch replaces a list whole: the cached conditions go first, unchanged.
-    let conditions: Vec<&CertificateSigningRequestCondition> = csr.conditions().iter().chain([&condition]).collect();
+    // A merge patch replaces a list whole: the cached conditions go first, as they were served.
+    let mut conditions: Vec<Value> = csr.conditions().iter().map(|cached| json!(cached)).collect();
+    conditions.push(json!(condition));
     Some(json!({
         "metadata": {"resourceVersion": resource_version},
         "status": {"conditions": conditions},
@@ -416,7 +419,9 @@ fn fnv1a(bytes: &[u8]) -> u64 {
 mod tests {
     use super::*;
     use crate::policy::Reason;
-    use k8s_openapi::api::certificates::v1::{CertificateSigningRequestSpec, CertificateSigningRequestStatus};
+    use k8s_openapi::api::certificates::v1::{
+        CertificateSigningRequest, CertificateSigningRequestSpec, CertificateSigningRequestStatus,
+    };
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
     #[test]

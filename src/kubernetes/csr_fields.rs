@@ -1,0 +1,220 @@
+//! A CertificateSigningRequest as the approver reads it from the apiserver ([`Csr`]): only the
+//! fields decisions and the approval write use. Its metadata is read as [`Meta`] (no
+//! `managedFields`, which a requester may fill with times the apiserver serves with a five-digit
+//! year), and its conditions keep their times as the text the apiserver served, unread, so the
+//! write sends them back exactly as they were.
+
+use k8s_openapi::ByteString;
+use k8s_openapi::api::certificates::v1::{CertificateSigningRequest, CertificateSigningRequestCondition};
+use serde::{Deserialize, Serialize};
+
+use crate::kubernetes::decoded::{Meta, resource_of};
+
+/// A CSR: the fields the approver reads of `certificates.k8s.io/v1` CertificateSigningRequests.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+pub struct Csr {
+    /// Its metadata ([`Meta`]).
+    pub metadata: Meta,
+    /// Its spec.
+    #[serde(default)]
+    pub spec: CsrSpec,
+    /// Its status.
+    #[serde(default)]
+    pub status: CsrStatus,
+}
+
+resource_of!(Csr, CertificateSigningRequest);
+
+/// The fields of a CSR's spec the approver reads.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CsrSpec {
+    /// spec.request: the PKCS#10 request's PEM (base64 in JSON).
+    #[serde(default)]
+    pub request: ByteString,
+    /// spec.signerName.
+    #[serde(default)]
+    pub signer_name: String,
+    /// spec.username.
+    pub username: Option<String>,
+    /// spec.groups.
+    pub groups: Option<Vec<String>>,
+    /// spec.usages.
+    pub usages: Option<Vec<String>>,
+    /// spec.expirationSeconds.
+    pub expiration_seconds: Option<i32>,
+}
+
+/// The fields of a CSR's status the approver reads.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+pub struct CsrStatus {
+    /// status.conditions.
+    pub conditions: Option<Vec<Condition>>,
+    /// status.certificate, of which only whether it holds anything is read.
+    #[serde(default, rename = "certificate", deserialize_with = "holds_text")]
+    pub certificate_issued: bool,
+}
+
+/// A condition of a CSR's status. Its times are the text the apiserver served, never read: the
+/// approval write sends the conditions it found back as they were.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Condition {
+    /// type: Approved, Denied, Failed or another.
+    #[serde(rename = "type")]
+    pub type_: String,
+    /// status: True, False or Unknown.
+    #[serde(default)]
+    pub status: String,
+    /// reason.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// message.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// lastUpdateTime, as served.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_update_time: Option<String>,
+    /// lastTransitionTime, as served.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_transition_time: Option<String>,
+}
+
+/// True when the field is a non-empty string (status.certificate is base64 text).
+fn holds_text<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<bool, D::Error> {
+    Ok(Option::<String>::deserialize(deserializer)?.is_some_and(|text| !text.is_empty()))
+}
+
+/// A time as the apiserver writes it.
+fn time_text(time: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>) -> Option<String> {
+    time.and_then(|time| serde_json::to_value(time).ok()?.as_str().map(str::to_owned))
+}
+
+impl From<CertificateSigningRequestCondition> for Condition {
+    fn from(condition: CertificateSigningRequestCondition) -> Condition {
+        let CertificateSigningRequestCondition {
+            type_,
+            status,
+            reason,
+            message,
+            last_update_time,
+            last_transition_time,
+        } = condition;
+        Condition {
+            type_,
+            status,
+            reason,
+            message,
+            last_update_time: time_text(last_update_time),
+            last_transition_time: time_text(last_transition_time),
+        }
+    }
+}
+
+/// A CSR made as a k8s-openapi object (tests, `check --file`) read as the approver reads one
+/// from the apiserver.
+impl From<CertificateSigningRequest> for Csr {
+    fn from(csr: CertificateSigningRequest) -> Csr {
+        let CertificateSigningRequest { metadata, spec, status } = csr;
+        let status = status.unwrap_or_default();
+        Csr {
+            metadata: Meta(k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                managed_fields: None,
+                ..metadata
+            }),
+            spec: CsrSpec {
+                request: spec.request,
+                signer_name: spec.signer_name,
+                username: spec.username,
+                groups: spec.groups,
+                usages: spec.usages,
+                expiration_seconds: spec.expiration_seconds,
+            },
+            status: CsrStatus {
+                conditions: status.conditions.map(|conditions| conditions.into_iter().map(Condition::from).collect()),
+                certificate_issued: status.certificate.is_some_and(|certificate| !certificate.0.is_empty()),
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kubernetes::decoded::Decoded;
+
+    /// A CSR as kube-apiserver serves one whose requester wrote a managedFields time it accepted:
+    /// `9999-12-31T23:00:00-05:00`, served as `10000-01-01T04:00:00Z`.
+    fn served(managed_time: &str, condition_time: &str) -> serde_json::Value {
+        serde_json::json!({
+            "apiVersion": "certificates.k8s.io/v1", "kind": "CertificateSigningRequest",
+            "metadata": {
+                "name": "csr-1", "uid": "u-1", "resourceVersion": "42", "creationTimestamp": "2026-11-29T04:00:00Z",
+                "labels": {"a": "b"},
+                "managedFields": [{"manager": "kubelet", "operation": "Update", "time": managed_time, "fieldsV1": {"f:spec": {}}}],
+            },
+            "spec": {
+                "request": "LS0tLS1CRUdJTg==", "signerName": "kubernetes.io/kubelet-serving",
+                "username": "system:node:a", "groups": ["system:nodes", "system:authenticated"],
+                "usages": ["digital signature", "server auth"], "expirationSeconds": 3600, "extra": {"x": ["y"]},
+            },
+            "status": {
+                "conditions": [{"type": "Other", "status": "True", "lastUpdateTime": condition_time, "lastTransitionTime": condition_time}],
+                "certificate": "",
+            },
+        })
+    }
+
+    #[test]
+    fn a_csr_with_a_five_digit_year_where_the_approver_reads_no_time_is_read_whole() {
+        let decoded: Decoded<Csr> =
+            serde_json::from_value(served("10000-01-01T04:00:00Z", "10000-01-01T04:00:00Z")).unwrap();
+        let Decoded::Object(csr) = decoded else { panic!("not decoded: {decoded:?}") };
+        assert_eq!(csr.metadata.0.name.as_deref(), Some("csr-1"));
+        assert!(csr.metadata.0.managed_fields.is_none());
+        assert_eq!(csr.spec.request.0, b"-----BEGIN");
+        assert_eq!(csr.spec.username.as_deref(), Some("system:node:a"));
+        assert_eq!(csr.spec.expiration_seconds, Some(3600));
+        let conditions = csr.status.conditions.unwrap();
+        assert_eq!(conditions[0].last_update_time.as_deref(), Some("10000-01-01T04:00:00Z"), "sent back as served");
+        assert!(!csr.status.certificate_issued);
+        let k8s = serde_json::from_value::<CertificateSigningRequest>(served(
+            "10000-01-01T04:00:00Z",
+            "2026-11-29T04:00:00Z",
+        ));
+        assert!(k8s.is_err(), "k8s-openapi's type fails on it, which is why the approver has its own");
+    }
+
+    #[test]
+    fn a_condition_is_sent_back_as_it_was_served() {
+        let served = served("2026-11-29T04:00:00Z", "2026-11-29T04:00:01Z");
+        let csr: Csr = serde_json::from_value(served.clone()).unwrap();
+        let written = serde_json::to_value(csr.status.conditions.unwrap()).unwrap();
+        assert_eq!(written, served["status"]["conditions"]);
+    }
+
+    #[test]
+    fn an_issued_certificate_is_one_that_holds_text() {
+        for (certificate, issued) in
+            [(serde_json::json!("Y2VydA=="), true), (serde_json::json!(""), false), (serde_json::Value::Null, false)]
+        {
+            let csr: Csr =
+                serde_json::from_value(serde_json::json!({"metadata": {}, "status": {"certificate": certificate}}))
+                    .unwrap();
+            assert_eq!(csr.status.certificate_issued, issued, "{certificate}");
+        }
+    }
+
+    #[test]
+    fn a_k8s_openapi_csr_reads_as_the_same_csr_from_the_apiserver() {
+        let served = served("2026-11-29T04:00:00Z", "2026-11-29T04:00:01Z");
+        let k8s: CertificateSigningRequest = serde_json::from_value(served.clone()).unwrap();
+        let ours: Csr = serde_json::from_value(served).unwrap();
+        let mut from_k8s = Csr::from(k8s);
+        assert!(from_k8s.metadata.0.labels.is_some());
+        assert_eq!(from_k8s.status, ours.status);
+        assert_eq!(from_k8s.spec, ours.spec);
+        from_k8s.metadata.0.managed_fields = None;
+        assert_eq!(from_k8s.metadata, ours.metadata);
+    }
+}
