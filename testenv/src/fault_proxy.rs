@@ -73,7 +73,12 @@ struct Switches {
     expire_watches: bool,
     block: Block,
     slow_initial_events: Option<Duration>,
+    five_digit_years: bool,
 }
+
+/// What a CSR's or a Node's name holds for [`FaultProxy::serve_five_digit_years`] to serve it
+/// with a creation time of the year 10000.
+pub const FIVE_DIGIT_YEAR_MARKER: &str = "five-digit-year";
 
 /// What the proxy's requests share with its handle.
 #[derive(Debug)]
@@ -213,6 +218,14 @@ impl FaultProxy {
     /// as each request arrives; `None` ends it for the requests arriving later.
     pub fn slow_initial_events(&self, delay: Option<Duration>) {
         self.shared.switches.send_modify(|switches| switches.slow_initial_events = delay);
+    }
+
+    /// While `on`, every watch event (a streaming list's too) whose object's name holds
+    /// [`FIVE_DIGIT_YEAR_MARKER`] is served with its `metadata.creationTimestamp` in the year
+    /// 10000, as kube-apiserver serves a time given as `9999-12-31T23:00:00-05:00`: an object a
+    /// client reading that time cannot decode. The switch is read as each request arrives.
+    pub fn serve_five_digit_years(&self, on: bool) {
+        self.shared.switches.send_modify(|switches| switches.five_digit_years = on);
     }
 
     /// Every write seen so far (Lease renewals and events too), in order of arrival.

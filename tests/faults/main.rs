@@ -23,6 +23,7 @@ mod apiserver;
 mod fence;
 mod leader;
 mod names;
+mod poisoned;
 mod reads;
 mod watches;
 mod writes;

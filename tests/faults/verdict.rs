@@ -6,9 +6,9 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use kube::api::ListParams;
 use kube::{Api, Client};
+use node_csr_approver::kubernetes::csr_fields::{Condition, Csr};
 
 use crate::harness::{Created, Expect, Replica};
 use crate::support::lease::LeaseLog;
@@ -37,15 +37,16 @@ pub struct Report {
 
 /// The Approved and Denied conditions of every CSR in the cluster, by name.
 async fn decisions(admin: &Client) -> BTreeMap<String, Vec<String>> {
-    let csrs = Api::<CertificateSigningRequest>::all(admin.clone()).list(&ListParams::default()).await.unwrap();
-    let decision = |condition: &k8s_openapi::api::certificates::v1::CertificateSigningRequestCondition| {
+    // Read as the approver reads CSRs, so a CSR with times of a five-digit year lists too.
+    let csrs = Api::<Csr>::all(admin.clone()).list(&ListParams::default()).await.unwrap();
+    let decision = |condition: &Condition| {
         matches!(condition.type_.as_str(), "Approved" | "Denied").then(|| condition.type_.clone())
     };
     csrs.items
         .into_iter()
         .map(|csr| {
-            let conditions = csr.status.and_then(|status| status.conditions).unwrap_or_default();
-            (csr.metadata.name.unwrap_or_default(), conditions.iter().filter_map(decision).collect())
+            let conditions = csr.status.conditions.unwrap_or_default();
+            (csr.metadata.0.name.unwrap_or_default(), conditions.iter().filter_map(decision).collect())
         })
         .collect()
 }

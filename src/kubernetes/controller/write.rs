@@ -135,21 +135,83 @@ pub async fn write_condition(
     decision: &Decision,
     timeout: Duration,
 ) -> Result<(), WriteError> {
+    let deadline = tokio::time::Instant::now() + timeout;
     let patch = condition_patch(csr, decision).ok_or(WriteError::NoResourceVersion)?;
-    let name = &csr.name;
+    let client = api.clone().into_client();
+    let patched = send_approval(&client, http::Method::PATCH, &csr.name, &patch, deadline).await;
+    match patched {
+        Err(WriteError::Api(kube::Error::Api(status))) if status.code == 422 => {
+            update_approval(&client, &csr.name, &patch, deadline).await
+        }
+        patched => patched,
+    }
+}
+
+/// Sends `body` to the `approval` subresource of CSR `name` with `method`, given up at `deadline`.
+async fn send_approval(
+    client: &Client,
+    method: http::Method,
+    name: &str,
+    body: &Value,
+    deadline: tokio::time::Instant,
+) -> Result<(), WriteError> {
+    let timeout = deadline.saturating_duration_since(tokio::time::Instant::now());
     let target = format!("{}?timeout={}", approval_path(name), go_duration(timeout));
     let uri = http::Uri::try_from(target).map_err(|_| WriteError::Unaddressable { bytes: name.len() })?;
-    let body = serde_json::to_vec(&patch).map_err(kube::Error::SerdeError)?;
-    let request = http::Request::patch(uri)
+    let content_type = if method == http::Method::PATCH { "application/merge-patch+json" } else { "application/json" };
+    let request = http::Request::builder()
+        .method(method)
+        .uri(uri)
         .header(http::header::ACCEPT, HeaderValue::from_static(METADATA_ONLY))
-        .header(http::header::CONTENT_TYPE, HeaderValue::from_static("application/merge-patch+json"))
-        .body(body)
+        .header(http::header::CONTENT_TYPE, HeaderValue::from_static(content_type))
+        .body(serde_json::to_vec(body).map_err(kube::Error::SerdeError)?)
         .map_err(|error| kube::Error::BuildRequest(kube::core::request::Error::BuildRequest(error)))?;
-    let client = api.clone().into_client();
-    match tokio::time::timeout(timeout, client.request_text(request)).await {
+    match tokio::time::timeout_at(deadline, client.request_text(request)).await {
         Ok(answer) => answer.map(drop).map_err(WriteError::Api),
         Err(_) => Err(WriteError::TimedOut(timeout)),
     }
+}
+
+/// The approval write for a CSR the apiserver cannot merge a patch into: one that holds a time it
+/// accepted but cannot read back (a managedFields time of a five-digit year, written by the
+/// requester), which fails every patch with 422. The CSR is read as plain JSON and written back
+/// whole (PUT) with `patch`'s conditions and resourceVersion, less its managedFields, which the
+/// apiserver then keeps as they are. The resourceVersion precondition holds as for a patch: a CSR
+/// changed since it was cached answers with a conflict.
+async fn update_approval(
+    client: &Client,
+    name: &str,
+    patch: &Value,
+    deadline: tokio::time::Instant,
+) -> Result<(), WriteError> {
+    let uri = http::Uri::try_from(csr_path(name)).map_err(|_| WriteError::Unaddressable { bytes: name.len() })?;
+    let read = http::Request::get(uri)
+        .body(Vec::new())
+        .map_err(|error| kube::Error::BuildRequest(kube::core::request::Error::BuildRequest(error)))?;
+    let timeout = deadline.saturating_duration_since(tokio::time::Instant::now());
+    let text = match tokio::time::timeout_at(deadline, client.request_text(read)).await {
+        Ok(text) => text?,
+        Err(_) => return Err(WriteError::TimedOut(timeout)),
+    };
+    let mut object: Value = serde_json::from_str(&text).map_err(kube::Error::SerdeError)?;
+    let whole = update_body(&mut object, patch);
+    send_approval(client, http::Method::PUT, name, whole, deadline).await
+}
+
+/// `object` (a CSR as read) as the body of a PUT of its approval: `patch`'s conditions and
+/// resourceVersion in place of its own, no managedFields.
+fn update_body<'a>(object: &'a mut Value, patch: &Value) -> &'a Value {
+    if let Some(metadata) = object.get_mut("metadata").and_then(Value::as_object_mut) {
+        metadata.remove("managedFields");
+        metadata.insert("resourceVersion".into(), patch["metadata"]["resourceVersion"].clone());
+    }
+    if let Some(object) = object.as_object_mut() {
+        let status = object.entry("status").or_insert_with(|| json!({}));
+        if let Some(status) = status.as_object_mut() {
+            status.insert("conditions".into(), patch["status"]["conditions"].clone());
+        }
+    }
+    object
 }
 
 /// The path of a CSR's `approval` subresource, its name one percent-encoded path segment.
@@ -479,6 +541,26 @@ mod tests {
                 assert!(added.last_update_time.is_some() && added.last_transition_time.is_some());
             }
         }
+    }
+
+    #[test]
+    fn the_update_body_is_the_csr_as_read_with_the_patch_conditions_and_version_and_no_managed_fields() {
+        let decision = Decision { kind: DecisionKind::Approve, reason: Reason::AutoApproved, message: "m".into() };
+        let patch = condition_patch(&csr(Some("42"), None), &decision).unwrap();
+        let mut read = serde_json::json!({
+            "metadata": {"name": "csr-1", "resourceVersion": "43", "labels": {"kept": "yes"},
+                "managedFields": [{"manager": "kubelet", "time": "10000-01-01T04:00:00Z"}]},
+            "spec": {"request": "cmVxdWVzdA=="},
+            "status": {"conditions": [{"type": "Other", "status": "True"}]},
+        });
+        let body = update_body(&mut read, &patch).clone();
+        assert_eq!(body["metadata"]["resourceVersion"], "42", "the cached version: a changed CSR conflicts");
+        assert!(body["metadata"].get("managedFields").is_none());
+        assert_eq!(body["metadata"]["labels"]["kept"], "yes", "the rest of the metadata as read");
+        assert_eq!(body["spec"]["request"], "cmVxdWVzdA==");
+        assert_eq!(body["status"]["conditions"], patch["status"]["conditions"]);
+        let mut no_status = serde_json::json!({"metadata": {"name": "csr-1"}});
+        assert_eq!(update_body(&mut no_status, &patch)["status"]["conditions"], patch["status"]["conditions"]);
     }
 
     #[test]

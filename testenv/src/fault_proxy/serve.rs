@@ -220,6 +220,9 @@ async fn handle(
             let (mut head, body) = response.into_parts();
             strip_hop_by_hop(&mut head.headers);
             let mut relayed = Relayed::new(body, &shared);
+            if switches.five_digit_years && kind.watch {
+                relayed.rewrite = Some(FiveDigitYears::default());
+            }
             if let Some(delay) = switches.slow_initial_events.filter(|_| kind.watch && kind.initial_events) {
                 relayed.hold = Some(Holdback { delay, shared, pending: BytesMut::new(), sleep: None });
             }
@@ -296,6 +299,46 @@ pub(super) struct Relayed {
     cut: Option<Pin<Box<dyn Future<Output = ()> + Send>>>,
     /// Set by [`super::FaultProxy::slow_initial_events`]; `None` once the delay is over.
     hold: Option<Holdback>,
+    /// Set by [`super::FaultProxy::serve_five_digit_years`].
+    rewrite: Option<FiveDigitYears>,
+}
+
+/// Rewrites each complete watch event line whose object's name holds
+/// [`super::FIVE_DIGIT_YEAR_MARKER`]: its creation time in the year 10000.
+#[derive(Default)]
+struct FiveDigitYears {
+    /// An incomplete line, not passed on yet.
+    pending: BytesMut,
+}
+
+impl FiveDigitYears {
+    /// Takes in `data`; returns the complete lines in it, rewritten.
+    fn take(&mut self, data: &[u8]) -> Bytes {
+        self.pending.extend_from_slice(data);
+        let Some(end) = self.pending.iter().rposition(|byte| *byte == b'\n') else { return Bytes::new() };
+        let lines = self.pending.split_to(end + 1);
+        let mut out = BytesMut::with_capacity(lines.len() + 1);
+        for line in lines.split_inclusive(|byte| *byte == b'\n') {
+            out.extend_from_slice(&five_digit_year(line));
+        }
+        out.freeze()
+    }
+}
+
+/// `line` with its creation time in the year 10000 when its object's name holds the marker.
+fn five_digit_year(line: &[u8]) -> Vec<u8> {
+    const CREATED: &str = r#""creationTimestamp":""#;
+    let Ok(text) = std::str::from_utf8(line) else { return line.to_vec() };
+    const NAME: &str = r#""name":""#;
+    // The first name of an event's object is its metadata.name.
+    let name = text.find(NAME).map(|at| &text[at + NAME.len()..]).and_then(|rest| rest.split('"').next());
+    let named = name.is_some_and(|name| name.contains(super::FIVE_DIGIT_YEAR_MARKER));
+    match text.find(CREATED).map(|at| at + CREATED.len()) {
+        Some(year) if named && text.len() >= year + 4 => {
+            format!("{}10000{}", &text[..year], &text[year + 4..]).into_bytes()
+        }
+        _ => line.to_vec(),
+    }
 }
 
 /// What holds back the initial-events-end bookmark of a streaming list, and what follows it.
@@ -339,7 +382,31 @@ impl Relayed {
         let cut = async move {
             let _ = cuts.changed().await;
         };
-        Relayed { inner, cut: Some(Box::pin(cut)), hold: None }
+        Relayed { inner, cut: Some(Box::pin(cut)), hold: None, rewrite: None }
+    }
+
+    /// The next frame of the apiserver's body, rewritten as [`FiveDigitYears`] says when set.
+    fn poll_inner(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        loop {
+            let frame = std::task::ready!(Pin::new(&mut self.inner).poll_frame(cx)).map(|f| f.map_err(BoxError::from));
+            let Some(rewrite) = self.rewrite.as_mut() else { return Poll::Ready(frame) };
+            match frame {
+                Some(Ok(frame)) => match frame.into_data() {
+                    Ok(data) => {
+                        let lines = rewrite.take(&data);
+                        if !lines.is_empty() {
+                            return Poll::Ready(Some(Ok(Frame::data(lines))));
+                        }
+                    }
+                    Err(frame) => return Poll::Ready(Some(Ok(frame))),
+                },
+                None if !rewrite.pending.is_empty() => {
+                    let rest = rewrite.pending.split().freeze();
+                    return Poll::Ready(Some(Ok(Frame::data(Bytes::from(five_digit_year(&rest))))));
+                }
+                other => return Poll::Ready(other),
+            }
+        }
     }
 }
 
@@ -355,16 +422,12 @@ impl Body for Relayed {
         }
         loop {
             let Some(hold) = self.hold.as_mut() else {
-                return Pin::new(&mut self.inner).poll_frame(cx).map_err(Into::into);
+                return self.poll_inner(cx);
             };
             if let Some(sleep) = hold.sleep.as_mut() {
                 std::task::ready!(sleep.as_mut().poll(cx));
             }
-            let frame = if hold.sleep.is_some() {
-                None
-            } else {
-                std::task::ready!(Pin::new(&mut self.inner).poll_frame(cx)).map(|frame| frame.map_err(BoxError::from))
-            };
+            let frame = if hold.sleep.is_some() { None } else { std::task::ready!(self.poll_inner(cx)) };
             let Some(hold) = self.hold.as_mut() else { continue };
             match frame {
                 // The delay is over, or the body ended: pass on what is left, then the rest as it comes.
