@@ -51,6 +51,19 @@ impl fmt::Display for Escaped<'_> {
     }
 }
 
+/// Displays a string as the text logs write a string field: in double quotes, with `"` and `\`
+/// escaped as `{:?}` escapes them, and every character [`needs_escape`] names escaped as
+/// [`Escaped`] does, so that text from outside (a certificate's subject) shows where it begins and
+/// ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Quoted<'a>(pub &'a str);
+
+impl fmt::Display for Quoted<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(EscapingWriter(f), "{:?}", self.0)
+    }
+}
+
 /// Writes `text` to `out`, escaping as [`Escaped`] does.
 pub fn write_escaped(out: &mut impl Write, text: &str) -> fmt::Result {
     let mut rest = text;
@@ -163,6 +176,22 @@ mod tests {
         assert!(shown.starts_with(r"aaaaaaaaaa\nbbb") && shown.ends_with("b...[1011 bytes]"), "{shown}");
         assert!(!shown.contains('\n'));
         assert_eq!(short_name("csr\u{1b}").to_string(), r"csr\u{1b}");
+    }
+
+    #[test]
+    fn quoted_text_is_escaped_within_its_quotes() {
+        let cases = [
+            ("CN=node-1", r#""CN=node-1""#),
+            ("CN=a\u{202e}gpj.exe", r#""CN=a\u{202e}gpj.exe""#),
+            ("CN=a\nO=b\u{1b}[31m", r#""CN=a\nO=b\u{1b}[31m""#),
+            (r#"CN=say "hi", O=x\,y"#, r#""CN=say \"hi\", O=x\\,y""#),
+            ("CN=\u{200b}\u{2066}\u{feff}", r#""CN=\u{200b}\u{2066}\u{feff}""#),
+        ];
+        for (raw, want) in cases {
+            let got = Quoted(raw).to_string();
+            assert_eq!(got, want, "{raw:?}");
+            assert!(!got.chars().any(needs_escape), "{got:?}");
+        }
     }
 
     #[test]

@@ -125,6 +125,11 @@ async fn the_leader_audits_on_a_period_counts_states_and_tells_a_node_once_per_c
     let text = wait_scan(approver, started, &states, &[1.0, 1.0, 0.0, 0.0, 0.0, 0.0]).await;
     let every_state = text.lines().filter(|line| line.starts_with("node_csr_approver_audit_nodes{")).count();
     assert_eq!(every_state, 10, "every state has its series:\n{text}");
+    // The self-signed certificate's names are non-compliant too (its CN is not system:node:…): it
+    // counts once by state, under self-signed, and under both of its findings.
+    let found = |finding: &str| metric(&text, &format!("node_csr_approver_audit_findings{{finding=\"{finding}\"}}"));
+    let findings = ["self-signed", "non-compliant", "untrusted", "unreachable"].map(found);
+    assert_eq!(findings, [Some(1.0), Some(1.0), Some(0.0), Some(0.0)], "{text}");
     let per_node =
         |node: &str, state: &str| format!("node_csr_approver_audit_node_state{{node=\"{node}\",state=\"{state}\"}}");
     assert_eq!(metric(&text, &per_node(&compliant, "compliant")), Some(1.0), "{text}");

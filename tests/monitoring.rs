@@ -13,6 +13,8 @@ use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
+use clap::ValueEnum;
+use node_csr_approver::audit::Finding;
 use serde_json::Value;
 use support::Request;
 use support::chart::{find, render, root};
@@ -70,6 +72,11 @@ fn alerts(spec: &Value) -> Vec<(String, String)> {
     let groups = spec["groups"].as_array().unwrap();
     let rules = groups.iter().flat_map(|group| group["rules"].as_array().unwrap());
     rules.map(|rule| (rule["alert"].as_str().unwrap().to_owned(), rule["expr"].as_str().unwrap().to_owned())).collect()
+}
+
+/// The name of every finding the audit can report, in its order.
+fn findings() -> Vec<&'static str> {
+    Finding::value_variants().iter().map(|finding| finding.as_str()).collect()
 }
 
 /// The dashboard JSON carried by the rendered ConfigMap.
@@ -258,13 +265,26 @@ fn promtool_checks_the_rules_and_their_unit_tests_pass() {
             "NodeCsrApproverDnsFailures",
             "NodeCsrApproverNoLeader",
             "NodeCsrApproverPendingBrakeEngaged",
-            "NodeCsrApproverServingCertificatesExpiring",
-            "NodeCsrApproverServingCertificatesExpired",
+            "NodeCsrApproverKubeletsUnreachable",
+            "NodeCsrApproverKubeletsNotDialled",
+            "NodeCsrApproverServingCertificatesMalformed",
             "NodeCsrApproverServingCertificatesSelfSigned",
+            "NodeCsrApproverServingCertificatesUntrusted",
             "NodeCsrApproverServingCertificatesNonCompliant",
+            "NodeCsrApproverServingCertificatesUndetermined",
+            "NodeCsrApproverServingCertificatesExpired",
+            "NodeCsrApproverServingCertificatesExpiring",
             "NodeCsrApproverAuditStale",
         ])
     );
+    // Every finding the audit can report has one alert, on the count of the Nodes that have it
+    // (a Node counts under every finding it has, so no finding hides another).
+    for finding in findings() {
+        let selector = format!("node_csr_approver_audit_findings{{namespace=\"csr-system\",finding=\"{finding}\"}}");
+        let alerting: Vec<&str> =
+            alerts.iter().filter(|(_, expr)| expr.contains(&selector)).map(|(name, _)| name.as_str()).collect();
+        assert_eq!(alerting.len(), 1, "the audit's finding {finding} has no alert of its own: {alerting:?}");
+    }
     let checked = run_promtool(dir.path(), &["check", "rules", "--lint=all", "--lint-fatal", "rules.json"]).unwrap();
     assert!(checked.contains(&format!("SUCCESS: {} rules found", alerts.len())), "{checked}");
     run_promtool(dir.path(), &["test", "rules", "alerts-test.yaml"]).unwrap_or_else(|e| panic!("{e}"));
@@ -302,15 +322,31 @@ fn the_unit_tests_fail_on_a_wrong_threshold_or_duration_and_promtool_on_a_broken
     let rules = dir.path().join("rules.json");
     let changes = [(") > 5", ") > 6"), ("> 0.1", "> 0.12"), (r#""for": "30m""#, r#""for": "29m""#)];
     let audit = [
-        (r#"state=\"self-signed\"}) > 0"#, r#"state=\"self-signed\"}) > 1"#),
-        (r#"state=\"non-compliant\"}) > 0"#, r#"state=\"non-compliant\"}) > 1"#),
-        (r#"state=\"expiring\"}) > 0"#, r#"state=\"expired\"}) > 0"#),
-        (r#"state=\"expired\"}) > 0"#, r#"state=\"expiring\"}) > 0"#),
-        ("+ 600", "+ 900"),
-        ("2 * node_csr_approver_audit_period_seconds", "3 * node_csr_approver_audit_period_seconds"),
+        ("+ 600".to_owned(), "+ 900".to_owned()),
+        ("2 * node_csr_approver_audit_period_seconds".into(), "3 * node_csr_approver_audit_period_seconds".into()),
     ];
+    // Each finding's alert: its threshold, its selector moved to the next finding, and, for the
+    // findings a Node can have behind another (its state), the count of Nodes in that state.
+    let findings = findings();
+    let mut per_finding = Vec::new();
+    for (i, finding) in findings.iter().enumerate() {
+        let selector = format!(r#"finding=\"{finding}\"}}"#);
+        per_finding.push((format!("{selector}) > 0"), format!("{selector}) > 1")));
+        let next = &findings[(i + 1) % findings.len()];
+        per_finding.push((selector, format!(r#"finding=\"{next}\"}}"#)));
+    }
+    for masked in ["self-signed", "non-compliant", "undetermined", "expired", "expiring"] {
+        let selector =
+            |metric: &str, label: &str| format!(r#"{metric}{{namespace=\"csr-system\",{label}=\"{masked}\"}}"#);
+        per_finding.push((
+            selector("node_csr_approver_audit_findings", "finding"),
+            selector("node_csr_approver_audit_nodes", "state"),
+        ));
+    }
     let thresholds = [(") > 900", ") > 899"), (") > 900", ") > 960")];
-    for (from, to) in changes.into_iter().chain(thresholds).chain(audit) {
+    let fixed = changes.into_iter().chain(thresholds).map(|(from, to)| (from.to_owned(), to.to_owned()));
+    for (from, to) in fixed.chain(audit).chain(per_finding) {
+        let (from, to) = (from.as_str(), to.as_str());
         assert_eq!(text.matches(from).count(), 1, "{from}");
         std::fs::write(&rules, text.replace(from, to)).unwrap();
         let result = run_promtool(dir.path(), &["test", "rules", "alerts-test.yaml"]);

@@ -335,4 +335,60 @@ mod tests {
             assert_eq!(outcome(&by_names), outcome(&by_request), "{request:?}");
         }
     }
+
+    /// A leaf for NODE with subject CN `cn` and SANs NODE, 10.0.0.7 and `more`, valid from
+    /// 2026-05-01 for 61 days, issued by a CA named CN `issuer`.
+    fn named(cn: &str, more: &[rcgen::SanType], issuer: &str) -> Vec<CertificateDer<'static>> {
+        let ca_key = rcgen::KeyPair::generate().unwrap();
+        let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        ca_params.distinguished_name.push(rcgen::DnType::CommonName, issuer);
+        let mut params = rcgen::CertificateParams::new(vec![NODE.to_owned(), "10.0.0.7".to_owned()]).unwrap();
+        params.subject_alt_names.extend(more.iter().cloned());
+        params.distinguished_name.push(rcgen::DnType::CommonName, cn);
+        params.distinguished_name.push(rcgen::DnType::OrganizationName, "system:nodes");
+        let start = rcgen::date_time_ymd(2026, 5, 1);
+        (params.not_before, params.not_after) = (start, start + Duration::from_secs(61 * 86_400));
+        let leaf = params.signed_by(&rcgen::KeyPair::generate().unwrap(), &rcgen::Issuer::new(ca_params, ca_key));
+        vec![leaf.unwrap().der().clone()]
+    }
+
+    #[tokio::test]
+    async fn text_from_a_hostile_certificate_is_quoted_and_escaped_in_the_event_note() {
+        use crate::audit::states::StateMemory;
+        use crate::display::needs_escape;
+        // A right-to-left override, a newline and an ANSI escape.
+        let hostile = "\u{202e}gpj.exe\n\u{1b}[31m";
+        let now: Timestamp = "2026-06-01T00:00:00Z".parse().unwrap();
+        let (other_ca, _) = issued("10.0.0.7", now, now);
+        let dir = tempfile::tempdir().unwrap();
+        let subject = named(&format!("system:node:{NODE}{hostile}"), &[], &format!("ca{hostile}"));
+        // A SAN is ASCII (IA5String): no U+202E.
+        let uri = rcgen::SanType::URI("https://x\n\u{1b}[2J\u{7f}/".try_into().unwrap());
+        let san = named(&format!("system:node:{NODE}"), &[uri], "ca");
+        let mut reports = Vec::new();
+        for chain in [subject, san] {
+            let mut report = findings(&chain, Some(ca_of(&other_ca, &dir)), now).await;
+            assert_eq!(names(&report), ["untrusted", "non-compliant"], "{report:#?}");
+            report.node = format!("n{}", reports.len());
+            report.detail = Some(format!("the handshake: {hostile}"));
+            reports.push(report);
+        }
+
+        let changes = StateMemory::default().update(&reports);
+        let notes: Vec<&str> = changes.iter().map(|change| change.note.as_str()).collect();
+        for note in &notes {
+            assert!(!note.chars().any(needs_escape), "{note:?}");
+            assert!(note.ends_with(r"; the handshake: \u{202e}gpj.exe\n\u{1b}[31m"), "{note}");
+        }
+        // RFC 4514 text writes a newline and an escape as `\0a` and `\1b`, the quotes `\\0a`.
+        for shown in [
+            r#"subject "O=system:nodes,CN=system:node:n-1.nodes.example.com\u{202e}gpj.exe\\0a\\1b[31m", "#,
+            r#"issuer "CN=ca\u{202e}gpj.exe\\0a\\1b[31m", notAfter 2026-07-01T00:00:00Z (30d left)"#,
+            r#"subject CN ["system:node:n-1.nodes.example.com\u{202e}gpj.exe\n\u{1b}[31m"] is not exactly"#,
+        ] {
+            assert!(notes[0].contains(shown), "{shown} in {}", notes[0]);
+        }
+        assert!(notes[1].contains(r"https://x\n\u{1b}[2J\u{7f}/"), "the SAN in today's policy: {}", notes[1]);
+    }
 }

@@ -1,10 +1,12 @@
 //! What the periodic audit remembers of each Node between scans: its last state, so that a Node
 //! is told about (an Event) when its state changes, not on every scan. The memory holds one entry
-//! per Node of the last scan: a Node no longer listed is forgotten.
+//! per Node of the last scan: a Node no longer listed is forgotten. The Event's note quotes and
+//! escapes what it takes from a certificate as the text logs do ([`Quoted`], [`Escaped`]).
 
 use std::collections::HashMap;
 
 use super::{Finding, NodeAudit};
+use crate::display::{Escaped, Quoted};
 
 /// A Node's state: `None` is `compliant`, else its most severe finding.
 type State = Option<Finding>;
@@ -24,7 +26,8 @@ pub struct StateChange {
     pub problem: bool,
     /// The Event's reason: the new state, e.g. `ServingCertificateSelfSigned`.
     pub reason: &'static str,
-    /// What changed and why.
+    /// What changed and why: text from the certificate quoted and escaped, every other message
+    /// escaped.
     pub note: String,
 }
 
@@ -106,13 +109,15 @@ fn change(report: &NodeAudit, before: Option<State>) -> StateChange {
     if let Some(certificate) = &report.certificate {
         let left = report.seconds_left.unwrap_or_default();
         let days = left.div_euclid(86_400);
-        parts.push(format!("issuer {}, notAfter {} ({days}d left)", certificate.issuer, certificate.not_after));
+        let (subject, issuer) = (Quoted(&certificate.subject), Quoted(&certificate.issuer));
+        parts.push(format!("subject {subject}, issuer {issuer}, notAfter {} ({days}d left)", certificate.not_after));
     }
     if let Some(policy) = report.policy.as_ref().filter(|policy| policy.decision != "approve") {
-        parts.push(format!("today's policy: {} ({}): {}", policy.decision, policy.reason, policy.message));
+        let message = Escaped(&policy.message);
+        parts.push(format!("today's policy: {} ({}): {message}", policy.decision, policy.reason));
     }
-    parts.extend(report.verify_error.iter().map(|error| format!("--kubelet-serving-ca-file: {error}")));
-    parts.extend(report.detail.iter().cloned());
+    parts.extend(report.verify_error.iter().map(|error| format!("--kubelet-serving-ca-file: {}", Escaped(error))));
+    parts.extend(report.detail.iter().map(|detail| Escaped(detail).to_string()));
     StateChange { node: report.node.clone(), problem: now.is_some(), reason: event_reason(now), note: parts.join("; ") }
 }
 

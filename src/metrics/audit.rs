@@ -1,8 +1,9 @@
-//! The periodic audit's metrics: Nodes by state (every state always present), the soonest
-//! notAfter of the certificates served, the last completed scan; and, only when asked for
-//! (`--audit-node-metrics`), one series per Node, removed when the Node is gone.
+//! The periodic audit's metrics: Nodes by state and Nodes by finding (every state and finding
+//! always present), the soonest notAfter of the certificates served, the last completed scan;
+//! and, only when asked for (`--audit-node-metrics`), one series per Node, removed when the Node
+//! is gone.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -26,6 +27,11 @@ struct StateLabels {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct FindingLabels {
+    finding: &'static str,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct NodeStateLabels {
     node: String,
     state: &'static str,
@@ -43,6 +49,8 @@ pub struct AuditedNode<'a> {
     pub node: &'a str,
     /// Its state (one of [`audit_states`]).
     pub state: &'static str,
+    /// Every finding it has (its state is the first).
+    pub findings: &'a BTreeSet<Finding>,
     /// The notAfter of the certificate its kubelet serves, in seconds since the epoch, when read.
     pub not_after: Option<i64>,
 }
@@ -54,6 +62,7 @@ type NodeSeries = HashMap<String, &'static str>;
 #[derive(Debug, Clone)]
 pub(super) struct AuditMetrics {
     nodes: Family<StateLabels, Gauge>,
+    findings: Family<FindingLabels, Gauge>,
     soonest_expiry: Gauge,
     last_scan: Gauge,
     last_duration: Gauge<f64, AtomicU64>,
@@ -65,7 +74,8 @@ pub(super) struct AuditMetrics {
 }
 
 impl AuditMetrics {
-    /// Registers the audit's metrics in `registry` (prefixed), every state's count at 0.
+    /// Registers the audit's metrics in `registry` (prefixed), every state's and finding's count
+    /// at 0.
     pub(super) fn register(registry: &mut Registry) -> AuditMetrics {
         let nodes = Family::<StateLabels, Gauge>::default();
         for state in audit_states() {
@@ -75,6 +85,15 @@ impl AuditMetrics {
             "audit_nodes",
             "Periodic audit: Nodes by the state of the serving certificate their kubelet presents, as the last scan found them (0 on a replica that does not write)",
             nodes.clone(),
+        );
+        let findings = Family::<FindingLabels, Gauge>::default();
+        for finding in Finding::value_variants() {
+            findings.get_or_create_owned(&FindingLabels { finding: finding.as_str() });
+        }
+        registry.register(
+            "audit_findings",
+            "Periodic audit: Nodes with each finding, a Node counted under every finding it has, as the last scan found them (0 on a replica that does not write)",
+            findings.clone(),
         );
         let soonest_expiry = Gauge::default();
         registry.register_with_unit(
@@ -119,6 +138,7 @@ impl AuditMetrics {
         );
         AuditMetrics {
             nodes,
+            findings,
             soonest_expiry,
             last_scan,
             last_duration,
@@ -146,6 +166,11 @@ impl AuditMetrics {
         for state in audit_states() {
             let count = nodes.iter().filter(|node| node.state == state).count();
             self.nodes.get_or_create(&StateLabels { state }).set(i64::try_from(count).unwrap_or(i64::MAX));
+        }
+        for finding in Finding::value_variants() {
+            let count = nodes.iter().filter(|node| node.findings.contains(finding)).count();
+            let labels = FindingLabels { finding: finding.as_str() };
+            self.findings.get_or_create(&labels).set(i64::try_from(count).unwrap_or(i64::MAX));
         }
         self.soonest_expiry.set(nodes.iter().filter_map(|node| node.not_after).min().unwrap_or(0));
         self.last_scan.set(finished as i64);
@@ -175,6 +200,9 @@ impl AuditMetrics {
         for state in audit_states() {
             self.nodes.get_or_create(&StateLabels { state }).set(0);
         }
+        for finding in Finding::value_variants() {
+            self.findings.get_or_create(&FindingLabels { finding: finding.as_str() }).set(0);
+        }
         self.soonest_expiry.set(0);
         if let Some(exported) = self.series().as_mut() {
             self.remove_nodes(exported.drain());
@@ -196,8 +224,12 @@ mod tests {
     use super::super::Metrics;
     use super::*;
 
-    fn node<'a>(node: &'a str, state: &'static str, not_after: Option<i64>) -> AuditedNode<'a> {
-        AuditedNode { node, state, not_after }
+    fn set(findings: &[Finding]) -> BTreeSet<Finding> {
+        findings.iter().copied().collect()
+    }
+
+    fn node<'a>(node: &'a str, findings: &'a BTreeSet<Finding>, not_after: Option<i64>) -> AuditedNode<'a> {
+        AuditedNode { node, state: crate::audit::findings::state_name(findings), findings, not_after }
     }
 
     fn lines(metrics: &Metrics, prefix: &str) -> Vec<String> {
@@ -218,11 +250,12 @@ mod tests {
         assert_eq!(counts.len(), 10, "{counts:#?}");
         assert!(counts.iter().all(|line| line.ends_with(" 0")), "{counts:#?}");
         metrics.enable_audit(Duration::from_secs(3600), false);
+        let (none, self_signed, unreachable) = (set(&[]), set(&[Finding::SelfSigned]), set(&[Finding::Unreachable]));
         let scan = [
-            node("a", "compliant", Some(2_000)),
-            node("b", "self-signed", Some(1_000)),
-            node("c", "unreachable", None),
-            node("d", "self-signed", Some(3_000)),
+            node("a", &none, Some(2_000)),
+            node("b", &self_signed, Some(1_000)),
+            node("c", &unreachable, None),
+            node("d", &self_signed, Some(3_000)),
         ];
         metrics.record_audit_scan(&scan, 1_700_000_000.5, Duration::from_millis(1500));
         let text = metrics.encode().unwrap();
@@ -256,11 +289,9 @@ mod tests {
     fn per_node_series_follow_the_nodes_and_their_states() {
         let metrics = Metrics::new();
         metrics.enable_audit(Duration::from_secs(60), true);
-        metrics.record_audit_scan(
-            &[node("a", "compliant", Some(2_000)), node("b", "unreachable", None)],
-            1.0,
-            Duration::ZERO,
-        );
+        let (none, self_signed) = (set(&[]), set(&[Finding::SelfSigned]));
+        let (unreachable, expiring) = (set(&[Finding::Unreachable]), set(&[Finding::Expiring]));
+        metrics.record_audit_scan(&[node("a", &none, Some(2_000)), node("b", &unreachable, None)], 1.0, Duration::ZERO);
         assert_eq!(
             sorted(&metrics),
             [
@@ -269,11 +300,7 @@ mod tests {
                 "node_csr_approver_audit_node_state{node=\"b\",state=\"unreachable\"} 1",
             ]
         );
-        metrics.record_audit_scan(
-            &[node("a", "self-signed", None), node("c", "expiring", Some(5))],
-            2.0,
-            Duration::ZERO,
-        );
+        metrics.record_audit_scan(&[node("a", &self_signed, None), node("c", &expiring, Some(5))], 2.0, Duration::ZERO);
         assert_eq!(
             sorted(&metrics),
             [
@@ -285,5 +312,43 @@ mod tests {
         );
         metrics.clear_audit();
         assert_eq!(lines(&metrics, "node_csr_approver_audit_node_"), Vec::<String>::new());
+    }
+
+    #[test]
+    fn a_node_counts_under_every_finding_it_has() {
+        let metrics = Metrics::new();
+        let counts = lines(&metrics, "node_csr_approver_audit_findings{");
+        assert_eq!(counts.len(), Finding::value_variants().len(), "one series per finding: {counts:#?}");
+        assert!(counts.iter().all(|line| line.ends_with(" 0")), "{counts:#?}");
+        assert!(!counts.iter().any(|line| line.contains("=\"compliant\"")), "no finding is `compliant`: {counts:#?}");
+        metrics.enable_audit(Duration::from_secs(3600), false);
+        let other_ca = set(&[Finding::Untrusted, Finding::NonCompliant]);
+        let own = set(&[Finding::SelfSigned, Finding::NonCompliant, Finding::Expired]);
+        let (none, unreachable) = (set(&[]), set(&[Finding::Unreachable]));
+        let scan = [
+            node("a", &other_ca, Some(2_000)),
+            node("b", &own, Some(1_000)),
+            node("c", &none, Some(3_000)),
+            node("d", &unreachable, None),
+        ];
+        metrics.record_audit_scan(&scan, 1.0, Duration::ZERO);
+        let text = metrics.encode().unwrap();
+        for expected in [
+            "node_csr_approver_audit_nodes{state=\"untrusted\"} 1\n",
+            "node_csr_approver_audit_nodes{state=\"self-signed\"} 1\n",
+            "node_csr_approver_audit_nodes{state=\"non-compliant\"} 0\n",
+            "node_csr_approver_audit_nodes{state=\"expired\"} 0\n",
+            "node_csr_approver_audit_findings{finding=\"untrusted\"} 1\n",
+            "node_csr_approver_audit_findings{finding=\"self-signed\"} 1\n",
+            "node_csr_approver_audit_findings{finding=\"non-compliant\"} 2\n",
+            "node_csr_approver_audit_findings{finding=\"expired\"} 1\n",
+            "node_csr_approver_audit_findings{finding=\"unreachable\"} 1\n",
+            "node_csr_approver_audit_findings{finding=\"expiring\"} 0\n",
+            "node_csr_approver_audit_findings{finding=\"malformed\"} 0\n",
+        ] {
+            assert!(text.contains(expected), "{expected}{text}");
+        }
+        metrics.clear_audit();
+        assert!(lines(&metrics, "node_csr_approver_audit_findings{").iter().all(|line| line.ends_with(" 0")));
     }
 }

@@ -131,6 +131,7 @@ async fn report<R, C>(
         .map(|report| AuditedNode {
             node: &report.node,
             state: report.state,
+            findings: &report.findings,
             not_after: report.certificate.as_ref().map(|certificate| certificate.not_after.as_second()),
         })
         .collect();
