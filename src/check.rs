@@ -21,12 +21,12 @@ use crate::kubernetes::apiserver::{
 };
 use crate::kubernetes::cluster::{KubeCluster, StaticCluster, node_info};
 use crate::kubernetes::connect::{ConnectError, connect};
-use crate::kubernetes::csr_fields::Csr;
 use crate::kubernetes::csr_ledger::CsrLedger;
 use crate::kubernetes::csr_object::CsrObject;
 use crate::kubernetes::decoded::Skipped;
 use crate::kubernetes::machines::{machine_from_json, pending_in};
 use crate::kubernetes::node_object::NodeObject;
+use crate::kubernetes::object_fields::Csr;
 use crate::object_files::{Input, InputError, Object, read_objects};
 use crate::policy::{
     ApiserverAddresses, ClusterView, Evaluation, Outcome, PolicyConfig, Resolver, Submission, evaluate,

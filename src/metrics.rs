@@ -20,6 +20,7 @@ use prometheus_client::registry::{Registry, Unit};
 mod audit;
 mod process;
 
+use crate::kubernetes::object_fields::ObjectKind;
 use crate::policy::{DecisionKind, DnsFailure, Reason, Resolution, Resolver};
 use audit::AuditMetrics;
 pub use audit::AuditedNode;
@@ -91,54 +92,6 @@ impl PassTrigger {
             PassTrigger::Writable => "writable",
             PassTrigger::Periodic => "periodic",
         }
-    }
-}
-
-/// A kind of object the approver reads from the apiserver: the `kind` label of
-/// `undecodable_objects_total`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum ObjectKind {
-    /// A CertificateSigningRequest.
-    Csr,
-    /// A Node.
-    Node,
-    /// A Machine (machine mode).
-    Machine,
-    /// The leader Lease.
-    Lease,
-    /// The `default/kubernetes` Service.
-    Service,
-    /// An EndpointSlice of the `default/kubernetes` Service.
-    EndpointSlice,
-}
-
-impl ObjectKind {
-    /// Every kind, in label order.
-    pub const ALL: [ObjectKind; 6] = [
-        ObjectKind::Csr,
-        ObjectKind::Node,
-        ObjectKind::Machine,
-        ObjectKind::Lease,
-        ObjectKind::Service,
-        ObjectKind::EndpointSlice,
-    ];
-
-    /// The `kind` label value: the object's Kubernetes kind.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ObjectKind::Csr => "CertificateSigningRequest",
-            ObjectKind::Node => "Node",
-            ObjectKind::Machine => "Machine",
-            ObjectKind::Lease => "Lease",
-            ObjectKind::Service => "Service",
-            ObjectKind::EndpointSlice => "EndpointSlice",
-        }
-    }
-}
-
-impl fmt::Display for ObjectKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
     }
 }
 

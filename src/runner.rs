@@ -52,7 +52,10 @@ pub async fn run(settings: Settings) -> Result<(), RunError> {
     // Registered first, so a signal during startup is seen once the controller runs.
     let signals = ShutdownSignals::register();
     let metrics = Metrics::new();
-    let skipped = Skipped::new(metrics.clone());
+    let skipped = {
+        let metrics = metrics.clone();
+        Skipped::counting(move |kind| metrics.record_undecodable(kind))
+    };
     let Connection { client, machines } = connect(cfg.kubeconfig.as_deref(), machine_source.as_ref(), &skipped).await?;
     // The CSR cache: the controller's watch fills it, the ledger reads it.
     let (csr_cache, csrs) = csr_cache::cache();
@@ -81,12 +84,13 @@ pub async fn run(settings: Settings) -> Result<(), RunError> {
         api: Api::all(client.clone()),
         policy,
         resolver,
-        cluster: KubeCluster::new(client.clone(), machines.clone(), ledger.clone(), skipped)
+        cluster: KubeCluster::new(client.clone(), machines.clone(), ledger.clone(), skipped.clone())
             .with_kubelet_dial(kubelet_dial),
         ledger,
         leadership,
         events,
         metrics,
+        skipped,
         dry_run: cfg.dry_run,
     });
     if let Some(rules) = &ctx.policy.machine {

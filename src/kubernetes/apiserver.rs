@@ -28,9 +28,9 @@ use kube::{Api, Client, ResourceExt};
 use serde::Deserialize;
 use tokio::task::JoinHandle;
 
-use crate::kubernetes::decoded::{Decoded, Meta, Skipped, resource_of};
+use crate::kubernetes::decoded::{Decoded, Skipped};
 use crate::kubernetes::kube_watch;
-use crate::metrics::ObjectKind;
+use crate::kubernetes::object_fields::{Meta, ObjectKind, resource_of};
 use crate::policy::{ApiserverAddresses, ClusterError};
 
 /// A Service as the approver reads it: its ClusterIPs.

@@ -14,7 +14,8 @@ use crate::kubernetes::decoded::{Decoded, Skipped};
 use crate::kubernetes::kubelet_endpoint::{node_addresses, served_by, served_offline, undialled_apiserver_addresses};
 use crate::kubernetes::machines::MachineCache;
 use crate::kubernetes::node_object::NodeObject;
-use crate::metrics::{Metrics, ObjectKind};
+use crate::kubernetes::object_fields::ObjectKind;
+use crate::metrics::Metrics;
 use crate::policy::{
     AddressClaim, ApiserverAddresses, BrakeInputs, ClusterError, ClusterView, KubeletCertificate, KubeletDialRules,
     MachineInfo, NodeInfo, RequestError, ServingCsr, brake_limit, same_ip,

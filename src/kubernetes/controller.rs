@@ -42,12 +42,12 @@ use tokio_util::task::AbortOnDropHandle;
 
 use crate::config::AuditSchedule;
 use crate::kubernetes::csr_cache::CacheWriter;
-use crate::kubernetes::csr_fields::Csr;
 use crate::kubernetes::csr_ledger::CsrLedger;
 use crate::kubernetes::csr_object::CsrObject;
-use crate::kubernetes::decoded::Decoded;
+use crate::kubernetes::decoded::{Decoded, Skipped};
 use crate::kubernetes::leader::Leadership;
 use crate::kubernetes::machines::MachineCache;
+use crate::kubernetes::object_fields::Csr;
 use crate::metrics::Metrics;
 use crate::policy::{ClusterView, PolicyConfig, Resolver};
 use memory::Memory;
@@ -64,6 +64,8 @@ pub(crate) struct Context<R, C> {
     pub leadership: Leadership,
     pub events: Events,
     pub metrics: Metrics,
+    /// Where what the controller's reads cannot decode is reported.
+    pub skipped: Skipped,
     /// Evaluate and record, but write nothing.
     pub dry_run: bool,
     /// The CSR ledger: the CSRs of one node (its serving CSRs; in machine mode the client CSRs of
@@ -146,6 +148,7 @@ pub(crate) async fn run<R, C, W, S>(
         writable: schedule.writable,
         resync_period: schedule.resync_period,
         metrics: ctx.metrics.clone(),
+        skipped: ctx.skipped.clone(),
         machines,
         waiting_on_cluster: move || waiting.anyone_waiting_on_cluster(),
     });

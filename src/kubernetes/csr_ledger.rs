@@ -16,11 +16,11 @@ use kube::runtime::watcher;
 use kube::{Api, Client};
 
 use crate::kubernetes::csr_cache::{self, Cache};
-use crate::kubernetes::csr_fields::Csr;
 use crate::kubernetes::csr_object::CsrObject;
 use crate::kubernetes::csr_uid::Uid;
 use crate::kubernetes::decoded::{Decoded, Skipped};
-use crate::metrics::ObjectKind;
+use crate::kubernetes::object_fields::Csr;
+use crate::kubernetes::object_fields::ObjectKind;
 use crate::policy::{
     AwaitedNodes, KUBELET_CLIENT_SIGNER, KUBELET_SERVING_SIGNER, MachineInfo, MachinePolicy, PendingKey, ServingCsr,
     ServingCsrState, capped_pending, client_node, counted_under, issued_client_node, pending_key, serving_node,

@@ -12,9 +12,9 @@ use kube::Resource;
 
 use crate::csr::{CsrFacts, MAX_REQUEST_BYTES};
 use crate::kubernetes::csr_cache::Named;
-use crate::kubernetes::csr_fields::{Condition, Csr};
 use crate::kubernetes::csr_name::kept_name;
 use crate::kubernetes::csr_uid::Uid;
+use crate::kubernetes::object_fields::{Condition, Csr};
 use crate::policy::{KUBELET_CLIENT_SIGNER, KUBELET_SERVING_SIGNER, PendingFacts, Submission};
 
 /// Text nearly every CSR holds (the kubelet signers, the groups of a node and of a bootstrap

@@ -7,18 +7,17 @@
 //! fail a list or pause a watch for every other object ([`Skipped`] reports it once).
 
 use std::borrow::Cow;
-use std::collections::{BTreeMap, HashSet};
+use std::collections::HashSet;
 use std::fmt;
-use std::marker::PhantomData;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Deserializer};
 
 use crate::display::Escaped;
-use crate::metrics::{Metrics, ObjectKind};
+use crate::kubernetes::object_fields::ObjectKind;
 
 /// An object of a list or a watch: decoded, or the fact that it could not be.
 #[derive(Debug, Clone, PartialEq)]
@@ -120,122 +119,6 @@ impl<K: Resource> Resource for Decoded<K> {
     }
 }
 
-/// The metadata the approver reads of any object: name, namespace, uid, resourceVersion,
-/// creationTimestamp, labels and annotations. Every other field (`managedFields` above all) is
-/// skipped unread.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
-#[serde(from = "MetaFields")]
-pub struct Meta(pub ObjectMeta);
-
-/// The fields [`Meta`] reads, as the apiserver writes them.
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct MetaFields {
-    name: Option<String>,
-    namespace: Option<String>,
-    uid: Option<String>,
-    resource_version: Option<String>,
-    creation_timestamp: Option<Time>,
-    labels: Option<BTreeMap<String, String>>,
-    annotations: Option<BTreeMap<String, String>>,
-}
-
-impl From<MetaFields> for Meta {
-    fn from(fields: MetaFields) -> Meta {
-        let MetaFields { name, namespace, uid, resource_version, creation_timestamp, labels, annotations } = fields;
-        Meta(ObjectMeta {
-            name,
-            namespace,
-            uid,
-            resource_version,
-            creation_timestamp,
-            labels,
-            annotations,
-            ..ObjectMeta::default()
-        })
-    }
-}
-
-/// Implements [`kube::Resource`] for an approver type read from objects of the k8s-openapi type
-/// given (its kind, group, version and plural), whose `metadata` field is a [`Meta`].
-macro_rules! resource_of {
-    ($type:ty, $k8s:ty) => {
-        impl kube::Resource for $type {
-            type DynamicType = ();
-            type Scope = <$k8s as k8s_openapi::Resource>::Scope;
-
-            fn kind(_: &()) -> std::borrow::Cow<'_, str> {
-                <$k8s as k8s_openapi::Resource>::KIND.into()
-            }
-
-            fn group(_: &()) -> std::borrow::Cow<'_, str> {
-                <$k8s as k8s_openapi::Resource>::GROUP.into()
-            }
-
-            fn version(_: &()) -> std::borrow::Cow<'_, str> {
-                <$k8s as k8s_openapi::Resource>::VERSION.into()
-            }
-
-            fn plural(_: &()) -> std::borrow::Cow<'_, str> {
-                <$k8s as k8s_openapi::Resource>::URL_PATH_SEGMENT.into()
-            }
-
-            fn meta(&self) -> &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
-                &self.metadata.0
-            }
-
-            fn meta_mut(&mut self) -> &mut k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
-                &mut self.metadata.0
-            }
-        }
-    };
-}
-pub(crate) use resource_of;
-
-/// Only the metadata of objects of `K` ([`Meta`]), read through the apiserver's metadata API
-/// (`PartialObjectMetadata`): what a cache that counts or names objects needs.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(bound = "")]
-pub struct MetadataOnly<K> {
-    /// The object's metadata.
-    pub metadata: Meta,
-    #[serde(skip)]
-    kind: PhantomData<fn() -> K>,
-}
-
-impl<K: Resource> Resource for MetadataOnly<K> {
-    type DynamicType = K::DynamicType;
-    type Scope = K::Scope;
-
-    fn kind(dt: &Self::DynamicType) -> Cow<'_, str> {
-        K::kind(dt)
-    }
-
-    fn group(dt: &Self::DynamicType) -> Cow<'_, str> {
-        K::group(dt)
-    }
-
-    fn version(dt: &Self::DynamicType) -> Cow<'_, str> {
-        K::version(dt)
-    }
-
-    fn plural(dt: &Self::DynamicType) -> Cow<'_, str> {
-        K::plural(dt)
-    }
-
-    fn metadata_api() -> bool {
-        true
-    }
-
-    fn meta(&self) -> &ObjectMeta {
-        &self.metadata.0
-    }
-
-    fn meta_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.metadata.0
-    }
-}
-
 /// An object that could not be decoded, as the error of a read of it by name.
 #[derive(Debug, Clone, thiserror::Error)]
 #[error("{kind} {name} could not be decoded: {error}")]
@@ -252,31 +135,34 @@ pub struct UndecodableError {
 /// object seen again is logged again).
 const LOGGED_AT_MOST: usize = 1024;
 
-/// Reports the objects skipped because they could not be decoded: each counted in
-/// `node_csr_approver_undecodable_objects_total{kind}` every time it is skipped (in a list, a
-/// watch event or a read), and logged once per object version at warning level (later sightings
-/// at debug). Cheap to clone.
+/// Counts one skipped object of a kind.
+type Count = Arc<dyn Fn(ObjectKind) + Send + Sync>;
+
+/// Reports the objects skipped because they could not be decoded: each counted every time it is
+/// skipped (in a list, a watch event or a read; the controller counts them in
+/// `node_csr_approver_undecodable_objects_total{kind}`), and logged once per object version at
+/// warning level (later sightings at debug). Cheap to clone.
 #[derive(Clone)]
 pub struct Skipped {
-    metrics: Option<Metrics>,
+    count: Option<Count>,
     logged: Arc<Mutex<HashSet<(ObjectKind, String, String)>>>,
 }
 
 impl Skipped {
-    /// Counts into `metrics`.
-    pub fn new(metrics: Metrics) -> Skipped {
-        Skipped { metrics: Some(metrics), logged: Arc::default() }
+    /// Counts each skipped object with `count`.
+    pub fn counting(count: impl Fn(ObjectKind) + Send + Sync + 'static) -> Skipped {
+        Skipped { count: Some(Arc::new(count)), logged: Arc::default() }
     }
 
     /// Logs only: for the commands that serve no metrics (`check`, `audit`).
     pub fn logged() -> Skipped {
-        Skipped { metrics: None, logged: Arc::default() }
+        Skipped { count: None, logged: Arc::default() }
     }
 
     /// Reports `object` of `kind`, skipped; returns the error that describes it.
     pub fn report(&self, kind: ObjectKind, object: &Undecodable) -> UndecodableError {
-        if let Some(metrics) = &self.metrics {
-            metrics.record_undecodable(kind);
+        if let Some(count) = &self.count {
+            count(kind);
         }
         let metadata = &object.metadata;
         let name = match &metadata.namespace {
@@ -321,6 +207,8 @@ impl fmt::Debug for Skipped {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kubernetes::object_fields::Meta;
+    use crate::metrics::Metrics;
 
     #[derive(Debug, Clone, PartialEq, Deserialize)]
     struct Thing {
@@ -381,10 +269,15 @@ mod tests {
         assert!(matches!(event, kube::core::WatchEvent::Added(Decoded::Undecodable(_))));
     }
 
+    fn counting(metrics: &Metrics) -> Skipped {
+        let metrics = metrics.clone();
+        Skipped::counting(move |kind| metrics.record_undecodable(kind))
+    }
+
     #[test]
     fn a_skipped_object_is_counted_every_time_and_logged_once_per_version() {
         let metrics = Metrics::new();
-        let skipped = Skipped::new(metrics.clone());
+        let skipped = counting(&metrics);
         let object = |version: &str| Undecodable {
             metadata: ObjectMeta {
                 name: Some("n\u{202e}".into()),
@@ -408,7 +301,7 @@ mod tests {
 
     #[test]
     fn the_memory_of_what_was_logged_is_bounded() {
-        let skipped = Skipped::new(Metrics::new());
+        let skipped = Skipped::logged();
         for version in 0..LOGGED_AT_MOST + 10 {
             let metadata = ObjectMeta { resource_version: Some(version.to_string()), ..ObjectMeta::default() };
             skipped.report(ObjectKind::Lease, &Undecodable { metadata, error: String::new() });

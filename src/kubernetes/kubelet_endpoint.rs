@@ -14,7 +14,7 @@ use crate::kubelet_tls::KubeletServingCa;
 use crate::kubelet_tls::dial::{Served, served_certificate};
 use crate::kubernetes::decoded::{Decoded, Skipped};
 use crate::kubernetes::node_object::NodeObject;
-use crate::metrics::ObjectKind;
+use crate::kubernetes::object_fields::ObjectKind;
 use crate::policy::{
     ClusterError, ClusterView, KubeletCertificate, KubeletDialRules, NodeAddress, kubelet_dial_not_owned,
 };

@@ -29,9 +29,9 @@ use kube_lease_manager::{LeaseCreateMode, LeaseManager, LeaseManagerError, Lease
 use tokio::task::JoinHandle;
 
 use crate::config::LeaderConfig;
-use crate::kubernetes::decoded::{Decoded, Meta, Skipped, resource_of};
+use crate::kubernetes::decoded::{Decoded, Skipped};
 use crate::kubernetes::kube_watch;
-use crate::metrics::ObjectKind;
+use crate::kubernetes::object_fields::{Meta, ObjectKind, resource_of};
 pub use fence::Leadership;
 use fence::WriteFence;
 

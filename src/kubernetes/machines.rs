@@ -19,9 +19,9 @@ use serde::Deserialize;
 use tokio::sync::watch;
 
 use crate::config::{MachineApi, MachineSource};
-use crate::kubernetes::decoded::{Decoded, Meta, MetadataOnly, Skipped};
+use crate::kubernetes::decoded::{Decoded, Skipped};
 use crate::kubernetes::kube_watch;
-use crate::metrics::ObjectKind;
+use crate::kubernetes::object_fields::{Meta, MetadataOnly, ObjectKind};
 use crate::policy::{AwaitedNodes, MachineInfo, NodeAddress, Submission, object_for_rules, pending_count};
 
 /// How often readiness of the caches is re-checked.

@@ -8,7 +8,7 @@
 use k8s_openapi::api::core::v1::{Node, NodeAddress, NodeDaemonEndpoints};
 use serde::Deserialize;
 
-use crate::kubernetes::decoded::{Meta, resource_of};
+use crate::kubernetes::object_fields::{Meta, resource_of};
 
 /// A Node: what decisions, the kubelet's dial and the rules read of it.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use kube::api::ListParams;
 use kube::{Api, Client};
-use node_csr_approver::kubernetes::csr_fields::{Condition, Csr};
+use node_csr_approver::kubernetes::object_fields::{Condition, Csr};
 
 use crate::harness::{Created, Expect, Replica};
 use crate::support::lease::LeaseLog;

@@ -39,7 +39,7 @@ where
 {
     ctx.metrics.enable_audit(schedule.period, schedule.node_metrics);
     let nodes = kube::Api::<Decoded<NodeObject>>::all(ctx.api.clone().into_client());
-    let skipped = Skipped::new(ctx.metrics.clone());
+    let skipped = ctx.skipped.clone();
     let mut memory = StateMemory::default();
     let earliest = Instant::now() + FIRST_SCAN_DELAY;
     let mut due = earliest;

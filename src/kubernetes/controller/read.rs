@@ -6,10 +6,10 @@ use std::time::Duration;
 
 use kube::Api;
 
-use crate::kubernetes::csr_fields::Csr;
 use crate::kubernetes::csr_name::csr_path;
 use crate::kubernetes::csr_object::CsrObject;
 use crate::kubernetes::decoded::Decoded;
+use crate::kubernetes::object_fields::Csr;
 
 /// The longest one read may take before it counts as failed (and is retried), as long as a write
 /// may take (`WRITE_TIMEOUT`): the client sets no read timeout of its own.

@@ -16,12 +16,13 @@ use kube::runtime::watcher::{self, Event};
 use tokio::sync::{Notify, oneshot};
 
 use crate::kubernetes::csr_cache::{Cache, CacheWriter};
-use crate::kubernetes::csr_fields::Csr;
 use crate::kubernetes::csr_object::{CsrObject, Watched};
-use crate::kubernetes::decoded::{Decoded, Meta, Skipped, Undecodable};
+use crate::kubernetes::decoded::{Decoded, Skipped, Undecodable};
 use crate::kubernetes::kube_watch;
 use crate::kubernetes::machines::MachineCache;
-use crate::metrics::{Metrics, ObjectKind, PassTrigger};
+use crate::kubernetes::object_fields::Csr;
+use crate::kubernetes::object_fields::{Meta, ObjectKind};
+use crate::metrics::{Metrics, PassTrigger};
 use crate::policy::KUBELET_SERVING_SIGNER;
 
 /// Machine and Node changes re-trigger waiting CSRs at most this often.
@@ -57,6 +58,8 @@ pub(super) struct Sources<W, F> {
     pub resync_period: Duration,
     /// Where passes are counted.
     pub metrics: Metrics,
+    /// Where CSRs that cannot be decoded are reported.
+    pub skipped: Skipped,
     /// Machine mode's Machines and Nodes.
     pub machines: Option<MachineCache>,
     /// Whether some CSR waits on a Machine, a Node or the pending brake.
@@ -78,6 +81,7 @@ where
         writable,
         resync_period,
         metrics,
+        skipped,
         machines,
         waiting_on_cluster,
     } = sources;
@@ -91,7 +95,6 @@ where
     // holds `cache_requests_below` CSRs, that of a pending kubelet-serving CSR (its reconcile
     // reads it from the apiserver). Every watch event carries the whole object, so nothing is lost.
     let store = cache.reader();
-    let skipped = Skipped::new(metrics.clone());
     let watch = kube_watch::stream(api, config).try_filter_map(move |event| {
         let keep_request = cache.size() < cache_requests_below;
         let applied = watched(event, keep_request, &skipped).map(|event| cache.apply(event));
@@ -281,7 +284,10 @@ mod tests {
     #[test]
     fn an_undecodable_csr_is_left_out_of_a_list_and_drops_its_cached_version_when_changed() {
         let metrics = Metrics::new();
-        let skipped = Skipped::new(metrics.clone());
+        let skipped = Skipped::counting({
+            let metrics = metrics.clone();
+            move |kind| metrics.record_undecodable(kind)
+        });
         let undecodable = || {
             let metadata = ObjectMeta { name: Some("bad".into()), ..ObjectMeta::default() };
             Decoded::<Csr>::Undecodable(Box::new(Undecodable { metadata, error: "a time out of range".into() }))

@@ -23,10 +23,10 @@ use super::Context;
 use crate::audit::states::StateChange;
 use crate::config::EventLevel;
 use crate::display::{prefix_within, short_name};
-use crate::kubernetes::csr_fields::Csr;
 use crate::kubernetes::csr_name::csr_path;
 use crate::kubernetes::csr_object::CsrObject;
 use crate::kubernetes::decoded::Decoded;
+use crate::kubernetes::object_fields::Csr;
 use crate::policy::{Decision, DecisionKind, is_dns_subdomain};
 
 /// How a decision is told: the log line's `message` and the prefix of the event's note.

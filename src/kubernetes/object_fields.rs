@@ -1,14 +1,185 @@
-//! A CertificateSigningRequest as the approver reads it from the apiserver ([`Csr`]): only the
-//! fields decisions and the approval write use. Its metadata is read as [`Meta`] (no
-//! `managedFields`, which a requester may fill with times the apiserver serves with a five-digit
-//! year), and its conditions keep their times as the text the apiserver served, unread, so the
-//! write sends them back exactly as they were.
+//! The fields the approver reads of the apiserver's objects, each kind read into a type of its own
+//! that reads nothing else: any object's metadata as [`Meta`] (never `managedFields`, which a
+//! requester or a node may fill with times the apiserver serves with a five-digit year), and a
+//! CertificateSigningRequest as a [`Csr`], whose conditions keep their times as the text the
+//! apiserver served, unread, so the approval write sends them back exactly as they were. The
+//! kinds of object read ([`ObjectKind`]) and [`resource_of!`], which makes such a type a
+//! [`kube::Resource`].
+
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+use std::fmt;
+use std::marker::PhantomData;
 
 use k8s_openapi::ByteString;
 use k8s_openapi::api::certificates::v1::{CertificateSigningRequest, CertificateSigningRequestCondition};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use kube::Resource;
 use serde::{Deserialize, Serialize};
 
-use crate::kubernetes::decoded::{Meta, resource_of};
+/// A kind of object the approver reads from the apiserver: the `kind` label of
+/// `undecodable_objects_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ObjectKind {
+    /// A CertificateSigningRequest.
+    Csr,
+    /// A Node.
+    Node,
+    /// A Machine (machine mode).
+    Machine,
+    /// The leader Lease.
+    Lease,
+    /// The `default/kubernetes` Service.
+    Service,
+    /// An EndpointSlice of the `default/kubernetes` Service.
+    EndpointSlice,
+}
+
+impl ObjectKind {
+    /// Every kind, in label order.
+    pub const ALL: [ObjectKind; 6] = [
+        ObjectKind::Csr,
+        ObjectKind::Node,
+        ObjectKind::Machine,
+        ObjectKind::Lease,
+        ObjectKind::Service,
+        ObjectKind::EndpointSlice,
+    ];
+
+    /// The `kind` label value: the object's Kubernetes kind.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ObjectKind::Csr => "CertificateSigningRequest",
+            ObjectKind::Node => "Node",
+            ObjectKind::Machine => "Machine",
+            ObjectKind::Lease => "Lease",
+            ObjectKind::Service => "Service",
+            ObjectKind::EndpointSlice => "EndpointSlice",
+        }
+    }
+}
+
+impl fmt::Display for ObjectKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The metadata the approver reads of any object: name, namespace, uid, resourceVersion,
+/// creationTimestamp, labels and annotations. Every other field (`managedFields` above all) is
+/// skipped unread.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(from = "MetaFields")]
+pub struct Meta(pub ObjectMeta);
+
+/// The fields [`Meta`] reads, as the apiserver writes them.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct MetaFields {
+    name: Option<String>,
+    namespace: Option<String>,
+    uid: Option<String>,
+    resource_version: Option<String>,
+    creation_timestamp: Option<Time>,
+    labels: Option<BTreeMap<String, String>>,
+    annotations: Option<BTreeMap<String, String>>,
+}
+
+impl From<MetaFields> for Meta {
+    fn from(fields: MetaFields) -> Meta {
+        let MetaFields { name, namespace, uid, resource_version, creation_timestamp, labels, annotations } = fields;
+        Meta(ObjectMeta {
+            name,
+            namespace,
+            uid,
+            resource_version,
+            creation_timestamp,
+            labels,
+            annotations,
+            ..ObjectMeta::default()
+        })
+    }
+}
+
+/// Implements [`kube::Resource`] for an approver type read from objects of the k8s-openapi type
+/// given (its kind, group, version and plural), whose `metadata` field is a [`Meta`].
+macro_rules! resource_of {
+    ($type:ty, $k8s:ty) => {
+        impl kube::Resource for $type {
+            type DynamicType = ();
+            type Scope = <$k8s as k8s_openapi::Resource>::Scope;
+
+            fn kind(_: &()) -> std::borrow::Cow<'_, str> {
+                <$k8s as k8s_openapi::Resource>::KIND.into()
+            }
+
+            fn group(_: &()) -> std::borrow::Cow<'_, str> {
+                <$k8s as k8s_openapi::Resource>::GROUP.into()
+            }
+
+            fn version(_: &()) -> std::borrow::Cow<'_, str> {
+                <$k8s as k8s_openapi::Resource>::VERSION.into()
+            }
+
+            fn plural(_: &()) -> std::borrow::Cow<'_, str> {
+                <$k8s as k8s_openapi::Resource>::URL_PATH_SEGMENT.into()
+            }
+
+            fn meta(&self) -> &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                &self.metadata.0
+            }
+
+            fn meta_mut(&mut self) -> &mut k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                &mut self.metadata.0
+            }
+        }
+    };
+}
+pub(crate) use resource_of;
+
+/// Only the metadata of objects of `K` ([`Meta`]), read through the apiserver's metadata API
+/// (`PartialObjectMetadata`): what a cache that counts or names objects needs.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(bound = "")]
+pub struct MetadataOnly<K> {
+    /// The object's metadata.
+    pub metadata: Meta,
+    #[serde(skip)]
+    kind: PhantomData<fn() -> K>,
+}
+
+impl<K: Resource> Resource for MetadataOnly<K> {
+    type DynamicType = K::DynamicType;
+    type Scope = K::Scope;
+
+    fn kind(dt: &Self::DynamicType) -> Cow<'_, str> {
+        K::kind(dt)
+    }
+
+    fn group(dt: &Self::DynamicType) -> Cow<'_, str> {
+        K::group(dt)
+    }
+
+    fn version(dt: &Self::DynamicType) -> Cow<'_, str> {
+        K::version(dt)
+    }
+
+    fn plural(dt: &Self::DynamicType) -> Cow<'_, str> {
+        K::plural(dt)
+    }
+
+    fn metadata_api() -> bool {
+        true
+    }
+
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata.0
+    }
+
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata.0
+    }
+}
 
 /// A CSR: the fields the approver reads of `certificates.k8s.io/v1` CertificateSigningRequests.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
