@@ -12,7 +12,7 @@ use std::process::Command;
 use support::process::{binary, repo, run, stderr};
 use testkit::policy::REGEX;
 
-const GPU_DOMAIN: &str = "rules:\n  - name: gpu-pool-domain\n    expression: >-\n      node.metadata.labels['node-restriction.kubernetes.io/pool'] != 'gpu' ||\n      request.dnsNames.all(n, n.endsWith('.gpu.example.com'))\n    message: GPU nodes must use names under gpu.example.com\n";
+const GPU_DOMAIN: &str = "rules:\n  - name: gpu-pool-domain\n    expression: >-\n      node.metadata.labels['node-restriction.kubernetes.io/pool'] == 'gpu' ?\n      request.dnsNames.all(n, n.endsWith('.gpu.example.com')) : true\n    message: GPU nodes must use names under gpu.example.com\n";
 
 /// A Node `n1` with these labels (YAML flow mapping), as `--objects` reads it.
 fn node_n1(labels: &str) -> String {

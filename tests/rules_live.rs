@@ -18,7 +18,7 @@ use support::nodes::{dns_for, legit};
 const DECIDE: Duration = Duration::from_secs(20);
 
 /// The GPU pool's addresses are 10.0.0.16/28, chosen by a label NodeRestriction keeps from nodes.
-const RULES: &str = "rules:\n  - name: gpu-pool-prefix\n    expression: >-\n      node.metadata.labels['node-restriction.kubernetes.io/pool'] != 'gpu' ||\n      request.ipAddresses.all(a, cidr('10.0.0.16/28').containsIP(a))\n    message: GPU nodes must use addresses in 10.0.0.16/28\n";
+const RULES: &str = "rules:\n  - name: gpu-pool-prefix\n    expression: >-\n      node.metadata.labels['node-restriction.kubernetes.io/pool'] == 'gpu' ?\n      request.ipAddresses.all(a, cidr('10.0.0.16/28').containsIP(a)) : true\n    message: GPU nodes must use addresses in 10.0.0.16/28\n";
 
 /// A Node labelled `node-restriction.kubernetes.io/pool: <pool>`, or only `pool: <pool>` (a label
 /// the node may write) when `restricted` is false.

@@ -16,18 +16,18 @@ use rcgen::{CertificateParams, DistinguishedName, DnType, KeyPair, SanType};
 const RULES: [(&str, &str); 4] = [
     (
         "pool-domain",
-        "node.metadata.labels['node-restriction.kubernetes.io/pool'] != 'gpu' || \
-         request.dnsNames.all(n, n.endsWith('.gpu.example.com'))",
+        "node.metadata.labels['node-restriction.kubernetes.io/pool'] == 'gpu' ? \
+         request.dnsNames.all(n, n.endsWith('.gpu.example.com')) : true",
     ),
     (
         "pool-prefixes",
-        "node.metadata.labels['node-restriction.kubernetes.io/pool'] != 'cpu' || \
-         request.ipAddresses.all(a, cidr('10.0.0.0/16').containsIP(a))",
+        "node.metadata.labels['node-restriction.kubernetes.io/pool'] == 'cpu' ? \
+         request.ipAddresses.all(a, cidr('10.0.0.0/16').containsIP(a)) : true",
     ),
     (
         "pool-ipv4-only",
-        "node.metadata.labels['node-restriction.kubernetes.io/pool'] != 'cpu' || \
-         request.ipAddresses.all(a, ip(a).family() == 4)",
+        "node.metadata.labels['node-restriction.kubernetes.io/pool'] == 'cpu' ? \
+         request.ipAddresses.all(a, ip(a).family() == 4) : true",
     ),
     ("request-only", "request.nodeName.matches('^n[0-9]+$') && request.expirationSeconds == null"),
 ];

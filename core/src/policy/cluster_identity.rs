@@ -17,7 +17,7 @@ use super::Reason;
 use super::evidence::Evidence;
 use super::ports::{AddressClaim, MachineInfo};
 use super::report::Failure;
-use super::reserved::{reserved_address, reserved_name};
+use super::reserved::{host, reserved_address, reserved_name};
 
 /// No DNS SAN and no IP SAN is in the table of reserved identities (`reserved.rs`).
 pub(crate) fn reserved_sans(dns_names: &[String], ips: &[IpAddr], cluster_domain: &str) -> Result<String, Failure> {
@@ -30,7 +30,8 @@ pub(crate) fn reserved_sans(dns_names: &[String], ips: &[IpAddr], cluster_domain
     Ok(format!("no SAN names the apiserver, svc.{cluster_domain}, localhost or a reserved address"))
 }
 
-/// No IP SAN is a ClusterIP of the `default/kubernetes` Service; an address of its EndpointSlices
+/// No IP SAN is a ClusterIP of the `default/kubernetes` Service, in any spelling of it (an IPv6
+/// address embedding it: IPv4-mapped, translated, compatible, 6to4); an address of its EndpointSlices
 /// (an apiserver's advertise address) only when `node` is the one claimant of it: the only Node
 /// whose `status.addresses` carry it and, in machine mode, the only node whose Machine does. What
 /// is not gathered, or could not be read, is retried, never approved.
@@ -46,7 +47,7 @@ pub(crate) fn apiserver_addresses(node: &str, ips: &[IpAddr], evidence: &Evidenc
         }
         None => return unknown("the apiserver's addresses (default/kubernetes) were not looked up".into()),
     };
-    if let Some(ip) = ips.iter().find(|ip| addresses.service.iter().any(|a| a.to_canonical() == ip.to_canonical())) {
+    if let Some(ip) = ips.iter().find(|ip| addresses.service.iter().any(|a| host(*a) == host(**ip))) {
         return Err(Failure::deny(
             Reason::ClusterIdentity,
             format!("IP SAN {ip} is a ClusterIP of the apiserver's Service default/kubernetes"),
@@ -101,8 +102,27 @@ fn claimants(ip: &IpAddr, claims: &[AddressClaim], machines: &[Arc<MachineInfo>]
 
 #[cfg(test)]
 mod tests {
-    use super::super::ports::ClusterError;
+    use super::super::ports::{ApiserverAddresses, ClusterError};
     use super::*;
+
+    #[test]
+    fn a_cluster_ip_is_refused_in_every_ipv6_spelling_that_embeds_it() {
+        let evidence = |service: &str| Evidence {
+            apiserver: Some(Ok(ApiserverAddresses { service: vec![service.parse().unwrap()], endpoints: Vec::new() })),
+            ..Evidence::default()
+        };
+        let decide = |san: &str, service: &str| apiserver_addresses("n", &[san.parse().unwrap()], &evidence(service));
+        for san in ["10.96.0.1", "::ffff:10.96.0.1", "2002:a60:1::", "2002:a60:1:ffff::7", "::ffff:0:a60:1", "::a60:1"]
+        {
+            let failure = decide(san, "10.96.0.1").unwrap_err();
+            assert_eq!(failure.reason, Reason::ClusterIdentity, "{san}");
+            assert!(failure.message.contains("is a ClusterIP"), "{san}: {}", failure.message);
+        }
+        assert!(decide("2002:a60:1::", "2002:a60:1::").is_err());
+        for san in ["10.96.0.2", "2002:a60:2::", "::ffff:0:a60:2", "2003:a60:1::", "fd00::a60:1"] {
+            assert!(decide(san, "10.96.0.1").is_ok(), "{san}");
+        }
+    }
 
     #[test]
     fn an_unreadable_cluster_is_a_retry_naming_why() {

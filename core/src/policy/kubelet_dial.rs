@@ -11,7 +11,7 @@ use std::net::{IpAddr, SocketAddr};
 use ipnet::IpNet;
 
 use super::ports::{AddressClaim, ApiserverAddresses};
-use super::reserved::reserved_address;
+use super::reserved::{host, reserved_address};
 
 /// The addresses and the port a kubelet may be dialled at.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -24,8 +24,9 @@ pub struct KubeletDialRules {
 
 impl KubeletDialRules {
     /// The address to dial for a kubelet its Node places at `ip` and `port`, or why it is not
-    /// dialled. `apiserver` holds the apiserver's addresses the node does not own; an IPv4-mapped
-    /// address is read as the IPv4 address it maps.
+    /// dialled. `apiserver` holds the apiserver's addresses the node does not own, each refused in
+    /// every spelling (an IPv6 address embedding it, `reserved::host`); an IPv4-mapped address is
+    /// read as the IPv4 address it maps.
     pub fn target(&self, ip: IpAddr, port: u16, apiserver: &[IpAddr]) -> Result<SocketAddr, String> {
         let ip = ip.to_canonical();
         if port != self.port {
@@ -37,7 +38,7 @@ impl KubeletDialRules {
         if let Some(kind) = reserved_address(ip) {
             return Err(format!("the Node's InternalIP {ip} is {kind}"));
         }
-        if apiserver.iter().any(|address| address.to_canonical() == ip) {
+        if apiserver.iter().any(|address| host(*address) == host(ip)) {
             return Err(format!("the Node's InternalIP {ip} is an address of the apiserver (default/kubernetes)"));
         }
         if !self.prefixes.iter().any(|net| net.contains(&ip)) {
@@ -91,6 +92,13 @@ mod tests {
         assert!(target("10.0.0.1", 10250).unwrap_err().contains("address of the apiserver"));
         assert!(target("::ffff:10.0.0.1", 10250).unwrap_err().contains("address of the apiserver"));
         assert!(target("10.1.0.7", 10250).unwrap_err().contains("outside --provider-ip-prefixes"));
+        let anywhere = KubeletDialRules { prefixes: vec!["::/0".parse().unwrap()], port: 10250 };
+        let cluster_ip = ["10.96.0.1".parse().unwrap()];
+        for spelling in ["2002:a60:1::", "2002:a60:1:ffff::7", "::ffff:0:a60:1"] {
+            let refused = anywhere.target(spelling.parse().unwrap(), 10250, &cluster_ip).unwrap_err();
+            assert!(refused.contains("address of the apiserver"), "{spelling}: {refused}");
+        }
+        assert!(anywhere.target("2002:a60:2::".parse().unwrap(), 10250, &cluster_ip).is_ok());
         let open = KubeletDialRules { prefixes: vec!["0.0.0.0/0".parse().unwrap()], port: 10250 };
         let refused = open.target("169.254.169.254".parse().unwrap(), 10250, &[]).unwrap_err();
         assert!(refused.contains("link-local"), "{refused}");

@@ -7,6 +7,9 @@
 //!   `kubernetes`, `kubernetes.default`, `kubernetes.default.svc`, and `kubernetes.default.svc.`
 //!   under any domain (the Kubernetes DNS specification: `<service>.<namespace>.svc.<zone>`, found
 //!   through the pod's search path; a wrong `--cluster-domain` must not open it);
+//! - every name whose last label is `svc`: a Service's short name, `<service>.<namespace>.svc`
+//!   (the Kubernetes DNS specification), which the pod's search path completes under the cluster
+//!   domain;
 //! - `svc.<cluster domain>` and every name under it (Service names), and `pod.<cluster domain>`
 //!   and every name under it (pod names, `a-b-c-d.<namespace>.pod.<zone>`, which the cluster DNS
 //!   answers with the address written in the name), and every name with an inner label `pod`
@@ -16,7 +19,10 @@
 //!   (`ip6-localhost`, `ip6-loopback`, `ip6-localnet`, `ip6-mcastprefix`, `ip6-allnodes`,
 //!   `ip6-allrouters`), Red Hat's (`localhost.localdomain`, `localhost4`, `localhost4.localdomain4`,
 //!   `localhost6`, `localhost6.localdomain6`);
-//! - cloud metadata names: `metadata.google.internal` (Google Cloud, "About VM metadata").
+//! - cloud metadata names: `metadata.google.internal` and `metadata`, the same found through the
+//!   VM's search path (Google Cloud, "About VM metadata"); `instance-data` and
+//!   `instance-data.ec2.internal`, its name in the `ec2.internal` domain of AWS's DNS (AWS,
+//!   "Instance metadata and user data"; cloud-init's EC2 datasource dials `instance-data.`).
 //!
 //! Names a C resolver dials as IPv4 addresses are no host names (checked with the DNS-name syntax):
 //! `inet_aton(3)` reads one to four parts, each decimal, octal (`0177`) or hexadecimal (`0x7f`),
@@ -47,6 +53,8 @@ const APISERVER_NAMES: [&str; 3] = ["kubernetes", "kubernetes.default", "kuberne
 const APISERVER_UNDER_ANY_DOMAIN: &str = "kubernetes.default.svc.";
 /// RFC 6761 reserves the whole `localhost.` domain for loopback: every name under it too.
 const LOCALHOST: &str = "localhost";
+/// The last label of a Service's short name (`<service>.<namespace>.svc`).
+const SERVICE_LABEL: &str = "svc";
 /// The label of pod DNS names (`a-b-c-d.<namespace>.pod.<cluster domain>`).
 const POD_LABEL: &str = "pod";
 /// Loopback and multicast aliases of `/etc/hosts` (Debian, Red Hat, the kubelet's pod hosts file).
@@ -63,8 +71,9 @@ const HOSTS_ALIASES: [&str; 11] = [
     "ip6-allnodes",
     "ip6-allrouters",
 ];
-/// Names of cloud metadata services.
-const METADATA_NAMES: [&str; 1] = ["metadata.google.internal"];
+/// Names of cloud metadata services: Google Cloud's, and AWS's.
+const METADATA_NAMES: [&str; 4] =
+    ["metadata.google.internal", "metadata", "instance-data", "instance-data.ec2.internal"];
 
 /// Reserved IPv4 ranges: network, prefix length, what it is.
 const V4: [(Ipv4Addr, u8, &str); 7] = [
@@ -118,6 +127,16 @@ fn v6_kind(ip: Ipv6Addr) -> Option<&'static str> {
         .map(|(_, _, kind)| *kind)
 }
 
+/// The host `ip` stands for: the IPv4 address an IPv6 address embeds (IPv4-mapped, translated,
+/// compatible, 6to4), else `ip` itself. Every spelling of one IPv4 host compares equal through it:
+/// `10.96.0.1`, `::ffff:10.96.0.1`, `::ffff:0:a60:1` and `2002:a60:1::/48`.
+pub(crate) fn host(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => embedded_ipv4(v6).map_or(ip, |(_, v4)| IpAddr::V4(v4)),
+        IpAddr::V4(_) => ip,
+    }
+}
+
 /// The IPv4 address an IPv6 address of `::ffff:0:0/96`, `::ffff:0:0:0/96`, `::/96` or
 /// `2002::/16` carries, and which form it is.
 fn embedded_ipv4(ip: Ipv6Addr) -> Option<(&'static str, Ipv4Addr)> {
@@ -152,6 +171,8 @@ pub(crate) fn reserved_name(name: &str, cluster_domain: &str) -> Option<String> 
         Some(format!("DNS SAN {name:?} lies in the cluster's pod domain {pods:?} (--cluster-domain)"))
     } else if inner_pod_label {
         Some(format!("DNS SAN {name:?} has the form of a pod's DNS name (<address>.<namespace>.pod.<domain>)"))
+    } else if labels.last() == Some(&SERVICE_LABEL) {
+        Some(format!("DNS SAN {name:?} has the form of a Service's short name (<service>.<namespace>.svc)"))
     } else if within(name, LOCALHOST) {
         Some(format!("DNS SAN {name:?} lies in the reserved loopback domain {LOCALHOST:?} (RFC 6761)"))
     } else if HOSTS_ALIASES.contains(&name) {
@@ -200,6 +221,44 @@ mod tests {
         assert!(!reserved("pod.example.com"));
         assert!(!reserved("a.pods.example.com"));
         assert!(!reserved("a.example.pod"));
+    }
+
+    #[test]
+    fn short_service_names_and_metadata_names_are_reserved_in_any_case_and_with_trailing_dots() {
+        let reserved = |name| reserved_name(name, "cluster.local");
+        for name in [
+            "svc",
+            "a.svc",
+            "my-service.my-namespace.svc",
+            "My-Service.My-Namespace.SVC.",
+            "a.b.svc..",
+            "metadata",
+            "METADATA.",
+            "instance-data",
+            "Instance-Data.",
+            "instance-data.ec2.internal",
+            "INSTANCE-DATA.EC2.INTERNAL.",
+        ] {
+            assert!(reserved(name).is_some(), "{name}");
+        }
+        assert!(reserved("a.b.svc").unwrap().contains("a Service's short name"));
+        assert!(reserved("instance-data").unwrap().contains("a cloud metadata service"));
+        for name in ["a.svcs", "a.svc.example.com", "svc-a", "metadata.example.com", "instance-data.example.com"] {
+            assert!(reserved(name).is_none(), "{name}");
+        }
+    }
+
+    #[test]
+    fn an_address_stands_for_the_ipv4_host_it_embeds() {
+        let host = |ip: &str| host(ip.parse().unwrap()).to_string();
+        assert_eq!(host("2002:a60:1::"), "10.96.0.1");
+        assert_eq!(host("2002:a60:1:ffff::7"), "10.96.0.1");
+        assert_eq!(host("::ffff:0:a60:1"), "10.96.0.1");
+        assert_eq!(host("::ffff:10.96.0.1"), "10.96.0.1");
+        assert_eq!(host("::a60:1"), "10.96.0.1");
+        assert_eq!(host("10.96.0.1"), "10.96.0.1");
+        assert_eq!(host("2003:a60:1::"), "2003:a60:1::");
+        assert_eq!(host("fd00::a60:1"), "fd00::a60:1");
     }
 
     #[test]

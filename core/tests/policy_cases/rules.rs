@@ -58,12 +58,16 @@ const REQUEST: &str = "request.nodeName == 'n1' && request.username == 'system:n
     request.ipAddresses == ['10.0.0.11'] && request.usages == ['digital signature', 'key encipherment', 'server auth'] && \
     request.expirationSeconds == null && request.signerName == 'kubernetes.io/kubelet-serving'";
 
-/// A pool's domain, chosen by the Node's label (the README's first example).
+/// A pool's domain, chosen by a label the node may write, guarded so that a Node without it passes.
 const GPU_DOMAIN: &str = "!('pool' in node.metadata.labels) || node.metadata.labels['pool'] != 'gpu' || \
     request.dnsNames.all(n, n.endsWith('.gpu.example.com'))";
 
 /// The GPU pool's domain by a label nodes cannot set, failing closed (the README's first example).
-const RESTRICTED_GPU_DOMAIN: &str = "node.metadata.labels['node-restriction.kubernetes.io/pool'] != 'gpu' || \
+const RESTRICTED_GPU_DOMAIN: &str = "node.metadata.labels['node-restriction.kubernetes.io/pool'] == 'gpu' ? \
+    request.dnsNames.all(n, n.endsWith('.gpu.example.com')) : true";
+
+/// The same written with `||`, which an error on its left does not fail when its right is true.
+const RESTRICTED_GPU_DOMAIN_OR: &str = "node.metadata.labels['node-restriction.kubernetes.io/pool'] != 'gpu' || \
     request.dnsNames.all(n, n.endsWith('.gpu.example.com'))";
 
 /// What the rules see of the Node: its projection only.
@@ -167,6 +171,33 @@ pub fn cases() -> Vec<Case> {
             &[("gpu", RESTRICTED_GPU_DOMAIN)],
         )
         .evidence(found(Some("cpu"))),
+        ruled(
+            "a node without the restricted label fails closed also under the pool's domain",
+            (Deny, Reason::RuleFailed),
+            &[("gpu", RESTRICTED_GPU_DOMAIN)],
+        )
+        .sub(|s| s.request = Request::node("n1").dns("n1.gpu.example.com").ip("10.0.0.11").pem().into_bytes())
+        .cfg(|c| c.provider_regex = regex::Regex::new(r"^n1\.(gpu|nodes)\.example\.com$").unwrap())
+        .evidence(found(Some("cpu"))),
+        ruled(
+            "a node of the restricted pool under its domain passes",
+            (Approve, Reason::AutoApproved),
+            &[("gpu", RESTRICTED_GPU_DOMAIN)],
+        )
+        .sub(|s| s.request = Request::node("n1").dns("n1.gpu.example.com").ip("10.0.0.11").pem().into_bytes())
+        .cfg(|c| c.provider_regex = regex::Regex::new(r"^n1\.(gpu|nodes)\.example\.com$").unwrap())
+        .evidence(|e| {
+            let labels = serde_json::json!({ "node-restriction.kubernetes.io/pool": "gpu" });
+            e.node = Some(Lookup::Found(node_n1(labels)));
+        }),
+        ruled(
+            "a node without the label passes || when the request meets its other side",
+            (Approve, Reason::AutoApproved),
+            &[("gpu", RESTRICTED_GPU_DOMAIN_OR)],
+        )
+        .sub(|s| s.request = Request::node("n1").dns("n1.gpu.example.com").ip("10.0.0.11").pem().into_bytes())
+        .cfg(|c| c.provider_regex = regex::Regex::new(r"^n1\.(gpu|nodes)\.example\.com$").unwrap())
+        .evidence(found(Some("cpu"))),
         ruled("a node of another restricted pool passes", (Approve, Reason::AutoApproved), &[("gpu", RESTRICTED_GPU_DOMAIN)])
             .evidence(|e| {
                 let labels = serde_json::json!({ "node-restriction.kubernetes.io/pool": "cpu" });
@@ -198,6 +229,19 @@ pub fn cases() -> Vec<Case> {
         ),
         // Errors and results of the wrong type fail the rule.
         ruled("an erroring rule fails", (Deny, Reason::RuleFailed), &[("error", "request.nodeName + 1 == 2")]),
+        // `||` and `&&` absorb an error where the other side decides; the conditional does not.
+        ruled("error || true holds", (Approve, Reason::AutoApproved), &[("or", "request.nodeName + 1 == 2 || true")]),
+        ruled("true || error holds", (Approve, Reason::AutoApproved), &[("or", "true || request.nodeName + 1 == 2")]),
+        ruled("error || false fails", (Deny, Reason::RuleFailed), &[("or", "request.nodeName + 1 == 2 || false")]),
+        ruled("!(error && false) holds", (Approve, Reason::AutoApproved), &[("and", "!(request.nodeName + 1 == 2 && false)")]),
+        ruled("all() absorbs an error beside false", (Approve, Reason::AutoApproved), &[("all", "![0, 'a'].all(x, x > 0)")]),
+        ruled("exists() absorbs an error beside true", (Approve, Reason::AutoApproved), &[("any", "[1, 'a'].exists(x, x > 0)")]),
+        ruled("all() fails on an error beside true", (Deny, Reason::RuleFailed), &[("all", "[1, 'a'].all(x, x > 0)")]),
+        ruled(
+            "an error in a condition fails",
+            (Deny, Reason::RuleFailed),
+            &[("if", "request.nodeName + 1 == 2 ? true : true")],
+        ),
         ruled(
             "a division by zero fails",
             (Deny, Reason::RuleFailed),

@@ -5,7 +5,7 @@
 //! taints once registered, though it chooses them when it registers). A rule that keys on a
 //! field the node writes can be escaped by the node.
 
-use cel::common::ast::{EntryExpr, Expr, LiteralValue, operators};
+use cel::common::ast::{CallExpr, EntryExpr, Expr, LiteralValue, operators};
 use cel::parser::Expression;
 
 /// The labels a kubelet may set on its own Node although they are in the `kubernetes.io`
@@ -53,7 +53,8 @@ pub(crate) fn label_is_restricted(key: &str) -> bool {
 }
 
 /// The fields of `node` that `root` reads and the node writes itself, as they are written in a
-/// rule (`node.metadata.labels["pool"]`, `node.status`), each once, in the order they appear.
+/// rule (`node.metadata.labels["pool"]`, `node.status`, or `node` for an alias of all of it),
+/// each once, in the order they appear.
 pub(crate) fn node_writable_reads(root: &Expression) -> Vec<String> {
     let mut reads = Vec::new();
     collect(root, &mut reads);
@@ -103,6 +104,9 @@ fn collect(expr: &Expression, reads: &mut Vec<Vec<Step>>) {
     }
     match &expr.expr {
         Expr::Call(call) => {
+            if is_null_test(call) {
+                return;
+            }
             if call.func_name == operators::IN
                 && let [needle, haystack] = call.args.as_slice()
                 && let Some(mut found) = path(haystack)
@@ -124,6 +128,18 @@ fn collect(expr: &Expression, reads: &mut Vec<Vec<Step>>) {
         Expr::Struct(object) => object.entries.iter().for_each(|entry| entry_of(&entry.expr, reads)),
         Expr::Select(select) => collect(&select.operand, reads),
         Expr::Unspecified | Expr::Ident(_) | Expr::Literal(_) => {}
+    }
+}
+
+/// True for `node == null`, `node != null` and the same with `null` first: the only use of `node`
+/// itself, outside a path into it, that reads nothing the node writes.
+fn is_null_test(call: &CallExpr) -> bool {
+    let node = |e: &Expression| matches!(&e.expr, Expr::Ident(name) if name == "node");
+    let null = |e: &Expression| matches!(e.expr, Expr::Literal(LiteralValue::Null));
+    let equality = call.func_name == operators::EQUALS || call.func_name == operators::NOT_EQUALS;
+    match call.args.as_slice() {
+        [a, b] => equality && ((node(a) && null(b)) || (null(a) && node(b))),
+        _ => false,
     }
 }
 
@@ -151,15 +167,16 @@ fn entry_of(entry: &EntryExpr, reads: &mut Vec<Vec<Step>>) {
     }
 }
 
-/// True when the node writes some of what `path` reads: anything but `node` itself (compared
-/// with null), its fixed metadata, and a restricted label read by its key.
+/// True when the node writes some of what `path` reads: anything but its fixed metadata and a
+/// restricted label read by its key. The empty path is `node` itself used other than in a path
+/// or a null test (an alias: `[node][0]`, `dyn(node)`, a conditional or a macro over it), which
+/// may read anything of it.
 fn writable(path: &[Step]) -> bool {
     let key = |index: usize| match path.get(index) {
         Some(Step::Key(key)) => Some(key.as_str()),
         _ => None,
     };
     match (path.len(), key(0), key(1)) {
-        (0, ..) => false,
         (2.., Some("metadata"), Some(field)) if FIXED_FIELDS.contains(&field) => false,
         (3.., Some("metadata"), Some("labels")) => !key(2).is_some_and(label_is_restricted),
         _ => true,
@@ -251,8 +268,25 @@ mod tests {
     }
 
     #[test]
+    fn node_read_through_an_alias_is_named_whole() {
+        let aliased = [
+            "[node][0].metadata.labels['node-restriction.kubernetes.io/pool'] == 'gpu'",
+            "dyn(node).metadata.labels.pool == 'gpu'",
+            "{'n': node}.n.metadata.labels.pool == 'gpu'",
+            "(true ? node : node).status.addresses.size() > 0",
+            "[node].all(n, n.metadata.labels['x'] == 'y')",
+            "node.metadata.labels[string(node)] == ''",
+            "node == request",
+            "request == node",
+            "node + null == null",
+        ];
+        let missed: Vec<&str> = aliased.into_iter().filter(|e| !reads(e).contains(&"node".to_owned())).collect();
+        assert_eq!(missed, Vec::<&str>::new());
+    }
+
+    #[test]
     fn restricted_labels_fixed_metadata_and_other_variables_are_not_named() {
-        let safe = "node == null || node.metadata.name == request.nodeName && \
+        let safe = "node == null || null != node || node.metadata.name == request.nodeName && \
                     node.metadata.labels['node-restriction.kubernetes.io/pool'] == 'gpu' && \
                     'node-role.kubernetes.io/worker' in node.metadata.labels && machine.metadata.labels.pool == 'a' && \
                     has(node.metadata.uid) && request.dnsNames.all(n, n.endsWith('.example.com'))";
