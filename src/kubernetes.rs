@@ -18,5 +18,6 @@ pub(crate) mod kube_watch;
 pub(crate) mod kubelet_endpoint;
 pub(crate) mod leader;
 pub(crate) mod machines;
+pub(crate) mod node_addresses;
 pub mod node_object;
 pub mod object_fields;

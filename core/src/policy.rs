@@ -37,8 +37,9 @@ pub use machine_checks::{
 };
 pub use one_client_certificate::{client_node, issued_client_node};
 pub use ports::{
-    AddressClaim, ApiserverAddresses, BrakeInputs, ClusterError, ClusterView, DnsFailure, KubeletCertificate,
-    MachineInfo, NodeAddress, NodeInfo, RequestError, Resolution, Resolver, ServingCsr, ServingCsrState,
+    AddressClaim, ApiserverAddresses, BrakeInputs, CONTROL_PLANE_LABEL, ClusterError, ClusterView, DnsFailure,
+    KubeletCertificate, MachineInfo, NodeAddress, NodeInfo, RequestError, Resolution, Resolver, ServingCsr,
+    ServingCsrState,
 };
 pub use reason::Reason;
 pub use report::{CheckId, CheckResult, Consequence, Failure, Outcome};

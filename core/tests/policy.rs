@@ -10,8 +10,8 @@ mod support;
 use std::collections::BTreeSet;
 
 use node_csr_approver_core::policy::{
-    AddressClaim, ApiserverAddresses, DecisionKind, DnsFailure, Evidence, Outcome, PolicyConfig, Reason, Resolution,
-    decide,
+    AddressClaim, ApiserverAddresses, CONTROL_PLANE_LABEL, DecisionKind, DnsFailure, Evidence, Outcome, PolicyConfig,
+    Reason, Resolution, decide,
 };
 use policy_cases::{case, cases, good, good_csr};
 use support::table::assert_all;
@@ -123,15 +123,22 @@ fn a_cluster_identity_denial_names_the_offending_san() {
     let ip = "10.0.0.11".parse().unwrap();
     let claimed = |nodes: &[&str]| Evidence {
         apiserver: Some(Ok(ApiserverAddresses { service: Vec::new(), endpoints: vec![ip] })),
-        address_claims: Some(Ok(vec![AddressClaim { ip, nodes: nodes.iter().map(|n| (*n).to_owned()).collect() }])),
+        address_claims: Some(Ok(vec![AddressClaim {
+            ip,
+            nodes: nodes.iter().map(|n| (*n).to_owned()).collect(),
+            control_plane: Vec::new(),
+        }])),
         ..Evidence::default()
     };
     let other = named(good_csr(), &claimed(&["cp-1"]));
     assert!(other.contains("10.0.0.11") && other.contains("advertise") && other.contains("\"cp-1\""), "{other}");
     assert!(other.contains("not node \"n1\"'s own"), "{other}");
-    let ambiguous = named(good_csr(), &claimed(&["n1", "n2"]));
+    // Claimed by more than the node, and nothing a kubelet cannot write tells whose: retried.
+    let ambiguous = decide(&good_csr(), &config(), &claimed(&["n1", "n2"]), minutes_after_creation(1)).decision;
+    assert_eq!((ambiguous.kind, ambiguous.reason), (DecisionKind::Retry, Reason::AdvertiseAddressContested));
+    let ambiguous = ambiguous.message;
     assert!(ambiguous.contains("10.0.0.11") && ambiguous.contains("more than node \"n1\""), "{ambiguous}");
-    assert!(ambiguous.contains("\"n2\""), "{ambiguous}");
+    assert!(ambiguous.contains("\"n2\"") && ambiguous.contains(CONTROL_PLANE_LABEL), "{ambiguous}");
     let approved = decide(&good_csr(), &config(), &claimed(&["n1"]), minutes_after_creation(1));
     let row = approved.checks.iter().find(|c| c.check.as_str() == "apiserver-addresses").unwrap();
     assert!(format!("{:?}", row.outcome).contains("10.0.0.11"), "{row:?}");

@@ -13,22 +13,24 @@ use crate::kubernetes::csr_ledger::CsrLedger;
 use crate::kubernetes::decoded::{Decoded, Skipped};
 use crate::kubernetes::kubelet_endpoint::{node_addresses, served_by, served_offline, undialled_apiserver_addresses};
 use crate::kubernetes::machines::MachineCache;
+use crate::kubernetes::node_addresses::NodeAddresses;
 use crate::kubernetes::node_object::NodeObject;
 use crate::kubernetes::object_fields::ObjectKind;
 use crate::metrics::Metrics;
 use crate::policy::{
-    AddressClaim, ApiserverAddresses, BrakeInputs, ClusterError, ClusterView, KubeletCertificate, KubeletDialRules,
-    MachineInfo, NodeInfo, RequestError, ServingCsr, brake_limit, same_ip,
+    AddressClaim, ApiserverAddresses, BrakeInputs, CONTROL_PLANE_LABEL, ClusterError, ClusterView, KubeletCertificate,
+    KubeletDialRules, MachineInfo, NodeInfo, RequestError, ServingCsr, brake_limit, same_ip,
 };
 
-/// The live cluster: one GET per Node asked for; Machines and Nodes from the watched caches of
-/// machine mode; a node's serving CSRs, and in machine mode the pending CSRs and approved client
+/// The live cluster: one GET per Node asked for; who claims an address from the watched Nodes'
+/// addresses ([`NodeAddresses`]); Machines and Nodes from the watched caches of machine mode; a node's serving CSRs, and in machine mode the pending CSRs and approved client
 /// CSRs, from the CSR cache ([`CsrLedger`]);
 /// the apiserver's addresses from their own watch ([`ApiserverWatch`]); a kubelet's certificate
 /// from a GET of its Node and a dial of the address that Node gives, where the rules allow it.
 #[derive(Clone)]
 pub struct KubeCluster {
     nodes: kube::Api<Decoded<NodeObject>>,
+    node_addresses: NodeAddresses,
     skipped: Skipped,
     machines: Option<MachineCache>,
     ledger: CsrLedger,
@@ -47,7 +49,16 @@ impl KubeCluster {
         skipped: Skipped,
     ) -> KubeCluster {
         let apiserver = ApiserverWatch::start(client.clone(), skipped.clone());
-        KubeCluster { nodes: kube::Api::all(client), skipped, machines, ledger, apiserver, kubelet_dial: None }
+        let node_addresses = NodeAddresses::new(client.clone(), skipped.clone());
+        KubeCluster {
+            nodes: kube::Api::all(client),
+            node_addresses,
+            skipped,
+            machines,
+            ledger,
+            apiserver,
+            kubelet_dial: None,
+        }
     }
 
     /// Node `name` as read, or none; one that cannot be decoded is reported and an error, so what
@@ -120,31 +131,9 @@ impl ClusterView for KubeCluster {
         self.apiserver.addresses()
     }
 
-    /// Lists every Node, [`NODE_PAGE`] at a time, keeping only which of `ips` each lists. A Node
-    /// that cannot be decoded might list any of them: it is reported, and the claims are an error
-    /// (retried), never read without it.
+    /// From the watched Nodes' addresses: a lookup, whatever the number of Nodes.
     async fn nodes_claiming(&self, ips: &[IpAddr]) -> Result<Vec<AddressClaim>, ClusterError> {
-        let mut claims = unclaimed(ips);
-        let mut page = kube::api::ListParams::default().limit(NODE_PAGE);
-        loop {
-            let nodes = self.nodes.list(&page).await.map_err(failed)?;
-            for node in &nodes.items {
-                let node = match node {
-                    Decoded::Object(node) => node,
-                    Decoded::Undecodable(undecodable) => {
-                        let error = self.skipped.report(ObjectKind::Node, undecodable);
-                        return Err(ClusterError::Request(RequestError::new(error)));
-                    }
-                };
-                let addresses = node.status.iter().flat_map(|status| status.addresses.iter().flatten());
-                let name = node.metadata.0.name.as_deref().unwrap_or_default();
-                claim(&mut claims, name, addresses.map(|a| a.address.as_str()));
-            }
-            match nodes.metadata.continue_.filter(|token| !token.is_empty()) {
-                Some(token) => page = page.continue_token(&token),
-                None => return Ok(claims),
-            }
-        }
+        self.node_addresses.claims(ips).await
     }
 
     async fn client_certificates(&self, node: &str) -> Result<Vec<String>, ClusterError> {
@@ -242,7 +231,9 @@ impl ClusterView for StaticCluster {
     async fn nodes_claiming(&self, ips: &[IpAddr]) -> Result<Vec<AddressClaim>, ClusterError> {
         let mut claims = unclaimed(ips);
         for node in self.nodes.values() {
-            claim(&mut claims, &node.name, node.addresses.iter().map(|a| a.address.as_str()));
+            let labels = node.object.as_deref().and_then(|object| object["metadata"]["labels"].as_object());
+            let control_plane = labels.is_some_and(|labels| labels.contains_key(CONTROL_PLANE_LABEL));
+            claim(&mut claims, &node.name, control_plane, node.addresses.iter().map(|a| a.address.as_str()));
         }
         Ok(claims)
     }
@@ -274,20 +265,25 @@ impl ClusterView for StaticCluster {
     }
 }
 
-/// How many Nodes one page of [`KubeCluster::nodes_claiming`]'s list holds: what it holds at once
-/// is bounded by this many Node objects, however many Nodes there are.
-const NODE_PAGE: u32 = 50;
-
 /// One claim per address in `ips`, by no Node yet.
 fn unclaimed(ips: &[IpAddr]) -> Vec<AddressClaim> {
-    ips.iter().map(|ip| AddressClaim { ip: *ip, nodes: Vec::new() }).collect()
+    ips.iter().map(|ip| AddressClaim { ip: *ip, nodes: Vec::new(), control_plane: Vec::new() }).collect()
 }
 
-/// Adds Node `name` to the claim of every address among `addresses` (as written in its status).
-fn claim<'a>(claims: &mut [AddressClaim], name: &str, addresses: impl Iterator<Item = &'a str> + Clone) {
+/// Adds Node `name` (carrying the control-plane role label or not) to the claim of every address
+/// among `addresses` (as written in its status).
+fn claim<'a>(
+    claims: &mut [AddressClaim],
+    name: &str,
+    control_plane: bool,
+    addresses: impl Iterator<Item = &'a str> + Clone,
+) {
     for claim in claims.iter_mut() {
         if addresses.clone().any(|address| same_ip(address, &claim.ip)) {
             claim.nodes.push(name.to_owned());
+            if control_plane {
+                claim.control_plane.push(name.to_owned());
+            }
         }
     }
 }

@@ -92,6 +92,8 @@ struct Shared {
     held_initial_events_ends: AtomicU64,
     csr_reads: AtomicU64,
     failed_csr_reads: AtomicU64,
+    /// How many GET requests other than watches arrived for each path.
+    gets: Mutex<std::collections::HashMap<String, u64>>,
 }
 
 impl Shared {
@@ -139,6 +141,7 @@ impl FaultProxy {
             held_initial_events_ends: AtomicU64::new(0),
             csr_reads: AtomicU64::new(0),
             failed_csr_reads: AtomicU64::new(0),
+            gets: Mutex::default(),
         });
         let (ready, listening) = oneshot::channel();
         let (stop, stopped) = oneshot::channel();
@@ -226,6 +229,12 @@ impl FaultProxy {
     /// client reading that time cannot decode. The switch is read as each request arrives.
     pub fn serve_five_digit_years(&self, on: bool) {
         self.shared.switches.send_modify(|switches| switches.five_digit_years = on);
+    }
+
+    /// How many GET requests other than watches (reads by name, lists and their pages) arrived
+    /// so far for `path` (for example `/api/v1/nodes`), whatever their query.
+    pub fn gets_of(&self, path: &str) -> u64 {
+        self.shared.gets.lock().unwrap_or_else(PoisonError::into_inner).get(path).copied().unwrap_or(0)
     }
 
     /// Every write seen so far (Lease renewals and events too), in order of arrival.

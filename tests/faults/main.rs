@@ -19,6 +19,7 @@ mod support;
 mod harness;
 mod verdict;
 
+mod advertise;
 mod apiserver;
 mod fence;
 mod leader;

@@ -36,7 +36,7 @@ pub struct Report {
 }
 
 /// The Approved and Denied conditions of every CSR in the cluster, by name.
-async fn decisions(admin: &Client) -> BTreeMap<String, Vec<String>> {
+pub async fn decisions(admin: &Client) -> BTreeMap<String, Vec<String>> {
     // Read as the approver reads CSRs, so a CSR with times of a five-digit year lists too.
     let csrs = Api::<Csr>::all(admin.clone()).list(&ListParams::default()).await.unwrap();
     let decision = |condition: &Condition| {

@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use super::Reason;
 use super::evidence::Evidence;
-use super::ports::{AddressClaim, MachineInfo};
+use super::ports::{AddressClaim, CONTROL_PLANE_LABEL, MachineInfo};
 use super::report::Failure;
 use super::reserved::{host, reserved_address, reserved_name};
 
@@ -69,35 +69,73 @@ pub(crate) fn apiserver_addresses(node: &str, ips: &[IpAddr], evidence: &Evidenc
         Some(Err(error)) => return unknown(format!("the Machines claiming {advertised:?} are unknown: {error}")),
     };
     for ip in &advertised {
-        let claimants = claimants(ip, claims, machines);
-        if claimants.len() == 1 && claimants.contains(node) {
-            continue;
+        match ownership(node, ip, claims, machines) {
+            Ownership::Own => {}
+            Ownership::Other(claimants) => {
+                return Err(Failure::deny(
+                    Reason::ClusterIdentity,
+                    format!(
+                        "IP SAN {ip} is an advertise address of the apiserver (an EndpointSlice of default/kubernetes) \
+                         and not node {node:?}'s own: claimed by {claimants:?}"
+                    ),
+                ));
+            }
+            Ownership::Contested(claimants) => {
+                return Err(Failure::retry(
+                    Reason::AdvertiseAddressContested,
+                    format!(
+                        "IP SAN {ip} is an advertise address of the apiserver (an EndpointSlice of default/kubernetes) \
+                         claimed by more than node {node:?}: {claimants:?}, and neither the label {CONTROL_PLANE_LABEL} \
+                         nor a Machine tells whose it is"
+                    ),
+                ));
+            }
         }
-        let message = if claimants.contains(node) {
-            format!(
-                "IP SAN {ip} is an advertise address of the apiserver (an EndpointSlice of default/kubernetes) \
-                 claimed by more than node {node:?}: {claimants:?}"
-            )
-        } else {
-            format!(
-                "IP SAN {ip} is an advertise address of the apiserver (an EndpointSlice of default/kubernetes) \
-                 and not node {node:?}'s own: claimed by {claimants:?}"
-            )
-        };
-        return Err(Failure::deny(Reason::ClusterIdentity, message));
     }
     Ok(format!("IP SANs {advertised:?} advertise the apiserver and are node {node:?}'s alone"))
 }
 
-/// Who claims `ip`: the Nodes that list it in their status, and the nodes of the Machines that
-/// list it (a Machine with no Node yet by its own id).
-fn claimants(ip: &IpAddr, claims: &[AddressClaim], machines: &[Arc<MachineInfo>]) -> BTreeSet<String> {
-    let nodes = claims.iter().filter(|claim| claim.ip.to_canonical() == ip.to_canonical());
-    let by_machine = machines
+/// Whose an advertise address is, as far as node `node` is concerned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Ownership {
+    /// The node's own: its one claimant, or of several the one that what no kubelet writes (the
+    /// control-plane role label, a Machine) singles out.
+    Own,
+    /// Not the node's: it does not claim it, or another claimant is singled out. The claimants.
+    Other(BTreeSet<String>),
+    /// Claimed by the node and others, and nothing a kubelet cannot write tells whose it is. The
+    /// claimants.
+    Contested(BTreeSet<String>),
+}
+
+/// Whose `ip` is for node `node`: its claimants are the Nodes that list it in their status and
+/// the nodes of the Machines that list it (a Machine with no Node yet by its own id). A node's
+/// status is its kubelet's to write, so of several claimants only one that carries the
+/// control-plane role label or whose Machine lists it (neither of which a kubelet can write)
+/// owns it, and then alone.
+pub(crate) fn ownership(node: &str, ip: &IpAddr, claims: &[AddressClaim], machines: &[Arc<MachineInfo>]) -> Ownership {
+    let listed: Vec<&AddressClaim> =
+        claims.iter().filter(|claim| claim.ip.to_canonical() == ip.to_canonical()).collect();
+    let by_machine: BTreeSet<String> = machines
         .iter()
         .filter(|machine| machine.addresses.iter().any(|address| address.is_ip(ip)))
-        .map(|machine| machine.node_ref.clone().unwrap_or_else(|| format!("Machine {} (no Node yet)", machine.id)));
-    nodes.flat_map(|claim| claim.nodes.iter().cloned()).chain(by_machine).collect()
+        .map(|machine| machine.node_ref.clone().unwrap_or_else(|| format!("Machine {} (no Node yet)", machine.id)))
+        .collect();
+    let claimants: BTreeSet<String> =
+        listed.iter().flat_map(|claim| claim.nodes.iter().cloned()).chain(by_machine.iter().cloned()).collect();
+    if !claimants.contains(node) {
+        return Ownership::Other(claimants);
+    }
+    if claimants.len() == 1 {
+        return Ownership::Own;
+    }
+    let labelled = listed.iter().flat_map(|claim| claim.control_plane.iter().filter(|name| claim.nodes.contains(name)));
+    let trusted: BTreeSet<&str> = labelled.map(String::as_str).chain(by_machine.iter().map(String::as_str)).collect();
+    match (trusted.len(), trusted.contains(node)) {
+        (1, true) => Ownership::Own,
+        (0, _) | (_, true) => Ownership::Contested(claimants),
+        (_, false) => Ownership::Other(claimants),
+    }
 }
 
 #[cfg(test)]

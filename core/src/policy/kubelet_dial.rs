@@ -10,6 +10,7 @@ use std::net::{IpAddr, SocketAddr};
 
 use ipnet::IpNet;
 
+use super::cluster_identity::{Ownership, ownership};
 use super::ports::{AddressClaim, ApiserverAddresses};
 use super::reserved::{host, reserved_address};
 
@@ -52,8 +53,7 @@ impl KubeletDialRules {
 /// `default/kubernetes`, and every EndpointSlice address but those `claims` (who claims each
 /// advertise address the Node lists) give to `node` alone: a control-plane node's own InternalIP.
 pub fn not_owned(apiserver: &ApiserverAddresses, claims: &[AddressClaim], node: &str) -> Vec<IpAddr> {
-    let owned =
-        |ip: &IpAddr| claims.iter().any(|claim| claim.ip.to_canonical() == ip.to_canonical() && claim.nodes == [node]);
+    let owned = |ip: &IpAddr| ownership(node, ip, claims, &[]) == Ownership::Own;
     let endpoints = apiserver.endpoints.iter().filter(|ip| !owned(ip));
     apiserver.service.iter().chain(endpoints).copied().collect()
 }
@@ -70,6 +70,7 @@ mod tests {
         let claim = |at: &str, nodes: &[&str]| AddressClaim {
             ip: ip(at),
             nodes: nodes.iter().map(|n| n.to_string()).collect(),
+            control_plane: Vec::new(),
         };
         let sole = [claim("10.0.0.5", &["cp1"])];
         assert_eq!(not_owned(&apiserver, &sole, "cp1"), vec![ip("10.96.0.1"), ip("10.0.0.6")]);

@@ -223,7 +223,17 @@ pub struct AddressClaim {
     pub ip: IpAddr,
     /// The names of the Nodes that list it, of any address type, compared canonically.
     pub nodes: Vec<String>,
+    /// Those of `nodes` whose Node carries the control-plane role label
+    /// ([`CONTROL_PLANE_LABEL`]), which the NodeRestriction admission plugin keeps kubelets from
+    /// setting: what breaks a tie between claimants.
+    pub control_plane: Vec<String>,
 }
+
+/// The label of a control-plane Node (`node-role.kubernetes.io/control-plane`): set by kubeadm or
+/// an administrator; a kubelet may not set a label under `node-role.kubernetes.io/` on its own
+/// Node (NodeRestriction), so it tells the control-plane node apart from a worker that lists the
+/// same address in its status.
+pub const CONTROL_PLANE_LABEL: &str = "node-role.kubernetes.io/control-plane";
 
 /// Read access to the cluster objects decisions depend on.
 pub trait ClusterView: Send + Sync {

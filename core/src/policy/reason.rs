@@ -71,6 +71,8 @@ reasons! {
     TooManyIPAddresses,
     /// A SAN names the apiserver or an address no node owns, whatever the flags: kubernetes, kubernetes.default, kubernetes.default.svc, svc.<--cluster-domain> and under it, localhost and under it; a loopback, unspecified, link-local, multicast or broadcast IP; a ClusterIP of the default/kubernetes Service; an address of its EndpointSlices (an apiserver's advertise address) unless the requesting node is its one claimant, the only node whose Node or Machine lists it.
     ClusterIdentity,
+    /// An IP SAN is an apiserver's advertise address that the requesting node and other nodes claim, and neither the control-plane role label (which no kubelet can set) nor a Machine tells whose it is; retried with an Event, never denied for it.
+    AdvertiseAddressContested,
     /// A DNS SAN is not a valid hostname (or is a wildcard or an IP address).
     InvalidDNSName,
     /// An IP SAN is an IPv4-mapped or IPv4-compatible IPv6 address (::/96, ::ffff:0:0/96), which the signer would not write as requested.

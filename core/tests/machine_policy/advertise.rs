@@ -18,7 +18,11 @@ fn advertised(machines: Vec<Arc<MachineInfo>>, nodes: &[&str]) -> Evidence {
     let ip = "10.0.0.11".parse().unwrap();
     Evidence {
         apiserver: Some(Ok(ApiserverAddresses { service: vec!["10.0.0.1".parse().unwrap()], endpoints: vec![ip] })),
-        address_claims: Some(Ok(vec![AddressClaim { ip, nodes: nodes.iter().map(|n| (*n).to_owned()).collect() }])),
+        address_claims: Some(Ok(vec![AddressClaim {
+            ip,
+            nodes: nodes.iter().map(|n| (*n).to_owned()).collect(),
+            control_plane: Vec::new(),
+        }])),
         ..evidence(machines)
     }
 }
@@ -48,13 +52,32 @@ fn cases() -> Vec<Case> {
             "another node's Machine lists it too",
             request(),
             advertised(vec![n1_machine(Some("n1")), at_advertise_address(Some("n2"))], &["n1"]),
-            deny,
+            (Retry, Reason::AdvertiseAddressContested),
         ),
         case(
             "a Machine without a Node lists it too",
             request(),
             advertised(vec![n1_machine(Some("n1")), at_advertise_address(None)], &[]),
-            deny,
+            (Retry, Reason::AdvertiseAddressContested),
+        ),
+        case(
+            "the node's Machine lists it, another Node too: the Machine tells",
+            request(),
+            advertised(vec![n1_machine(Some("n1"))], &["n1", "n2"]),
+            (Approve, Reason::AutoApproved),
+        ),
+        case(
+            "another node's Machine lists it, and the requester's Node",
+            request(),
+            advertised(
+                vec![
+                    n1_machine(Some("n1")),
+                    machine(&[("InternalIP", "10.0.0.12")], Some("n2")),
+                    at_advertise_address(Some("n2")),
+                ],
+                &["n1"],
+            ),
+            (Retry, Reason::AdvertiseAddressContested),
         ),
         case(
             "another node's Machine lists another address",
@@ -62,11 +85,25 @@ fn cases() -> Vec<Case> {
             advertised(vec![n1_machine(Some("n1")), machine(&[("InternalIP", "10.0.0.12")], Some("n2"))], &["n1"]),
             (Approve, Reason::AutoApproved),
         ),
-        case("another Node lists it", request(), advertised(vec![n1_machine(Some("n1"))], &["n2"]), deny),
+        case(
+            "another Node lists it, the node's Machine tells",
+            request(),
+            advertised(vec![n1_machine(Some("n1"))], &["n2"]),
+            (Approve, Reason::AutoApproved),
+        ),
+        case(
+            "another node's Machine lists it as the node's does, no Node",
+            request(),
+            advertised(vec![n1_machine(Some("n1")), at_advertise_address(Some("n2"))], &[]),
+            (Retry, Reason::AdvertiseAddressContested),
+        ),
         case(
             "only another node's Machine lists it",
             request(),
-            advertised(vec![n1_machine(Some("n1")), at_advertise_address(Some("n2"))], &[]),
+            advertised(
+                vec![machine(&[("InternalIP", "10.0.0.12")], Some("n1")), at_advertise_address(Some("n2"))],
+                &[],
+            ),
             deny,
         ),
         case(

@@ -30,8 +30,23 @@ fn claims(claims: &'static [(&'static str, &'static [&'static str])]) -> impl Fn
         let claim = |(ip, nodes): &(&str, &[&str])| AddressClaim {
             ip: ip.parse().unwrap(),
             nodes: nodes.iter().map(|n| (*n).to_owned()).collect(),
+            control_plane: Vec::new(),
         };
         e.address_claims = Some(Ok(claims.iter().map(claim).collect()));
+    }
+}
+
+/// The Nodes claiming one address, and those of them (or not) with the control-plane role label,
+/// as `(address, nodes, labelled)`.
+fn labelled(claim: (&'static str, &'static [&'static str], &'static [&'static str])) -> impl FnOnce(&mut Evidence) {
+    move |e| {
+        let names = |names: &[&str]| names.iter().map(|n| (*n).to_owned()).collect();
+        let (ip, nodes, control_plane) = claim;
+        e.address_claims = Some(Ok(vec![AddressClaim {
+            ip: ip.parse().unwrap(),
+            nodes: names(nodes),
+            control_plane: names(control_plane),
+        }]));
     }
 }
 
@@ -54,6 +69,7 @@ fn permissive(case: Case) -> Case {
 pub fn cases() -> Vec<Case> {
     let deny = (Deny, Reason::ClusterIdentity);
     let approve = (Approve, Reason::AutoApproved);
+    let contested = (Retry, Reason::AdvertiseAddressContested);
     let both = || serving("n1", &Request::node("n1").dns("n1.nodes.example.com").ip("10.0.0.11").ip("fd00::11").pem());
     vec![
         case("advertise address claimed by the requester alone", good_csr(), approve)
@@ -81,9 +97,31 @@ pub fn cases() -> Vec<Case> {
         case("advertise address claimed by another node", good_csr(), deny)
             .evidence(advertised)
             .evidence(claims(&[("10.0.0.11", &["cp-1"])])),
-        case("advertise address claimed by two nodes", good_csr(), deny)
+        case("advertise address claimed by two nodes", good_csr(), contested)
             .evidence(advertised)
             .evidence(claims(&[("10.0.0.11", &["n1", "n2"])])),
+        case("claimed by two, the requester the control-plane node", good_csr(), approve)
+            .evidence(advertised)
+            .evidence(labelled(("10.0.0.11", &["n2", "n1"], &["n1"]))),
+        case("claimed by two, the other the control-plane node", good_csr(), deny)
+            .evidence(advertised)
+            .evidence(labelled(("10.0.0.11", &["n1", "n2"], &["n2"]))),
+        case("claimed by two, both control-plane nodes", good_csr(), contested)
+            .evidence(advertised)
+            .evidence(labelled(("10.0.0.11", &["n1", "n2"], &["n1", "n2"]))),
+        case("claimed by two, the label on a node that does not claim it", good_csr(), contested)
+            .evidence(advertised)
+            .evidence(labelled(("10.0.0.11", &["n1", "n2"], &["n3"]))),
+        case("claimed by the labelled requester alone", good_csr(), approve).evidence(advertised).evidence(labelled((
+            "10.0.0.11",
+            &["n1"],
+            &["n1"],
+        ))),
+        case("claimed by a labelled other node alone", good_csr(), deny).evidence(advertised).evidence(labelled((
+            "10.0.0.11",
+            &["n2"],
+            &["n2"],
+        ))),
         case("advertise address claimed by the requester twice", good_csr(), approve)
             .evidence(advertised)
             .evidence(claims(&[("10.0.0.11", &["n1", "n1"])])),
@@ -106,7 +144,7 @@ pub fn cases() -> Vec<Case> {
             .cfg(|c| c.allowed_ip_addresses = 2)
             .evidence(advertised)
             .evidence(claims(&[("10.0.0.11", &["n1"]), ("fd00::11", &["n1"])])),
-        case("two advertise addresses, the second claimed by two", both(), deny)
+        case("two advertise addresses, the second claimed by two", both(), contested)
             .evidence(advertised)
             .evidence(claims(&[("10.0.0.11", &["n1"]), ("fd00::11", &["n1", "n2"])])),
         case("two advertise addresses, the second unclaimed", both(), deny)

@@ -182,15 +182,22 @@ fn apiserver() -> Vec<Case> {
     // An advertise address no Node claims.
     cases.extend(denied_under_every_flag("apiserver endpoint", &asks("fd00::6")).into_iter().map(|case| {
         case.evidence(known(&["10.0.0.1"], &["fd00::6"])).evidence(|e| {
-            e.address_claims = Some(Ok(vec![AddressClaim { ip: "fd00::6".parse().unwrap(), nodes: Vec::new() }]));
+            e.address_claims = Some(Ok(vec![AddressClaim {
+                ip: "fd00::6".parse().unwrap(),
+                nodes: Vec::new(),
+                control_plane: Vec::new(),
+            }]));
         })
     }));
     // A ClusterIP also listed in an EndpointSlice, claimed by the requester: still refused.
     cases.extend(denied_under_every_flag("apiserver clusterip and endpoint", &asks("10.0.0.1")).into_iter().map(
         |case| {
             case.evidence(known(&["10.0.0.1"], &["10.0.0.1"])).evidence(|e| {
-                e.address_claims =
-                    Some(Ok(vec![AddressClaim { ip: "10.0.0.1".parse().unwrap(), nodes: vec!["n1".into()] }]));
+                e.address_claims = Some(Ok(vec![AddressClaim {
+                    ip: "10.0.0.1".parse().unwrap(),
+                    nodes: vec!["n1".into()],
+                    control_plane: Vec::new(),
+                }]));
             })
         },
     ));

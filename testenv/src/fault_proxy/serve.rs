@@ -168,6 +168,9 @@ async fn handle(
     let kind = Kind::of(request.method(), request.uri());
     if kind.watch {
         shared.watch_requests.fetch_add(1, Ordering::Relaxed);
+    } else if request.method() == Method::GET {
+        let path = request.uri().path().to_owned();
+        *shared.gets.lock().unwrap_or_else(std::sync::PoisonError::into_inner).entry(path).or_default() += 1;
     }
     let (parts, body) = request.into_parts();
     let body = body.collect().await.map_err(|_| reset(&socket))?.to_bytes();
