@@ -23,7 +23,9 @@ use kube::api::{DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostPa
 use kube::{Api, Client};
 use serde_json::json;
 use support::Request;
-use support::cluster::{Approver, Csrs, REGEX, SERIAL, create_serving_csr, unique, wait_decided};
+use support::cluster::{
+    Approver, Csrs, REGEX, SERIAL, conditions, create_serving_csr, unique, wait_decided, wait_event,
+};
 use support::kubelet_flow::{
     SERVING_SIGNER, assert_decided, certificate_sans, node_name, prefixes_of, requested_sans, wait_csr,
     wait_proxy_healthz, wait_serving_certificate,
@@ -155,7 +157,9 @@ async fn wait_advertised(admin: &Client, address: IpAddr) {
 /// kubelet's serving CSR, for its name and that address, is approved and issued, and the
 /// apiserver's proxy reaches it over TLS verified for it. A worker asking for the address, its
 /// name resolving to it, is denied; once the worker writes the address into its own Node's
-/// status (as a node may), the address is ambiguous and refused to both.
+/// status (as a node may), nothing the kubelets cannot write tells the two apart: both are retried
+/// with an Event, neither denied; once the control-plane node carries the control-plane role label
+/// (which NodeRestriction keeps kubelets from setting), it gets the address and the worker is denied.
 #[tokio::test]
 async fn a_control_plane_kubelet_gets_its_advertise_address_and_no_other_node_does() {
     let network = Arc::new(NodeNetwork::create(AddressFamilies::Ipv4).unwrap());
@@ -191,7 +195,7 @@ async fn a_control_plane_kubelet_gets_its_advertise_address_and_no_other_node_do
     assert_denied_unsigned(&admin, &forged, &ip, &approver).await;
 
     // The worker registers its own Node with the address: now two nodes claim it, and neither
-    // gets it, the control-plane node included.
+    // gets it while nothing tells them apart: both are retried, with an Event naming the worker.
     let as_worker = cp.impersonated_client(&format!("system:node:{worker}"), &["system:nodes"]).await.unwrap();
     let nodes = Api::<Node>::all(as_worker);
     let object =
@@ -202,11 +206,21 @@ async fn a_control_plane_kubelet_gets_its_advertise_address_and_no_other_node_do
     let (again, renewal) = (csrs.name("advertise-worker-claims"), csrs.name("advertise-ambiguous"));
     create_serving_csr(&cp, &again, &worker, &asks(&worker)).await;
     create_serving_csr(&cp, &renewal, &control_plane, &asks(&control_plane)).await;
+    for name in [&again, &renewal] {
+        let event = wait_event(&admin, name, "AdvertiseAddressContested", DECIDE).await;
+        let note = event.and_then(|event| event.note).unwrap_or_default();
+        assert!(note.contains(&worker) && note.contains(&ip), "{name}: {note:?}\n{}", approver.logs());
+        assert!(conditions(&admin, name).await.is_empty(), "{name} was decided while contested");
+    }
+    // The administrator labels the control-plane node: its renewal is approved, the worker denied.
+    let label = json!({"metadata": {"labels": {"node-role.kubernetes.io/control-plane": ""}}});
+    let admin_nodes = Api::<Node>::all(admin.clone());
+    admin_nodes.patch(&control_plane, &PatchParams::default(), &Patch::Merge(&label)).await.unwrap();
+    assert_decided(&admin, &renewal, "Approved", "AutoApproved", &context).await;
     assert_denied_unsigned(&admin, &again, &ip, &approver).await;
-    assert_denied_unsigned(&admin, &renewal, &ip, &approver).await;
-    let message = wait_decided(&admin, &renewal, DECIDE).await.first().and_then(|c| c.message.clone());
-    assert!(message.as_deref().unwrap_or_default().contains(&worker), "{message:?}");
-    Api::<Node>::all(admin.clone()).delete(&worker, &DeleteParams::default()).await.unwrap();
+    let message = wait_decided(&admin, &again, DECIDE).await.first().and_then(|c| c.message.clone());
+    assert!(message.as_deref().unwrap_or_default().contains(&control_plane), "{message:?}");
+    admin_nodes.delete(&worker, &DeleteParams::default()).await.unwrap();
 }
 
 /// `check --objects` reads the `default/kubernetes` Service and its EndpointSlices, so an offline
@@ -258,7 +272,7 @@ fn an_offline_check_reads_the_apiserver_service_and_slices_from_objects() {
         decisions,
         [expect("deny", "ClusterIdentity"), expect("deny", "ClusterIdentity"), expect("approve", "AutoApproved")]
     );
-    // The slice's address is n1's own once n1's Node lists it, and nobody's when n2's does too.
+    // The slice's address is n1's own once n1's Node lists it, and contested when n2's does too.
     let node = |name: &str| {
         format!(
             "apiVersion: v1\nkind: Node\nmetadata: {{name: {name}}}\nstatus:\n  addresses:\n  - {{type: InternalIP, address: 10.0.0.2}}\n"
@@ -267,7 +281,7 @@ fn an_offline_check_reads_the_apiserver_service_and_slices_from_objects() {
     let owned = format!("{service}---\n{}---\n{}", slice("default", "kubernetes"), node("n1"));
     let ambiguous = format!("{owned}---\n{}", node("n2"));
     for (objects, second) in
-        [(owned, expect("approve", "AutoApproved")), (ambiguous, expect("deny", "ClusterIdentity"))]
+        [(owned, expect("approve", "AutoApproved")), (ambiguous, expect("retry", "AdvertiseAddressContested"))]
     {
         let output = check(&objects);
         let decisions: Vec<(String, String)> = String::from_utf8_lossy(&output.stdout)

@@ -11,8 +11,8 @@ use node_csr_approver::dns::HickoryResolver;
 use node_csr_approver::kubernetes::cluster::{StaticCluster, node_info};
 use node_csr_approver::kubernetes::node_object::NodeObject;
 use node_csr_approver::policy::{
-    ApiserverAddresses, DecisionKind, Evaluation, NodeAddress, NodeInfo, PolicyConfig, Reason, Submission, UserRule,
-    UserRules, evaluate,
+    ApiserverAddresses, CONTROL_PLANE_LABEL, DecisionKind, Evaluation, NodeAddress, NodeInfo, PolicyConfig, Reason,
+    Submission, UserRule, UserRules, evaluate,
 };
 use support::nodes::legit;
 use support::{Request, config, minutes_after_creation, serving};
@@ -148,7 +148,16 @@ async fn who_claims_an_advertise_address_comes_from_the_cluster_view() {
     assert_eq!(decide(unclaimed).await, deny);
     let ambiguous = StaticCluster::new([node("n1", "10.0.0.11"), node("n2", " 10.0.0.11")], [], 0)
         .with_apiserver(apiserver(&["10.0.0.11"]));
-    assert_eq!(decide(ambiguous).await, deny);
+    assert_eq!(decide(ambiguous).await, (DecisionKind::Retry, Reason::AdvertiseAddressContested));
+    // The control-plane role label, which no kubelet can set, tells whose it is.
+    let labels = serde_json::json!({"metadata": {"labels": {CONTROL_PLANE_LABEL: ""}}});
+    let control_plane = NodeInfo { object: Some(std::sync::Arc::new(labels)), ..node("n1", "10.0.0.11") };
+    let told = StaticCluster::new([control_plane.clone(), node("n2", "10.0.0.11")], [], 0)
+        .with_apiserver(apiserver(&["10.0.0.11"]));
+    assert_eq!(decide(told).await, approve);
+    let other = NodeInfo { name: "n2".into(), ..control_plane };
+    let not_its = StaticCluster::new([node("n1", "10.0.0.11"), other], [], 0).with_apiserver(apiserver(&["10.0.0.11"]));
+    assert_eq!(decide(not_its).await, deny);
     let elsewhere = StaticCluster::new([node("n2", "10.0.0.11")], [], 0).with_apiserver(apiserver(&["fd00::1"]));
     assert_eq!(decide(elsewhere).await, approve);
 }
