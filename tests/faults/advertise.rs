@@ -64,9 +64,9 @@ async fn the_control_plane_label_breaks_a_tie_over_an_advertise_address_and_node
     let mut all = denied.clone();
     all.push(own);
     let report = decided(&admin, "an advertise address claimed twice", &all, done, "their creation", RECOVERY).await;
-    report.assert_within(RECOVERY, || logs(&replicas));
     let lists = proxy.gets_of("/api/v1/nodes");
     println!("Node lists for {} CSRs naming the advertise address among {} Nodes: {lists}", all.len(), OTHER_NODES + 2);
+    report.assert_within(RECOVERY, || logs(&replicas));
     assert!(lists <= 2, "{lists} lists of every Node for {} CSRs: not one per CSR", all.len());
 
     // Without the label nothing a kubelet cannot write tells the two apart: retried, with an Event.
