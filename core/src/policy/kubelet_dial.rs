@@ -77,6 +77,11 @@ mod tests {
         assert_eq!(not_owned(&apiserver, &sole, "worker"), vec![ip("10.96.0.1"), ip("10.0.0.5"), ip("10.0.0.6")]);
         let shared = [claim("10.0.0.5", &["cp1", "worker"])];
         assert_eq!(not_owned(&apiserver, &shared, "cp1"), vec![ip("10.96.0.1"), ip("10.0.0.5"), ip("10.0.0.6")]);
+        let mut labelled = claim("10.0.0.5", &["worker", "cp1"]);
+        labelled.control_plane = vec!["cp1".into()];
+        let labelled = [labelled];
+        assert_eq!(not_owned(&apiserver, &labelled, "cp1"), vec![ip("10.96.0.1"), ip("10.0.0.6")], "the label tells");
+        assert_eq!(not_owned(&apiserver, &labelled, "worker"), vec![ip("10.96.0.1"), ip("10.0.0.5"), ip("10.0.0.6")]);
         let mapped = [claim("::ffff:10.0.0.5", &["cp1"])];
         assert_eq!(not_owned(&apiserver, &mapped, "cp1"), vec![ip("10.96.0.1"), ip("10.0.0.6")]);
         let on_cluster_ip = ApiserverAddresses { service: vec![ip("10.0.0.5")], endpoints: vec![ip("10.0.0.5")] };
