@@ -155,14 +155,19 @@ async fn the_deploy_rbac_is_enough_and_the_signers_rule_is_needed() {
     for verb in ["patch", "update", "delete"] {
         wait_access(&env.account, events(verb), false).await;
     }
-    // A decision is a patch of the approval subresource: the CSR itself and a whole replacement of
-    // its approval are not the controller's to write.
+    // A decision is a patch of the approval subresource, or an update of it for a CSR the
+    // apiserver cannot patch (a managedFields time of a five-digit year): the CSR itself is not the
+    // controller's to write.
     let csrs_access = |verb, subresource: Option<&str>| ResourceAttributes {
         subresource: subresource.map(str::to_owned),
         ..access(verb, "certificates.k8s.io", "certificatesigningrequests", None, None)
     };
-    wait_access(&env.account, csrs_access("patch", Some("approval")), true).await;
-    for (verb, subresource) in [("update", Some("approval")), ("patch", None), ("update", None)] {
+    for verb in ["patch", "update"] {
+        wait_access(&env.account, csrs_access(verb, Some("approval")), true).await;
+    }
+    for (verb, subresource) in
+        [("patch", None), ("update", None), ("patch", Some("status")), ("update", Some("status"))]
+    {
         wait_access(&env.account, csrs_access(verb, subresource), false).await;
     }
     {
