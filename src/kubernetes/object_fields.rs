@@ -377,6 +377,22 @@ mod tests {
     }
 
     #[test]
+    fn a_node_s_metadata_alone_is_read_past_its_managed_fields_times() {
+        // As the metadata API serves a Node (machine mode's Node cache) whose kubelet wrote a
+        // managedFields time of a five-digit year.
+        let served = serde_json::json!({
+            "kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1",
+            "metadata": {"name": "n1", "resourceVersion": "9", "creationTimestamp": "2026-11-29T04:00:00Z",
+                "managedFields": [{"manager": "kubelet", "operation": "Update", "time": "10000-01-01T04:00:00Z"}]},
+        });
+        let node: Decoded<MetadataOnly<k8s_openapi::api::core::v1::Node>> = serde_json::from_value(served).unwrap();
+        let Decoded::Object(node) = node else { panic!("not decoded: {node:?}") };
+        assert_eq!((node.metadata.0.name.as_deref(), node.meta().resource_version.as_deref()), (Some("n1"), Some("9")));
+        assert!(<MetadataOnly<k8s_openapi::api::core::v1::Node> as Resource>::metadata_api());
+        assert_eq!(<MetadataOnly<k8s_openapi::api::core::v1::Node> as Resource>::plural(&()), "nodes");
+    }
+
+    #[test]
     fn a_k8s_openapi_csr_reads_as_the_same_csr_from_the_apiserver() {
         let served = served("2026-11-29T04:00:00Z", "2026-11-29T04:00:01Z");
         let k8s: CertificateSigningRequest = serde_json::from_value(served.clone()).unwrap();

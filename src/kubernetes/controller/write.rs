@@ -25,8 +25,6 @@ use crate::config::EventLevel;
 use crate::display::{prefix_within, short_name};
 use crate::kubernetes::csr_name::csr_path;
 use crate::kubernetes::csr_object::CsrObject;
-use crate::kubernetes::decoded::Decoded;
-use crate::kubernetes::object_fields::Csr;
 use crate::policy::{Decision, DecisionKind, is_dns_subdomain};
 
 /// How a decision is told: the log line's `message` and the prefix of the event's note.
@@ -129,8 +127,8 @@ impl WriteError {
 /// only, so no reply carries a request back (a hostile one is as large as an object may be). The
 /// write is given up after `timeout`, and the apiserver is told the same (`?timeout=`), so it gives
 /// up too, also if it never learns that the client went away.
-pub async fn write_condition(
-    api: &Api<Decoded<Csr>>,
+pub async fn write_condition<K: kube::Resource + Clone>(
+    api: &Api<K>,
     csr: &CsrObject,
     decision: &Decision,
     timeout: Duration,
