@@ -27,10 +27,8 @@ pub trait Named {
     /// its own copy: a group's members share one.
     fn share_group(&mut self, _group: &Arc<str>) {}
 
-    /// The bytes of it the cache counts ([`CacheWriter::weight`]); none unless it says so.
-    fn weight(&self) -> usize {
-        0
-    }
+    /// The bytes of it the cache counts ([`CacheWriter::weight`]).
+    fn weight(&self) -> usize;
 }
 
 /// One set of objects: by name, and the grouped ones by group. Each is a set of entries that
