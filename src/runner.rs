@@ -19,6 +19,7 @@ use crate::kubernetes::cluster::KubeCluster;
 use crate::kubernetes::connect::{ConnectError, Connection, connect};
 use crate::kubernetes::controller::{self, Context, Events};
 use crate::kubernetes::csr_ledger::CsrLedger;
+use crate::kubernetes::csr_object::RequestRoom;
 use crate::kubernetes::decoded::Skipped;
 use crate::kubernetes::leader;
 use crate::metrics::{MeteredResolver, Metrics};
@@ -104,7 +105,10 @@ pub async fn run(settings: Settings) -> Result<(), RunError> {
     let schedule = controller::Schedule {
         concurrency: cfg.concurrency,
         resync_period: cfg.resync_period,
-        cache_requests_below: usize::try_from(cfg.cache_requests_below).unwrap_or(usize::MAX),
+        request_room: RequestRoom {
+            csrs_below: usize::try_from(cfg.cache_requests_below).unwrap_or(usize::MAX),
+            bytes: usize::try_from(cfg.cache_request_bytes).unwrap_or(usize::MAX),
+        },
         writable,
         shutdown: async move {
             let _ = controller_stopped.await;
@@ -117,6 +121,7 @@ pub async fn run(settings: Settings) -> Result<(), RunError> {
         dry_run = cfg.dry_run,
         resync_period = %humantime::format_duration(cfg.resync_period),
         cache_requests_below = cfg.cache_requests_below,
+        cache_request_bytes = cfg.cache_request_bytes,
         leader_election = lease.is_some(),
         audit_period = %audit.map(|audit| humantime::format_duration(audit.period).to_string()).unwrap_or_else(|| "off".into()),
         "started"

@@ -33,7 +33,7 @@ pub use identity::{
 pub use kubelet_dial::{KubeletDialRules, not_owned as kubelet_dial_not_owned};
 pub use machine_checks::{
     AwaitedNodes, PENDING_PER_NODE, PendingFacts, PendingKey, brake_limit, capped_pending, counted_under,
-    counts_as_pending, pending_count, pending_key, same_dns_name, same_ip,
+    counts_as_pending, pending_count, pending_key, pending_key_of, same_dns_name, same_ip,
 };
 pub use one_client_certificate::{client_node, issued_client_node};
 pub use ports::{

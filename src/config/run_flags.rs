@@ -39,9 +39,12 @@ pub struct RunArgs {
     /// Every undecided CSR is evaluated again at this interval, besides after each list of the CSR watch and whenever this replica becomes able to write, 1s..=1h
     #[arg(long, env = "RESYNC_PERIOD", default_value = "1m", value_parser = duration(SECOND, HOUR))]
     pub resync_period: Duration,
-    /// While the CSR cache holds fewer CSRs than this, a pending kubelet-serving CSR keeps its PKCS#10 request in memory (about 0.3 KiB); from this many on, its request is read from the apiserver when it is decided (one GET), which bounds the memory of a renewal storm, 0..=1000000
+    /// While the CSR cache holds fewer CSRs than this, a pending CSR keeps its PKCS#10 request in memory (about 0.3 KiB); from this many on, its request is read from the apiserver when it is decided (one GET), which bounds the memory of a renewal storm, 0..=1000000
     #[arg(long, env = "CACHE_REQUESTS_BELOW", default_value = "10000", value_parser = number::<u32>(0..=1_000_000))]
     pub cache_requests_below: u32,
+    /// The most bytes the PKCS#10 requests kept in the CSR cache may take; a pending CSR whose request does not fit has it read from the apiserver when it is decided (one GET), which bounds the memory of oversized requests, 0..=1073741824
+    #[arg(long, env = "CACHE_REQUEST_BYTES", default_value = "4194304", value_parser = number::<u32>(0..=1_073_741_824))]
+    pub cache_request_bytes: u32,
     /// On SIGTERM/SIGINT, how long in-flight work may take to finish
     #[arg(long, env = "DRAIN_TIMEOUT", default_value = "20s", value_parser = duration(Duration::ZERO, HOUR))]
     pub drain_timeout: Duration,
@@ -330,6 +333,19 @@ mod tests {
         for bad in ["1000001", "-1", "many"] {
             let error = below(bad).unwrap_err();
             assert!(error.contains("--cache-requests-below (env CACHE_REQUESTS_BELOW)"), "{bad}: {error}");
+        }
+    }
+
+    #[test]
+    fn requests_are_cached_up_to_four_mebibytes_by_default_and_up_to_a_gibibyte() {
+        let bytes =
+            |value: &str| read::<RunArgs>(&[&format!("--cache-request-bytes={value}")]).map(|c| c.cache_request_bytes);
+        assert_eq!(read::<RunArgs>(&[]).unwrap().cache_request_bytes, 4 * 1024 * 1024);
+        assert_eq!(bytes("0"), Ok(0));
+        assert_eq!(bytes("1073741824"), Ok(1 << 30));
+        for bad in ["1073741825", "-1", "4MiB"] {
+            let error = bytes(bad).unwrap_err();
+            assert!(error.contains("--cache-request-bytes (env CACHE_REQUEST_BYTES)"), "{bad}: {error}");
         }
     }
 

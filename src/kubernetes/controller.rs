@@ -43,7 +43,7 @@ use tokio_util::task::AbortOnDropHandle;
 use crate::config::AuditSchedule;
 use crate::kubernetes::csr_cache::CacheWriter;
 use crate::kubernetes::csr_ledger::CsrLedger;
-use crate::kubernetes::csr_object::CsrObject;
+use crate::kubernetes::csr_object::{CsrObject, RequestRoom};
 use crate::kubernetes::decoded::{Decoded, Skipped};
 use crate::kubernetes::leader::Leadership;
 use crate::kubernetes::machines::MachineCache;
@@ -81,9 +81,9 @@ pub(crate) struct Schedule<W, S> {
     pub concurrency: u16,
     /// Every undecided CSR is reconciled again at this interval.
     pub resync_period: Duration,
-    /// While the CSR cache holds fewer CSRs than this, a pending kubelet-serving CSR keeps its
-    /// request in memory; from this many on, it is read from the apiserver when decided.
-    pub cache_requests_below: usize,
+    /// The CSR cache's room for requests: past it, a pending CSR's request is read from the
+    /// apiserver when it is decided.
+    pub request_room: RequestRoom,
     /// Yields whenever this replica becomes able to write.
     pub writable: W,
     /// Resolves when the controller should stop taking work.
@@ -143,7 +143,7 @@ pub(crate) async fn run<R, C, W, S>(
         api: ctx.api.clone(),
         client_csrs,
         cache: csrs,
-        cache_requests_below: schedule.cache_requests_below,
+        request_room: schedule.request_room,
         synced,
         writable: schedule.writable,
         resync_period: schedule.resync_period,

@@ -26,6 +26,9 @@ pub trait Named {
     /// Holds `group`, the same text as its own group that the cache already holds, in place of
     /// its own copy: a group's members share one.
     fn share_group(&mut self, _group: &Arc<str>) {}
+
+    /// The bytes of it the cache counts ([`CacheWriter::weight`]).
+    fn weight(&self) -> usize;
 }
 
 /// One set of objects: by name, and the grouped ones by group. Each is a set of entries that
@@ -34,11 +37,13 @@ pub trait Named {
 struct Objects<T> {
     by_name: HashSet<ByName<T>>,
     by_group: HashSet<Group<T>>,
+    /// The sum of their weights ([`Named::weight`]).
+    weight: usize,
 }
 
 impl<T> Default for Objects<T> {
     fn default() -> Self {
-        Objects { by_name: HashSet::new(), by_group: HashSet::new() }
+        Objects { by_name: HashSet::new(), by_group: HashSet::new(), weight: 0 }
     }
 }
 
@@ -106,7 +111,9 @@ impl<T: Named> Eq for Group<T> {}
 impl<T: Named> Objects<T> {
     /// Adds `object`, replacing the one of its name.
     fn insert(&mut self, object: Arc<T>) {
+        self.weight += object.weight();
         if let Some(replaced) = self.by_name.replace(ByName(object.clone())) {
+            self.weight -= replaced.0.weight();
             self.ungroup(&replaced.0);
         }
         let Some(group) = object.group() else { return };
@@ -124,6 +131,7 @@ impl<T: Named> Objects<T> {
     /// Removes the object named `name`.
     fn remove(&mut self, name: &str) {
         if let Some(removed) = self.by_name.take(name) {
+            self.weight -= removed.0.weight();
             self.ungroup(&removed.0);
         }
     }
@@ -150,6 +158,8 @@ struct State<T> {
     /// The objects of a list under way, in the order listed: the cache's sets are built from them
     /// when it completes.
     listing: Option<Vec<Arc<T>>>,
+    /// The sum of the weights of `listing`'s objects.
+    listed_weight: usize,
     /// A list has completed at least once.
     ready: bool,
 }
@@ -188,8 +198,8 @@ pub struct CacheWriter<T> {
 
 /// A new empty cache: its reader and its writer.
 pub fn cache<T>() -> (Cache<T>, CacheWriter<T>) {
-    let cache =
-        Cache { state: Arc::new(RwLock::new(State { objects: Objects::default(), listing: None, ready: false })) };
+    let state = State { objects: Objects::default(), listing: None, listed_weight: 0, ready: false };
+    let cache = Cache { state: Arc::new(RwLock::new(state)) };
     (cache.clone(), CacheWriter { cache })
 }
 
@@ -234,6 +244,18 @@ impl<T: Named> Cache<T> {
         read(state.objects.by_group.get(group).map_or(&[], Group::members))
     }
 
+    /// Puts `with` in place of `cached` (an object of the same name and group), when the cache
+    /// still holds `cached` itself, not a version the watch brought since; answers whether it did.
+    /// A list under way keeps what it listed: its objects replace the cache's when it completes.
+    pub fn replace(&self, cached: &Arc<T>, with: T) -> bool {
+        let mut state = self.state.write().unwrap_or_else(PoisonError::into_inner);
+        let held = state.objects.by_name.get::<str>(cached.name()).is_some_and(|held| Arc::ptr_eq(&held.0, cached));
+        if held {
+            state.objects.insert(Arc::new(with));
+        }
+        held
+    }
+
     /// True once a list has completed: the cache holds what existed then.
     pub fn is_ready(&self) -> bool {
         self.state.read().unwrap_or_else(PoisonError::into_inner).ready
@@ -254,6 +276,13 @@ impl<T: Named + PartialEq> CacheWriter<T> {
         state.objects.by_name.len().max(listed)
     }
 
+    /// The weight of the objects the cache holds ([`Named::weight`]), or, while a list is under
+    /// way, the larger of that and the weight of those the list brought so far.
+    pub fn weight(&self) -> usize {
+        let state = self.cache.state.read().unwrap_or_else(PoisonError::into_inner);
+        state.objects.weight.max(state.listed_weight)
+    }
+
     /// Applies one watch event to the cache, its object turned into what the cache keeps, and
     /// hands back the event with the object as cached.
     pub fn apply(&mut self, event: Event<impl Into<T>>) -> Event<Arc<T>> {
@@ -271,15 +300,18 @@ impl<T: Named + PartialEq> CacheWriter<T> {
             }
             Event::Init => {
                 state.listing = Some(Vec::new());
+                state.listed_weight = 0;
                 Event::Init
             }
             Event::InitApply(object) => {
                 let object = state.shared(object.into());
+                state.listed_weight += object.weight();
                 state.listing.get_or_insert_default().push(object.clone());
                 Event::InitApply(object)
             }
             Event::InitDone => {
                 let listed = state.listing.take().unwrap_or_default();
+                state.listed_weight = 0;
                 // The old sets go before the new ones are built: never two pairs at once.
                 state.objects = Objects::default();
                 state.objects.by_name.reserve(listed.len());
@@ -311,6 +343,11 @@ mod tests {
 
         fn share_group(&mut self, group: &Arc<str>) {
             self.2 = Some(group.clone());
+        }
+
+        /// Its version, for the weight tests.
+        fn weight(&self) -> usize {
+            self.1 as usize
         }
     }
 
@@ -455,6 +492,49 @@ mod tests {
         assert_eq!(writer.size(), 5, "and a longer one itself");
         writer.apply(Event::<Object>::InitDone);
         assert_eq!(writer.size(), 5);
+    }
+
+    #[test]
+    fn its_weight_sums_what_it_holds_or_the_heavier_list_under_way() {
+        let (cache, mut writer) = cache::<Object>();
+        assert_eq!(writer.weight(), 0);
+        writer.apply(Event::Apply(object("a", 3)));
+        writer.apply(Event::Apply(grouped("b", 5, "g")));
+        assert_eq!(writer.weight(), 8);
+        writer.apply(Event::Apply(object("a", 1)));
+        assert_eq!(writer.weight(), 6, "a changed object counts as it is now");
+        writer.apply(Event::Delete(grouped("b", 5, "g")));
+        assert_eq!(writer.weight(), 1, "a deleted one no more");
+        writer.apply(Event::<Object>::Init);
+        writer.apply(Event::InitApply(object("c", 1)));
+        assert_eq!(writer.weight(), 1, "a relist lighter than the cache so far counts the cache");
+        writer.apply(Event::InitApply(object("d", 4)));
+        assert_eq!(writer.weight(), 5, "and a heavier one itself");
+        writer.apply(Event::<Object>::InitDone);
+        assert_eq!(writer.weight(), 5);
+        writer.apply(Event::<Object>::Init);
+        assert_eq!(writer.weight(), 5, "a new list starts from nothing");
+        writer.apply(Event::InitApply(object("e", 2)));
+        writer.apply(Event::<Object>::InitDone);
+        assert_eq!((writer.weight(), versions(&cache)), (2, vec![("e".into(), 2)]));
+    }
+
+    #[test]
+    fn an_object_is_replaced_only_while_the_cache_holds_it_itself() {
+        let (cache, mut writer) = cache::<Object>();
+        writer.apply(Event::Apply(grouped("a", 4, "g")));
+        writer.apply(Event::Apply(object("b", 2)));
+        let a = cache.get("a").unwrap();
+        assert!(cache.replace(&a, grouped("a", 1, "g")));
+        assert_eq!((cache.get("a").map(|o| o.1), writer.weight()), (Some(1), 3), "replaced, and weighed as it is now");
+        assert_eq!(group(&cache, "g"), [("a".into(), 1)], "in its group too, once");
+        assert!(!cache.replace(&a, grouped("a", 7, "g")), "no longer the cached one");
+        let b = cache.get("b").unwrap();
+        writer.apply(Event::Apply(object("b", 3)));
+        assert!(!cache.replace(&b, object("b", 0)), "the watch brought a newer version");
+        writer.apply(Event::Delete(object("b", 3)));
+        assert!(!cache.replace(&b, object("b", 0)) && cache.get("b").is_none(), "a deleted object stays deleted");
+        assert_eq!(writer.weight(), 1);
     }
 
     #[test]

@@ -22,8 +22,8 @@ use crate::kubernetes::decoded::{Decoded, Skipped};
 use crate::kubernetes::object_fields::Csr;
 use crate::kubernetes::object_fields::ObjectKind;
 use crate::policy::{
-    AwaitedNodes, KUBELET_CLIENT_SIGNER, KUBELET_SERVING_SIGNER, MachineInfo, MachinePolicy, PendingKey, ServingCsr,
-    ServingCsrState, capped_pending, client_node, counted_under, issued_client_node, pending_key, serving_node,
+    AwaitedNodes, KUBELET_CLIENT_SIGNER, KUBELET_SERVING_SIGNER, MachineInfo, MachinePolicy, ServingCsr,
+    ServingCsrState, capped_pending, client_node, counted_under, pending_key_of, serving_node,
 };
 
 /// The policy's view of the CSR cache. Cheap to clone.
@@ -32,12 +32,6 @@ pub struct CsrLedger {
     csrs: Cache<CsrObject>,
     /// The rules the brake's count reads (machine mode only: none, nothing is counted).
     rules: Option<Arc<MachinePolicy>>,
-    /// The key each pending CSR counts under, by uid (a request never changes), so a bootstrap
-    /// request is read once, not on every count.
-    pending_keys: Arc<Mutex<HashMap<Uid, PendingKey>>>,
-    /// The node name each approved client CSR's certificate is for, by uid (`None`: none can be
-    /// read), so an approved request is read once (a request never changes, nor does an approval).
-    issued_nodes: Arc<Mutex<HashMap<Uid, Option<String>>>>,
     /// Client CSRs whose approval this process wrote, by uid: (node name, CSR name), counted until
     /// the cache shows them decided (then the cache counts them) or gone.
     written: Arc<Mutex<HashMap<Uid, (String, String)>>>,
@@ -67,14 +61,7 @@ impl Drop for NodeTurn {
 impl CsrLedger {
     /// Reads `csrs` (the controller's cache), under machine mode's `rules` when given.
     pub fn new(csrs: Cache<CsrObject>, rules: Option<MachinePolicy>) -> CsrLedger {
-        CsrLedger {
-            csrs,
-            rules: rules.map(Arc::new),
-            pending_keys: Arc::default(),
-            issued_nodes: Arc::default(),
-            written: Arc::default(),
-            turns: Arc::default(),
-        }
+        CsrLedger { csrs, rules: rules.map(Arc::new), written: Arc::default(), turns: Arc::default() }
     }
 
     /// Lists every CSR once (for `check`, which runs no watch), so the superseded serving CSRs, the
@@ -109,31 +96,24 @@ impl CsrLedger {
     }
 
     /// The brake's count at `now` with `machines`: the pending node CSRs ([`crate::policy::counts_as_pending`])
-    /// under the name each counts under ([`counted_under`]), at most
+    /// under the name each counts under ([`counted_under`]; a bootstrap CSR's from the node name
+    /// the cache keeps of its request, [`CsrObject::client_node`]), at most
     /// [`crate::policy::PENDING_PER_NODE`] per name; none outside machine mode.
     pub fn pending(&self, now: Timestamp, machines: &[Arc<MachineInfo>]) -> usize {
         let Some(rules) = &self.rules else {
             return 0;
         };
         let awaited = AwaitedNodes::new(machines.iter().map(Arc::as_ref));
-        let mut known = self.pending_keys.lock().unwrap_or_else(PoisonError::into_inner);
-        let mut seen = HashMap::new();
         let mut pending = Vec::new();
         for csr in self.csrs.state() {
             if !csr.pending_facts().counts_as_pending(rules, now) {
                 continue;
             }
-            let uid = Some(&csr.uid).filter(|uid| !uid.is_empty());
-            // Only a CSR counted for the first time is read whole (its request never changes).
-            let key = uid.and_then(|uid| known.remove(uid)).unwrap_or_else(|| pending_key(&csr.submission(), rules));
+            let key = pending_key_of(&csr.username, csr.client_node(), rules);
             if let Some(name) = counted_under(&key, csr.created, &awaited) {
                 pending.push(name.to_owned());
             }
-            if let Some(uid) = uid {
-                seen.insert(uid.clone(), key);
-            }
         }
-        *known = seen;
         capped_pending(pending)
     }
 
@@ -186,35 +166,22 @@ impl CsrLedger {
         }
     }
 
-    /// The names of the approved client CSRs whose certificate is for node `node`
-    /// ([`issued_client_node`]), and of those whose approval this process wrote
-    /// ([`CsrLedger::record_approval`]) while the cache still holds them undecided; sorted.
+    /// The names of the approved client CSRs whose certificate is for node `node` (the node name
+    /// the cache keeps of an approved client CSR's request, [`CsrObject::client_node`], as
+    /// [`crate::policy::issued_client_node`] reads it), and of those whose approval this process
+    /// wrote ([`CsrLedger::record_approval`]) while the cache still holds them undecided; sorted.
     pub fn client_certificates(&self, node: &str) -> Vec<String> {
-        let mut known = self.issued_nodes.lock().unwrap_or_else(PoisonError::into_inner);
         let mut written = self.written.lock().unwrap_or_else(PoisonError::into_inner);
-        let mut seen = HashMap::new();
         let mut issued = Vec::new();
         let mut undecided = HashSet::new();
         for csr in self.csrs.state() {
             if !csr.is_decided() {
                 undecided.insert(csr.uid.clone());
             }
-            if &*csr.signer_name != KUBELET_CLIENT_SIGNER || !csr.is_approved() {
-                continue;
-            }
-            let uid = csr.uid.clone();
-            let for_node = match known.remove(&uid) {
-                Some(for_node) => for_node,
-                None => issued_client_node(&csr.submission()),
-            };
-            if for_node.as_deref() == Some(node) {
+            if &*csr.signer_name == KUBELET_CLIENT_SIGNER && csr.is_approved() && csr.client_node() == Some(node) {
                 issued.push(String::from(&*csr.name));
             }
-            if !uid.is_empty() {
-                seen.insert(uid, for_node);
-            }
         }
-        *known = seen;
         written.retain(|uid, _| undecided.contains(uid));
         issued.extend(written.values().filter(|(for_node, _)| for_node == node).map(|(_, name)| name.clone()));
         issued.sort();
@@ -354,6 +321,38 @@ mod tests {
         assert_eq!(n1()[1], csr("older-pending", 0, pending), "a deleted object leaves its group");
         writer.apply(watcher::Event::Apply(serving(&"x".repeat(300), "n1", 9, None)));
         assert_eq!(n1()[1], csr("older-pending", 0, pending), "a pending CSR whose name is cut is never decided");
+    }
+
+    #[test]
+    fn the_brake_and_the_client_certificates_read_the_node_name_kept_beside_a_request_left_out() {
+        let (ledger, mut writer) = ledger();
+        let now = Timestamp::now();
+        let bootstrap = |name: &str, node: &str, approved: bool| {
+            let mut csr = client(name, node, approved);
+            csr.spec.username = Some("bootstrapper".into());
+            csr.metadata.creation_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(now));
+            crate::kubernetes::csr_object::Watched { csr: csr.into(), keep_request: false }
+        };
+        for (name, node, approved) in [("a", "n1", true), ("b", "n2", false), ("c", "n3", false), ("d", "N4", false)] {
+            writer.apply(watcher::Event::Apply(bootstrap(name, node, approved)));
+        }
+        assert!(ledger.csrs.state().iter().all(|csr| csr.request().is_none()), "no request is kept");
+        assert_eq!(ledger.client_certificates("n1"), ["a"]);
+        assert!(ledger.client_certificates("n2").is_empty(), "pending: no certificate");
+        let machine = |node: &str| {
+            let address = crate::policy::NodeAddress { kind: "InternalDNS".into(), address: node.into() };
+            Arc::new(MachineInfo {
+                id: format!("machines/{node}"),
+                created: Some(now),
+                node_ref: None,
+                addresses: vec![address],
+                object: None,
+            })
+        };
+        assert_eq!(ledger.pending(now, &[]), 0, "no Machine awaits their nodes");
+        assert_eq!(ledger.pending(now, &[machine("n2")]), 1, "n2's, awaited");
+        let awaited = [machine("n1"), machine("n2"), machine("n3"), machine("n4")];
+        assert_eq!(ledger.pending(now, &awaited), 2, "n2's and n3's: approved, or no valid node name, never");
     }
 
     #[test]

@@ -15,7 +15,7 @@ use crate::kubernetes::csr_cache::Named;
 use crate::kubernetes::csr_name::kept_name;
 use crate::kubernetes::csr_uid::Uid;
 use crate::kubernetes::object_fields::{Condition, Csr};
-use crate::policy::{KUBELET_CLIENT_SIGNER, KUBELET_SERVING_SIGNER, PendingFacts, Submission};
+use crate::policy::{KUBELET_CLIENT_SIGNER, KUBELET_SERVING_SIGNER, PendingFacts, Submission, client_node};
 
 /// Text nearly every CSR holds (the kubelet signers, the groups of a node and of a bootstrap
 /// token, the usages a kubelet asks for): a CSR holding one of these refers to it rather than
@@ -81,7 +81,7 @@ pub struct CsrObject {
     /// spec.username (empty when absent): whose turn a reconcile takes.
     pub username: Arc<str>,
     /// What only deciding the CSR reads ([`PendingSpec`]); none when all of it is empty, as it
-    /// is once the CSR is decided (but for an approved client CSR's request).
+    /// is once the CSR is decided (but for an approved client CSR's node name).
     pub pending: Option<Box<PendingSpec>>,
     /// Of a decided CSR's conditions, what triage, the brake and the ledger read: which decision
     /// types were present, and which decision came first.
@@ -100,10 +100,14 @@ pub struct PendingSpec {
     pub usages: Texts,
     /// spec.expirationSeconds (none kept once decided).
     pub expiration_seconds: Option<i32>,
-    /// spec.request ([`Request`]); empty once decided, except for an approved client CSR (one
-    /// client certificate per Machine reads its common name); in the controller's cache, not kept
-    /// for a pending kubelet-serving CSR ([`Request::InApiserver`], see [`CsrObject::cached`]).
+    /// spec.request ([`Request`]); empty once decided; in the controller's cache, left in the
+    /// apiserver past the cache's room, and once the CSR was held or ignored
+    /// ([`Request::InApiserver`], see [`CsrObject::cached`]).
     pub request: Request,
+    /// Of a kube-apiserver-client-kubelet CSR, pending or approved, the node name its request
+    /// asks a certificate for ([`client_node`]), read once: the pending brake and one client
+    /// certificate per Machine read it, not the request.
+    pub client_node: Option<Box<str>>,
     /// status.conditions: whole while pending (the write sends them back), none once decided
     /// (then [`CsrObject::decision_types`] holds what is read of them).
     pub conditions: Box<[Condition]>,
@@ -180,6 +184,7 @@ impl From<Csr> for CsrObject {
             usages: texts(spec.usages),
             expiration_seconds: spec.expiration_seconds,
             request: Request::default(),
+            client_node: None,
             conditions: status.conditions.unwrap_or_default().into(),
         };
         let mut request = spec.request.0;
@@ -188,13 +193,17 @@ impl From<Csr> for CsrObject {
             object.decision_types = DecisionTypes::of(&pending.conditions);
             pending.conditions = Box::default();
         }
+        if &*object.signer_name == KUBELET_CLIENT_SIGNER && !object.name_cut && (!decided || object.is_approved()) {
+            // Read from the request whole, as deciding it reads it; the request never changes.
+            let sub = Submission { signer_name: KUBELET_CLIENT_SIGNER.into(), request, ..Submission::default() };
+            pending.client_node = client_node(&sub).map(Into::into);
+            request = sub.request;
+        }
         if object.name_cut || decided {
             // Triage needs the signer and the decided condition; the machine-mode brake the
             // signer, the username and the creation time; one client certificate per Machine the
-            // request of an approved client CSR (its common name). Nothing reads the rest.
-            if object.name_cut || !(&*object.signer_name == KUBELET_CLIENT_SIGNER && object.is_approved()) {
-                request = Vec::new();
-            }
+            // node name of an approved client CSR. Nothing reads the rest.
+            request = Vec::new();
             (pending.groups, pending.usages) = (Texts::default(), Texts::default());
             pending.expiration_seconds = None;
             for condition in &mut pending.conditions {
@@ -227,8 +236,9 @@ fn texts(strings: Option<Vec<String>>) -> Texts {
 /// the DER inside it (1.37 × smaller than its base64) and handed to decisions as its canonical
 /// block, which every check of the core reads as it reads the request itself
 /// ([`CsrFacts::canonical_block`]); any other is kept as it came, so each check sees its bytes.
-/// The controller's cache keeps none of a pending kubelet-serving CSR's canonical request
-/// ([`Request::InApiserver`]): its reconcile reads the CSR from the apiserver when it decides it.
+/// The controller's cache keeps a pending CSR's request only while it has room for it, and none
+/// once the CSR was held or ignored ([`Request::InApiserver`]): its reconcile reads the CSR from
+/// the apiserver when it decides it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Request {
     /// The DER inside a request that is one canonical `CERTIFICATE REQUEST` block.
@@ -236,8 +246,8 @@ pub enum Request {
     /// Any other request: at most its first [`MAX_REQUEST_BYTES`] + 1 bytes (the canonical gate
     /// refuses a longer one on its length alone).
     Other(Box<[u8]>),
-    /// A canonical request left in the apiserver: nothing of it is kept, and whoever decides the
-    /// CSR reads it from there first.
+    /// A request left in the apiserver: nothing of it is kept, and whoever decides the CSR reads
+    /// it from there first.
     InApiserver,
 }
 
@@ -271,12 +281,17 @@ impl Request {
         }
     }
 
+    /// The bytes kept of the request.
+    pub fn len(&self) -> usize {
+        match self {
+            Request::Canonical(bytes) | Request::Other(bytes) => bytes.len(),
+            Request::InApiserver => 0,
+        }
+    }
+
     /// True when nothing of the request is kept.
     pub fn is_empty(&self) -> bool {
-        match self {
-            Request::Canonical(bytes) | Request::Other(bytes) => bytes.is_empty(),
-            Request::InApiserver => true,
-        }
+        self.len() == 0
     }
 }
 
@@ -286,8 +301,30 @@ impl Request {
 pub struct Watched {
     /// The CSR.
     pub csr: Csr,
-    /// Whether a pending kubelet-serving CSR keeps its request in the cache.
+    /// Whether a pending CSR keeps its request in the cache ([`RequestRoom::keeps`]).
     pub keep_request: bool,
+}
+
+/// The room the controller's cache has for requests: it keeps a pending CSR's request while it
+/// holds fewer CSRs than `csrs_below` (`--cache-requests-below`) and the requests it keeps take
+/// no more than `bytes` (`--cache-request-bytes`) with this one. Past either, the request is left
+/// in the apiserver and read when the CSR is decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RequestRoom {
+    /// Requests are kept while the cache holds fewer CSRs than this.
+    pub csrs_below: usize,
+    /// The most bytes the requests kept may take.
+    pub bytes: usize,
+}
+
+impl RequestRoom {
+    /// Whether a cache holding `csrs` CSRs, whose kept requests take `kept_bytes`, keeps `csr`'s
+    /// request too. A request counts as the bytes it came in, up to what the cache keeps of one
+    /// at most: never fewer than are kept of it (its DER is smaller than its PEM).
+    pub fn keeps(&self, csr: &Csr, csrs: usize, kept_bytes: usize) -> bool {
+        let request = csr.spec.request.0.len().min(MAX_REQUEST_BYTES + 1);
+        csrs < self.csrs_below && kept_bytes.saturating_add(request) <= self.bytes
+    }
 }
 
 impl From<Watched> for CsrObject {
@@ -313,26 +350,38 @@ impl Named for CsrObject {
             self.username = group.clone();
         }
     }
+
+    /// The bytes of its request it keeps: the cache's room for requests is counted in them.
+    fn weight(&self) -> usize {
+        self.pending.as_ref().map_or(0, |pending| pending.request.len())
+    }
 }
 
 impl CsrObject {
     /// `csr` as the controller's cache keeps it: as [`CsrObject::from`] does, but unless
-    /// `keep_request`, a pending kubelet-serving CSR's canonical request is left in the apiserver
-    /// ([`Request::InApiserver`]): nothing but deciding that CSR reads it, and the reconcile that
-    /// decides it reads the CSR from the apiserver first. Client CSRs keep theirs (the pending
-    /// brake, the turn of a node name and one client certificate per Machine read it from the
-    /// cache), and so does a request the canonical gate refuses (it is refused on the bytes kept,
-    /// with no read).
+    /// `keep_request`, a pending CSR's request is left in the apiserver
+    /// ([`CsrObject::leave_request_in_apiserver`]).
     pub fn cached(csr: Csr, keep_request: bool) -> CsrObject {
         let mut object = CsrObject::from(csr);
-        if !keep_request
-            && &*object.signer_name == KUBELET_SERVING_SIGNER
-            && let Some(pending) = object.pending.as_deref_mut()
-            && matches!(pending.request, Request::Canonical(_))
-        {
-            pending.request = Request::InApiserver;
+        if !keep_request {
+            object.leave_request_in_apiserver();
         }
         object
+    }
+
+    /// Leaves this pending CSR's request, of any signer and shape, in the apiserver
+    /// ([`Request::InApiserver`]); answers whether anything of it was kept. Nothing but deciding
+    /// the CSR reads its request (the brake and one client certificate per Machine read the
+    /// client node name kept beside it), and the reconcile that decides it reads the CSR from the
+    /// apiserver first.
+    pub fn leave_request_in_apiserver(&mut self) -> bool {
+        match self.pending.as_deref_mut() {
+            Some(pending) if !pending.request.is_empty() => {
+                pending.request = Request::InApiserver;
+                true
+            }
+            _ => false,
+        }
     }
 
     /// True when deciding this CSR needs it read from the apiserver first: its request was left
@@ -349,6 +398,12 @@ impl CsrObject {
     /// spec.usages (none once decided).
     pub fn usages(&self) -> &[Text] {
         self.pending.as_ref().map_or(&[], |pending| &pending.usages)
+    }
+
+    /// The node name a client CSR's request asks a certificate for, as kept
+    /// ([`PendingSpec::client_node`]).
+    pub fn client_node(&self) -> Option<&str> {
+        self.pending.as_ref().and_then(|pending| pending.client_node.as_deref())
     }
 
     /// spec.request as kept ([`PendingSpec::request`]); none when nothing of it is kept.
@@ -546,6 +601,7 @@ mod tests {
                 usages: Cow::Owned(vec!["server auth".into()]),
                 expiration_seconds: Some(3600),
                 request: Request::Other((*b"request").into()),
+                client_node: None,
                 conditions: [condition("Other").into()].into(),
             })),
             decision_types: DecisionTypes::default(),
@@ -654,17 +710,85 @@ mod tests {
         assert!(decided > 50, "the decided cases are covered: {decided}");
     }
 
+    /// A client CSR whose request asks a certificate for `node`, with the given conditions.
+    fn client_of(node: &str, conditions: &[&str]) -> CertificateSigningRequest {
+        let mut csr = full(conditions);
+        csr.spec.signer_name = KUBELET_CLIENT_SIGNER.into();
+        csr.spec.request = ByteString(testkit::request::Request::node(node).pem().into_bytes());
+        csr
+    }
+
     #[test]
-    fn an_approved_client_csr_keeps_its_request_for_one_client_certificate_per_machine() {
-        let client = |conditions: &[&str]| {
-            let mut csr = full(conditions);
-            csr.spec.signer_name = KUBELET_CLIENT_SIGNER.into();
-            kept_request(CsrObject::from(csr))
-        };
-        assert_eq!(client(&["Approved"]).pem(), b"request");
+    fn a_client_csr_keeps_the_node_name_of_its_request_while_pending_or_approved_and_no_request_once_decided() {
+        let pending = CsrObject::from(client_of("n1", &[]));
+        assert_eq!(pending.client_node(), Some("n1"));
+        assert_eq!(pending.client_node().map(str::to_owned), client_node(&pending.submission()), "as read whole");
+        let approved = CsrObject::from(client_of("n1", &["Approved"]));
+        assert_eq!(approved.client_node(), Some("n1"), "one client certificate per Machine reads it");
+        assert!(approved.request().is_none(), "the request is not kept once decided");
         for conditions in [&["Denied"][..], &["Approved", "Failed"], &["Approved", "Denied"]] {
-            assert!(client(conditions).is_empty(), "{conditions:?}");
+            let refused = CsrObject::from(client_of("n1", conditions));
+            assert!(refused.client_node().is_none() && refused.pending.is_none(), "{conditions:?}");
         }
+        let mut unreadable = client_of("n1", &[]);
+        unreadable.spec.request = ByteString(b"request".to_vec());
+        assert_eq!(CsrObject::from(unreadable).client_node(), None, "a request that does not read names no node");
+        let mut serving = client_of("n1", &[]);
+        serving.spec.signer_name = KUBELET_SERVING_SIGNER.into();
+        assert_eq!(CsrObject::from(serving).client_node(), None, "a serving CSR's request is not a client's");
+        let mut cut = client_of("n1", &["Approved"]);
+        cut.metadata.name = Some("x".repeat(300));
+        assert_eq!(CsrObject::from(cut).client_node(), None, "a CSR whose name is cut keeps nothing of its spec");
+        let left = CsrObject::cached(client_of("n1", &[]).into(), false);
+        assert_eq!((left.client_node(), left.request()), (Some("n1"), None), "kept beside a request left out");
+    }
+
+    #[test]
+    fn a_pending_csr_of_any_signer_and_request_leaves_its_request_in_the_apiserver_past_the_room() {
+        let mut other = full(&[]);
+        other.spec.request = ByteString(vec![b'A'; MAX_REQUEST_BYTES + 100]);
+        let mut canonical = full(&[]);
+        canonical.spec.request = ByteString(testkit::request::Request::node("n1").pem().into_bytes());
+        for (case, csr) in [("refused", other), ("canonical", canonical), ("client", client_of("n1", &[]))] {
+            let kept = CsrObject::cached(csr.clone().into(), true);
+            assert_eq!(kept, CsrObject::from(csr.clone()), "{case}: with room, as read whole");
+            assert!(kept.request().is_some() && !kept.request_in_apiserver(), "{case}");
+            assert_eq!(kept.weight(), kept.request().map_or(0, Request::len), "{case}: weighed by its request");
+            let left = CsrObject::cached(csr.clone().into(), false);
+            assert!(left.request_in_apiserver() && left.request().is_none(), "{case}");
+            assert!(left.submission().request.is_empty() && left.weight() == 0, "{case}");
+            let mut slimmed = kept.clone();
+            assert!(slimmed.leave_request_in_apiserver(), "{case}: it kept one");
+            assert_eq!(slimmed, left, "{case}: held or ignored, as if left out from the start");
+            assert!(!slimmed.leave_request_in_apiserver(), "{case}: nothing left to leave");
+        }
+        for decided in ["Approved", "Denied"] {
+            let mut csr = CsrObject::from(full(&[decided]));
+            assert!(!csr.leave_request_in_apiserver() && !csr.request_in_apiserver(), "{decided}: nothing to read");
+        }
+        let mut empty = full(&[]);
+        empty.spec.request = ByteString(Vec::new());
+        let mut empty = CsrObject::from(empty);
+        assert!(!empty.leave_request_in_apiserver() && !empty.request_in_apiserver(), "an empty request");
+    }
+
+    #[test]
+    fn the_room_keeps_a_request_below_the_csr_count_and_within_the_bytes() {
+        let with_request = |len: usize| {
+            let mut csr = Csr::from(full(&[]));
+            csr.spec.request = ByteString(vec![b'A'; len]);
+            csr
+        };
+        let room = RequestRoom { csrs_below: 10, bytes: 1000 };
+        assert!(room.keeps(&with_request(100), 9, 900), "the last CSR, to the last byte");
+        assert!(!room.keeps(&with_request(100), 10, 0), "the CSR count reached");
+        assert!(!room.keeps(&with_request(101), 0, 900), "a byte over");
+        assert!(!room.keeps(&with_request(0), 0, 1001), "already over");
+        assert!(!room.keeps(&with_request(1), 0, usize::MAX), "no overflow");
+        let whole = RequestRoom { csrs_below: 10, bytes: MAX_REQUEST_BYTES + 1 };
+        assert!(whole.keeps(&with_request(1024 * 1024), 0, 0), "an oversized request counts as what is kept of it");
+        assert!(!whole.keeps(&with_request(1024 * 1024), 0, 1));
+        assert!(!RequestRoom { csrs_below: 0, bytes: usize::MAX }.keeps(&with_request(0), 0, 0), "none kept");
     }
 
     /// Every way of writing one request the gate tells apart: the canonical block with and without

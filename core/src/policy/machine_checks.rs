@@ -155,11 +155,18 @@ pub enum PendingKey {
 /// The key of a pending CSR. The bootstrapper writes the common name of its request itself, so a
 /// bootstrap CSR is keyed by the node it asks for, and counts only when that could be approved.
 pub fn pending_key(sub: &Submission, rules: &MachinePolicy) -> PendingKey {
-    if !rules.bootstrapper.matches(&sub.username) {
-        return PendingKey::Requester(sub.username.clone());
+    pending_key_of(&sub.username, client_node(sub).as_deref(), rules)
+}
+
+/// The key of a pending CSR of `username` whose request asks a client certificate for
+/// `client_node` ([`client_node`], read from its request once): [`pending_key`] without the
+/// request, for a cache that keeps only that node name of it.
+pub fn pending_key_of(username: &str, client_node: Option<&str>, rules: &MachinePolicy) -> PendingKey {
+    if !rules.bootstrapper.matches(username) {
+        return PendingKey::Requester(username.to_owned());
     }
-    match client_node(sub) {
-        Some(node) if identity::problem(&node).is_none() => PendingKey::Bootstrap(node),
+    match client_node {
+        Some(node) if identity::problem(node).is_none() => PendingKey::Bootstrap(node.to_owned()),
         _ => PendingKey::Never,
     }
 }

@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use jiff::{SignedDuration, Timestamp};
 use node_csr_approver_core::policy::{
-    AwaitedNodes, MachineInfo, MachinePolicy, PENDING_PER_NODE, PendingKey, Submission, capped_pending, counted_under,
-    counts_as_pending, pending_count, pending_key,
+    AwaitedNodes, MachineInfo, MachinePolicy, PENDING_PER_NODE, PendingKey, Submission, capped_pending, client_node,
+    counted_under, counts_as_pending, pending_count, pending_key, pending_key_of,
 };
 
 use super::{BOOTSTRAPPER, client, machine, n1_machine, rules};
@@ -92,6 +92,25 @@ fn a_bootstrap_csr_that_can_never_be_approved_has_no_key() {
     never(Submission { name: "cn without system:node:".into(), request: not_a_node, ..client("n7", 0) });
     let serving_by_bootstrapper = Submission { username: BOOTSTRAPPER.into(), ..serving_of("n7") };
     never(Submission { name: "serving".into(), ..serving_by_bootstrapper });
+}
+
+#[test]
+fn the_key_read_from_the_node_name_a_cache_keeps_is_the_key_read_from_the_request() {
+    let subs = [
+        serving_of("n1"),
+        Submission { username: "system:node:n1".into(), ..client("n7", 0) },
+        client("n7", 0),
+        Submission { request: b"garbage".to_vec(), ..client("n7", 0) },
+        client("N7", 0),
+        client("n7.", 0),
+        Submission { username: BOOTSTRAPPER.into(), ..serving_of("n7") },
+    ];
+    for sub in subs {
+        let kept = client_node(&sub);
+        assert_eq!(pending_key_of(&sub.username, kept.as_deref(), &rules()), pending_key(&sub, &rules()), "{sub:?}");
+    }
+    let never = pending_key_of(BOOTSTRAPPER, Some("N7"), &rules());
+    assert_eq!(never, PendingKey::Never, "an invalid node name is never counted, however it was read");
 }
 
 /// The Machines: `n1`'s unclaimed (created at [`created`]), `n2`'s claimed by its node.

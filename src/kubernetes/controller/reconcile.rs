@@ -92,10 +92,11 @@ impl<R: Resolver + 'static, C: ClusterView + 'static> Reconcile for Reconciler<R
 }
 
 impl<R: Resolver, C: ClusterView> Reconciler<R, C> {
-    /// Evaluates `csr` (only while leading, or under `--dry-run`) and carries out its [`Step`];
-    /// what it did settles in the memory, which answers when to reconcile it again.
-    async fn carry_out(&self, csr: &CsrObject) -> Option<Duration> {
+    /// Evaluates `cached` (only while leading, or under `--dry-run`) and carries out its
+    /// [`Step`]; what it did settles in the memory, which answers when to reconcile it again.
+    async fn carry_out(&self, cached: &Arc<CsrObject>) -> Option<Duration> {
         let ctx = &*self.ctx;
+        let csr: &CsrObject = cached;
         let logged = short_name(&csr.name);
         if !evaluates(ctx.leadership.is_leader(), ctx.dry_run) {
             ctx.leadership.skipped();
@@ -179,7 +180,23 @@ impl<R: Resolver, C: ClusterView> Reconciler<R, C> {
         if read && matches!(outcome, Outcome::Retried { .. }) {
             self.memory.keep_read(csr);
         }
+        if matches!(outcome, Outcome::Excused { .. }) {
+            self.leave_request_in_apiserver(cached);
+        }
         retry_in
+    }
+
+    /// Leaves the request of `cached`, just excused (held for a human, not the approver's, or a
+    /// dry run's decision told), in the apiserver: nothing reads it before the CSR is evaluated
+    /// again, which reads it from there, and the cache's room for requests goes to the CSRs it
+    /// decides. Not when the watch brought a newer version meanwhile (its own event evaluates it).
+    fn leave_request_in_apiserver(&self, cached: &Arc<CsrObject>) {
+        if cached.request().is_some() {
+            let mut slim = CsrObject::clone(cached);
+            if slim.leave_request_in_apiserver() {
+                self.csrs.replace(cached, slim);
+            }
+        }
     }
 
     /// Reads `csr` from the apiserver ([`read::read_whole`]): the same CSR, still undecided,

@@ -16,14 +16,14 @@ use kube::runtime::watcher::{self, Event};
 use tokio::sync::{Notify, oneshot};
 
 use crate::kubernetes::csr_cache::{Cache, CacheWriter};
-use crate::kubernetes::csr_object::{CsrObject, Watched};
+use crate::kubernetes::csr_object::{CsrObject, RequestRoom, Watched};
 use crate::kubernetes::decoded::{Decoded, Skipped, Undecodable};
 use crate::kubernetes::kube_watch;
 use crate::kubernetes::machines::MachineCache;
 use crate::kubernetes::object_fields::Csr;
 use crate::kubernetes::object_fields::{Meta, ObjectKind};
 use crate::metrics::{Metrics, PassTrigger};
-use crate::policy::KUBELET_SERVING_SIGNER;
+use crate::policy::{KUBELET_CLIENT_SIGNER, KUBELET_SERVING_SIGNER};
 
 /// Machine and Node changes re-trigger waiting CSRs at most this often.
 const RETRIGGER_PERIOD: Duration = Duration::from_secs(1);
@@ -43,13 +43,13 @@ pub(super) struct Trigger {
 pub(super) struct Sources<W, F> {
     /// The CSRs, watched.
     pub api: Api<Decoded<Csr>>,
-    /// Machine mode decides client CSRs too: every CSR is watched, not only kubelet-serving ones.
+    /// Machine mode decides client CSRs too: they are watched beside kubelet-serving ones.
     pub client_csrs: bool,
     /// The CSR cache the watch fills.
     pub cache: CacheWriter<CsrObject>,
-    /// While the cache holds fewer CSRs than this, a pending kubelet-serving CSR keeps its request
-    /// there; from this many on, its reconcile reads it from the apiserver.
-    pub cache_requests_below: usize,
+    /// Whether a pending CSR keeps its request in the cache; past the room, its reconcile reads
+    /// it from the apiserver.
+    pub request_room: RequestRoom,
     /// Told once the first list of the watch is complete.
     pub synced: oneshot::Sender<()>,
     /// Yields whenever this replica becomes able to write.
@@ -76,7 +76,7 @@ where
         api,
         client_csrs,
         mut cache,
-        cache_requests_below,
+        request_room,
         synced,
         writable,
         resync_period,
@@ -88,16 +88,18 @@ where
     // A streaming list (WatchList, on by default since Kubernetes 1.34) sends what exists one
     // object at a time, where a paged list holds up to 500 objects at once: a few hostile CSRs at
     // the apiserver's maximum object size would be hundreds of MiB in one page.
+    // A field selector names one signer: machine mode, which decides two, watches every CSR and
+    // drops those of any other signer as they come, before the cache ([`decided_here`]).
     let config = watcher::Config::default().streaming_lists();
     let config = if client_csrs { config } else { config.fields(&format!("spec.signerName={KUBELET_SERVING_SIGNER}")) };
     // The cache keeps only what decisions and the write need (`CsrObject::cached`): no labels,
-    // annotations or managedFields, no PKCS#10 request once a CSR is decided, nor, once the cache
-    // holds `cache_requests_below` CSRs, that of a pending kubelet-serving CSR (its reconcile
-    // reads it from the apiserver). Every watch event carries the whole object, so nothing is lost.
+    // annotations or managedFields, no PKCS#10 request once a CSR is decided, nor, past the
+    // cache's room for requests, that of a pending CSR (its reconcile reads it from the
+    // apiserver). Every watch event carries the whole object, so nothing is lost.
     let store = cache.reader();
     let watch = kube_watch::stream(api, config).try_filter_map(move |event| {
-        let keep_request = cache.size() < cache_requests_below;
-        let applied = watched(event, keep_request, &skipped).map(|event| cache.apply(event));
+        let keep_request = |csr: &Csr| request_room.keeps(csr, cache.size(), cache.weight());
+        let applied = watched(event, keep_request, client_csrs, &skipped).map(|event| cache.apply(event));
         futures::future::ready(Ok(applied))
     });
     let relisted = Arc::new(Notify::new());
@@ -110,24 +112,41 @@ where
     futures::stream::select(live, futures::stream::select(passes, changes))
 }
 
+/// Whether the controller decides CSRs of `csr`'s signer: kubelet-serving ones, and with
+/// `client_csrs` (machine mode) kube-apiserver-client-kubelet ones. Triage ignores any other, and
+/// nothing else reads it, so the cache holds none (a signer never changes).
+fn decided_here(csr: &Csr, client_csrs: bool) -> bool {
+    let signer = csr.spec.signer_name.as_str();
+    signer == KUBELET_SERVING_SIGNER || (client_csrs && signer == KUBELET_CLIENT_SIGNER)
+}
+
 /// `event` with its CSR as the watch brought it, to be kept as [`CsrObject::cached`] (its request
-/// too when `keep_request`). A CSR that could not be decoded is reported to `skipped` and left
-/// out: listed, it is not cached; changed, the version cached before is dropped, as if deleted
-/// (nothing decides on what it no longer is).
-fn watched(event: Event<Decoded<Csr>>, keep_request: bool, skipped: &Skipped) -> Option<Event<Watched>> {
-    let watched = |csr| Watched { csr, keep_request };
+/// too when `keep_request` says so), or nothing for a CSR of a signer not [`decided_here`]. A CSR
+/// that could not be decoded is reported to `skipped` and left out: listed, it is not cached;
+/// changed, the version cached before is dropped, as if deleted (nothing decides on what it no
+/// longer is).
+fn watched(
+    event: Event<Decoded<Csr>>,
+    keep_request: impl Fn(&Csr) -> bool,
+    client_csrs: bool,
+    skipped: &Skipped,
+) -> Option<Event<Watched>> {
+    let watched = |csr: Csr| {
+        let keep_request = keep_request(&csr);
+        decided_here(&csr, client_csrs).then_some(Watched { csr, keep_request })
+    };
     let gone = |undecodable: &Undecodable| {
         skipped.report(ObjectKind::Csr, undecodable);
         let name = ObjectMeta { name: undecodable.metadata.name.clone(), ..ObjectMeta::default() };
-        Event::Delete(watched(Csr { metadata: Meta(name), ..Csr::default() }))
+        Event::Delete(Watched { csr: Csr { metadata: Meta(name), ..Csr::default() }, keep_request: false })
     };
     Some(match event {
-        Event::Apply(Decoded::Object(csr)) => Event::Apply(watched(csr)),
+        Event::Apply(Decoded::Object(csr)) => Event::Apply(watched(csr)?),
         Event::Apply(Decoded::Undecodable(undecodable)) => gone(&undecodable),
-        Event::Delete(Decoded::Object(csr)) => Event::Delete(watched(csr)),
+        Event::Delete(Decoded::Object(csr)) => Event::Delete(watched(csr)?),
         Event::Delete(Decoded::Undecodable(undecodable)) => gone(&undecodable),
         Event::Init => Event::Init,
-        Event::InitApply(csr) => Event::InitApply(watched(skipped.keep(ObjectKind::Csr, csr)?)),
+        Event::InitApply(csr) => Event::InitApply(watched(skipped.keep(ObjectKind::Csr, csr)?)?),
         Event::InitDone => Event::InitDone,
     })
 }
@@ -294,7 +313,7 @@ mod tests {
         };
         let good = || Decoded::Object(Csr::from(serving("bad", "n1", 1, None)));
         let (store, mut writer) = csr_cache::cache::<CsrObject>();
-        let mut apply = |event| watched(event, true, &skipped).map(|event| writer.apply(event));
+        let mut apply = |event| watched(event, |_| true, false, &skipped).map(|event| writer.apply(event));
         apply(Event::Init);
         apply(Event::InitApply(good()));
         apply(Event::InitDone);
@@ -314,6 +333,43 @@ mod tests {
             text.contains(r#"node_csr_approver_undecodable_objects_total{kind="CertificateSigningRequest"} 3"#),
             "{text}"
         );
+    }
+
+    #[test]
+    fn only_csrs_of_a_signer_decided_here_reach_the_cache_and_each_as_the_room_says() {
+        let skipped = Skipped::counting(|_| {});
+        let of = |signer: &str| {
+            let mut csr = Csr::from(serving("a", "n1", 1, None));
+            csr.spec.signer_name = signer.into();
+            csr
+        };
+        let (serving_signer, client) = (KUBELET_SERVING_SIGNER, KUBELET_CLIENT_SIGNER);
+        let cases = [
+            (serving_signer, false, true),
+            (serving_signer, true, true),
+            (client, true, true),
+            (client, false, false),
+            ("example.com/x", true, false),
+            ("example.com/x", false, false),
+        ];
+        for (signer, client_csrs, cached) in cases {
+            for keep in [false, true] {
+                let events = [
+                    Event::Apply(Decoded::Object(of(signer))),
+                    Event::InitApply(Decoded::Object(of(signer))),
+                    Event::Delete(Decoded::Object(of(signer))),
+                ];
+                for event in events {
+                    let kept = match watched(event, |csr| keep && csr.spec.signer_name == signer, client_csrs, &skipped)
+                    {
+                        Some(Event::Apply(kept) | Event::InitApply(kept) | Event::Delete(kept)) => Some(kept),
+                        _ => None,
+                    };
+                    assert_eq!(kept.is_some(), cached, "{signer} {client_csrs}");
+                    assert!(kept.is_none_or(|kept| kept.keep_request == keep), "{signer}: as the room says");
+                }
+            }
+        }
     }
 
     /// The names `applied` triggers for `csr` among `cached`, sorted.
