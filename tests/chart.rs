@@ -33,6 +33,7 @@ fn the_schema_rejects_wrong_types_and_a_missing_regex_with_a_readable_message() 
         ("dnsTimeout=soon", "/dnsTimeout"),
         ("resyncPeriod=1 minute", "/resyncPeriod"),
         ("cacheRequestsBelow=-1", "/cacheRequestsBelow"),
+        ("cacheRequestBytes=-1", "/cacheRequestBytes"),
         ("audit.period=daily", "/audit/period"),
         ("audit.nodeMetrics=maybe", "/audit/nodeMetrics"),
         ("audit.perNode=true", "audit"),
@@ -114,6 +115,7 @@ fn defaults_are_two_hardened_replicas_with_leader_election_probes_and_least_priv
     assert_eq!(spread[0]["labelSelector"]["matchLabels"], deployment["spec"]["selector"]["matchLabels"]);
     assert!(!env(&objects).contains_key("RESYNC_PERIOD"), "the binary's default");
     assert!(!env(&objects).contains_key("CACHE_REQUESTS_BELOW"), "the binary's default");
+    assert!(!env(&objects).contains_key("CACHE_REQUEST_BYTES"), "the binary's default");
     for audit in ["AUDIT_PERIOD", "AUDIT_EXPIRING_WITHIN", "AUDIT_NODE_METRICS"] {
         assert!(!env(&objects).contains_key(audit), "the periodic audit is off by default: {audit}");
     }
@@ -233,6 +235,7 @@ fn every_feature_reaches_its_environment_variable() {
         ("EVENTS", "all"),
         ("RESYNC_PERIOD", "30s"),
         ("CACHE_REQUESTS_BELOW", "5000"),
+        ("CACHE_REQUEST_BYTES", "2097152"),
         ("AUDIT_PERIOD", "6h"),
         ("AUDIT_EXPIRING_WITHIN", "14d"),
         ("AUDIT_NODE_METRICS", "true"),

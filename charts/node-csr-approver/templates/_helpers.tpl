@@ -81,6 +81,7 @@ node in a string literal counts too): the controller then reads Nodes. */}}
   (list "EVENTS" .Values.events)
   (list "RESYNC_PERIOD" .Values.resyncPeriod)
   (list "CACHE_REQUESTS_BELOW" .Values.cacheRequestsBelow)
+  (list "CACHE_REQUEST_BYTES" .Values.cacheRequestBytes)
   (list "AUDIT_PERIOD" .Values.audit.period)
   (list "AUDIT_EXPIRING_WITHIN" .Values.audit.expiringWithin) }}
 {{- range $optional }}
