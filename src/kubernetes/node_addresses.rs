@@ -8,7 +8,7 @@
 //! cannot be decoded might list any address: while one is held, the claims are unknown too, never
 //! read without it.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
@@ -38,25 +38,33 @@ enum Kept {
     Undecodable(String),
 }
 
-/// The Nodes by name, and the names of those listing each address.
+/// The Nodes by name, the names of those listing each address, and why each Node that could not
+/// be decoded could not (so a lookup never passes over every Node).
 #[derive(Debug, Default)]
 struct Index {
     nodes: HashMap<Arc<str>, Kept>,
     by_address: HashMap<IpAddr, BTreeSet<Arc<str>>>,
+    undecodable: BTreeMap<Arc<str>, String>,
 }
 
 impl Index {
     fn insert(&mut self, name: Arc<str>, kept: Kept) {
         self.remove(&name);
-        if let Kept::Read { addresses, .. } = &kept {
-            for address in addresses {
-                self.by_address.entry(*address).or_default().insert(name.clone());
+        match &kept {
+            Kept::Read { addresses, .. } => {
+                for address in addresses {
+                    self.by_address.entry(*address).or_default().insert(name.clone());
+                }
+            }
+            Kept::Undecodable(why) => {
+                self.undecodable.insert(name.clone(), why.clone());
             }
         }
         self.nodes.insert(name, kept);
     }
 
     fn remove(&mut self, name: &str) {
+        self.undecodable.remove(name);
         let Some(Kept::Read { addresses, .. }) = self.nodes.remove(name) else { return };
         for address in addresses {
             if let Some(names) = self.by_address.get_mut(&address) {
@@ -70,11 +78,8 @@ impl Index {
 
     /// The claims of `ips`, or why they are unknown.
     fn claims(&self, ips: &[IpAddr]) -> Result<Vec<AddressClaim>, String> {
-        if let Some(why) = self.nodes.values().find_map(|kept| match kept {
-            Kept::Undecodable(why) => Some(why.clone()),
-            Kept::Read { .. } => None,
-        }) {
-            return Err(why);
+        if let Some(why) = self.undecodable.values().next() {
+            return Err(why.clone());
         }
         let claim = |ip: &IpAddr| {
             let names = self.by_address.get(&ip.to_canonical()).into_iter().flatten();
@@ -288,5 +293,6 @@ mod tests {
         assert!(claims(&state, "10.0.0.9").is_err(), "changed into one that cannot be read: not its old addresses");
         state.apply(Ok(watcher::Event::Delete(undecodable())), &skipped);
         assert_eq!(claims(&state, "10.0.0.9"), Ok((Vec::new(), Vec::new())));
+        assert!(state.index.undecodable.is_empty(), "nothing left over");
     }
 }
