@@ -273,6 +273,43 @@ mod tests {
         );
     }
 
+    /// The controller's index and `check --objects` (a `StaticCluster` of the same Nodes) read the
+    /// same claims, whatever the spelling of an address.
+    #[tokio::test]
+    async fn the_index_and_check_read_the_same_claims_of_the_same_nodes() {
+        use crate::kubernetes::cluster::{StaticCluster, node_info};
+        use crate::policy::ClusterView;
+        let listed: [(&str, &[&str], bool); 4] = [
+            ("cp", &["10.0.0.5", "fd00::5"], true),
+            ("w1", &[" 10.0.0.5", "10.0.0.6 "], false),
+            ("w2", &["::ffff:10.0.0.6", "not an address"], true),
+            ("w3", &["10.0.0.7"], false),
+        ];
+        let nodes: Vec<Decoded<NodeObject>> = listed.iter().map(|(name, at, cp)| node(name, at, *cp)).collect();
+        let skipped = Skipped::logged();
+        let mut state = State::default();
+        state.apply(Ok(watcher::Event::Init), &skipped);
+        for node in &nodes {
+            state.apply(Ok(watcher::Event::InitApply(node.clone())), &skipped);
+        }
+        state.apply(Ok(watcher::Event::InitDone), &skipped);
+        let infos = nodes.iter().filter_map(Decoded::as_object).map(node_info);
+        let offline = StaticCluster::new(infos, [], 0);
+        let ips: Vec<IpAddr> =
+            ["10.0.0.5", "::ffff:10.0.0.6", "fd00::5", "10.0.0.9"].map(|ip| ip.parse().unwrap()).into();
+        let sorted = |mut claims: Vec<AddressClaim>| {
+            for claim in &mut claims {
+                claim.nodes.sort();
+                claim.control_plane.sort();
+            }
+            claims
+        };
+        let watched = sorted(state.index.claims(&ips).unwrap());
+        assert_eq!(watched, sorted(offline.nodes_claiming(&ips).await.unwrap()));
+        assert_eq!(watched[1].nodes, ["w1", "w2"], "{watched:?}");
+        assert_eq!(watched[1].control_plane, ["w2"], "{watched:?}");
+    }
+
     #[test]
     fn a_node_that_cannot_be_decoded_makes_every_claim_unknown_until_it_changes_or_goes() {
         let skipped = Skipped::logged();
