@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Builds etcd, kube-apiserver, kube-controller-manager, kubelet, kube-scheduler, kube-proxy, helm and
-# promtool from their published Go modules (tools/*/go.mod), and the test tools csr-oracle
-# (tools/csr-oracle), fake-cri (tools/fake-cri), go-flags (tools/go-flags) and pause (tools/pause,
+# Builds etcd, kube-apiserver, kube-controller-manager, kubelet, kube-scheduler, kube-proxy, helm,
+# promtool, kubeconform and actionlint from their published Go modules (tools/*/go.mod), and the
+# test tools csr-oracle (tools/csr-oracle), fake-cri (tools/fake-cri), go-flags (tools/go-flags) and pause (tools/pause,
 # the pod sandbox program of testenv's container nodes), into a cache keyed by version, and reuses
 # what is already there.
 #
@@ -17,8 +17,8 @@
 #   --list                print the supported Kubernetes releases, newest first
 #
 # The tools directory holds `etcd`, `kube-apiserver`, `kube-controller-manager`, `kubelet`,
-# `kube-scheduler`, `kube-proxy`, `helm`, `promtool`, `csr-oracle`, `fake-cri`, `go-flags` and `pause`
-# (symlinks to versioned binaries under ${XDG_CACHE_HOME:-~/.cache}/node-csr-approver/bin; the names
+# `kube-scheduler`, `kube-proxy`, `helm`, `promtool`, `kubeconform`, `actionlint`, `csr-oracle`,
+# `fake-cri`, `go-flags` and `pause` (symlinks to versioned binaries under ${XDG_CACHE_HOME:-~/.cache}/node-csr-approver/bin; the names
 # of csr-oracle, fake-cri, go-flags and pause also carry a hash of their sources and the Go version,
 # so editing them rebuilds them). kube-scheduler and kube-proxy are always the newest release's:
 # only the container-node tests use them, and they run against the newest release. Progress goes to
@@ -42,6 +42,8 @@ usage="usage: $0 [--kubernetes VERSION] [--only TOOL,...] [--print-dir | --list]
 # The chosen Kubernetes release, its etcd, and its wrapper modules tools/kubernetes/vX.Y{,/etcd}.
 kube_version="${NODE_CSR_APPROVER_KUBERNETES_VERSION:-${KUBERNETES_VERSION}}" print_dir=false
 all_tools=etcd,kube-apiserver,kube-controller-manager,kubelet,kube-scheduler,kube-proxy,helm,promtool,csr-oracle,fake-cri,go-flags,pause
+# The linters (kept apart from the cluster's tools above).
+all_tools+=,kubeconform,actionlint
 only="${all_tools}"
 while (($# > 0)); do
   case "$1" in
@@ -134,6 +136,8 @@ if wanted promtool; then
   require_version promtool github.com/prometheus/prometheus \
     "$(printf 'v0.%d%02d.%d' "${prom_major}" "${prom_minor}" "${prom_patch}")"
 fi
+if wanted kubeconform; then require_version kubeconform github.com/yannh/kubeconform "${KUBECONFORM_VERSION}"; fi
+if wanted actionlint; then require_version actionlint github.com/rhysd/actionlint "${ACTIONLINT_VERSION}"; fi
 
 mkdir -p "${bin}" "${set_dir}"
 # One build at a time: test binaries or CI jobs may start this script concurrently.
@@ -171,6 +175,11 @@ build helm "helm-${HELM_VERSION}" helm helm.sh/helm/v4/cmd/helm "2 to 3 minutes"
 # plugin (the cloud SDKs are most of the build).
 build promtool "promtool-${PROMETHEUS_VERSION}" promtool github.com/prometheus/prometheus/cmd/promtool "about a minute" \
   -tags remove_all_sd -ldflags "-s -w -X github.com/prometheus/common/version.Version=${PROMETHEUS_VERSION#v}"
+# The linters.
+build kubeconform "kubeconform-${KUBECONFORM_VERSION}" kubeconform github.com/yannh/kubeconform/cmd/kubeconform \
+  "under a minute" -ldflags "-s -w"
+build actionlint "actionlint-${ACTIONLINT_VERSION}" actionlint github.com/rhysd/actionlint/cmd/actionlint \
+  "under a minute" -ldflags "-s -w -X github.com/rhysd/actionlint.version=${ACTIONLINT_VERSION}"
 
 # The behaviour of csr-oracle, fake-cri, go-flags and pause is their source and Go's standard library, so
 # they are in their names.
@@ -202,5 +211,7 @@ link csr-oracle "${oracle}"
 link fake-cri "${fake_cri}"
 link go-flags "${go_flags}"
 link pause "${pause}"
+link kubeconform "kubeconform-${KUBECONFORM_VERSION}"
+link actionlint "actionlint-${ACTIONLINT_VERSION}"
 
 printf '%s\n' "${set_dir}"

@@ -1,6 +1,8 @@
 //! The Helm chart against a real kube-apiserver: every rendered object is accepted and its pods
-//! pass the restricted profile, and the real binary decides a CSR with the chart's own RBAC and
-//! exactly the rendered container environment.
+//! pass the restricted profile, the rendered manifests pass kubeconform (strict) against schemas
+//! made from that apiserver's own OpenAPI, and the real binary decides a CSR with the chart's own
+//! RBAC and exactly the rendered container environment. scripts/test.sh runs this file against
+//! every supported Kubernetes release.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -13,7 +15,9 @@ use kube::Api;
 use serde_json::json;
 use support::Request;
 use support::chart::{Container, VALUES_FILES, apply, find, monitoring_crd, render, restricted_namespace, values_file};
+use support::chart::{chart, run_helm};
 use support::cluster::{PREFIXES, REGEX, SERIAL, control_plane, create_serving_csr, http_get, unique, wait_decided};
+use support::schemas::{SCHEMA_LOCATION, write_strict};
 
 #[tokio::test]
 async fn every_rendered_object_is_accepted_by_the_apiserver_and_pods_pass_restricted() {
@@ -51,6 +55,68 @@ async fn every_rendered_object_is_accepted_by_the_apiserver_and_pods_pass_restri
         });
         apply(&admin, &pod, true).await.unwrap_or_else(|e| panic!("{case:?}: pod template: {e}"));
     }
+}
+
+/// kubeconform's verdict on `manifests` (multi-document YAML) against the schemas under `schemas`:
+/// Ok with its summary, or Err with its report. The prometheus-operator kinds are skipped: the
+/// apiserver serves only the stand-in CRDs' schemas for them, which take any field.
+fn kubeconform(schemas: &std::path::Path, manifests: &str) -> Result<String, String> {
+    use std::io::Write as _;
+    let tool = testenv::tools_dir().unwrap().join("kubeconform");
+    let location = format!("{}/{SCHEMA_LOCATION}", schemas.display());
+    let mut child = std::process::Command::new(&tool)
+        .args(["-strict", "-summary", "-output", "text", "-skip", "ServiceMonitor,PrometheusRule"])
+        .args(["-schema-location", &location, "-"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{}: {e}", tool.display()));
+    child.stdin.take().unwrap().write_all(manifests.as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let report = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    if out.status.success() { Ok(report) } else { Err(report) }
+}
+
+#[tokio::test]
+async fn rendered_manifests_pass_kubeconform_strict_against_the_apiservers_own_openapi() {
+    let _serial = SERIAL.lock().await;
+    let cp = control_plane().await;
+    let admin = cp.admin_client().await.unwrap();
+    let openapi = admin.request_text(http::Request::get("/openapi/v2").body(Vec::new()).unwrap()).await.unwrap();
+    let schemas = tempfile::tempdir().unwrap();
+    let kinds = write_strict(&serde_json::from_str(&openapi).unwrap(), schemas.path());
+    for kind in [
+        "apps/v1/deployment",
+        "v1/v1/serviceaccount",
+        "rbac.authorization.k8s.io/v1/clusterrole",
+        "policy/v1/poddisruptionbudget",
+    ] {
+        assert!(kinds.iter().any(|k| k == kind), "no schema for {kind} among {} kinds", kinds.len());
+    }
+    let chart = chart();
+    let mut cases: Vec<Vec<String>> = vec![vec!["--set-literal".into(), "providerRegex=^n\\.example\\.com$".into()]];
+    cases.extend(VALUES_FILES.iter().map(|f| vec!["-f".into(), values_file(f)]));
+    let mut deployment = String::new();
+    for case in &cases {
+        let mut args = vec!["template", "rel", chart.to_str().unwrap(), "--api-versions", "monitoring.coreos.com/v1"];
+        args.extend(case.iter().map(String::as_str));
+        let manifests = run_helm(&args).unwrap();
+        let summary = kubeconform(schemas.path(), &manifests).unwrap_or_else(|report| panic!("{case:?}:\n{report}"));
+        assert!(summary.contains("Invalid: 0, Errors: 0"), "{case:?}: {summary}");
+        assert!(!summary.contains("Valid: 0,"), "{case:?}: nothing validated: {summary}");
+        if deployment.is_empty() {
+            deployment = manifests;
+        }
+    }
+    // Seeded defects kubeconform must catch: a field the apiserver does not know, and a wrong type.
+    let unknown =
+        deployment.replacen("imagePullPolicy:", "imagePullPolicyy: IfNotPresent\n          imagePullPolicy:", 1);
+    let report = kubeconform(schemas.path(), &unknown).expect_err("an unknown field passed kubeconform -strict");
+    assert!(report.contains("imagePullPolicyy"), "{report}");
+    let wrong_type = deployment.replacen("replicas: 2", "replicas: two", 1);
+    assert_ne!(wrong_type, deployment, "the default Deployment renders `replicas: 2`");
+    kubeconform(schemas.path(), &wrong_type).expect_err("replicas: two passed kubeconform");
 }
 
 #[tokio::test]
