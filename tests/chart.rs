@@ -20,6 +20,37 @@ fn helm_lint_strict_passes_with_defaults_and_every_values_file() {
 }
 
 #[test]
+fn helm_lint_strict_fails_on_seeded_defects() {
+    let literal = ["--set-literal", "providerRegex=^n\\.example\\.com$"];
+    let defects = [
+        ("Chart.yaml", "version: ", "version: 0.1\nx-version: ", "version"),
+        (
+            "templates/deployment.yaml",
+            "imagePullPolicy: {{ .Values.image.pullPolicy }}",
+            "imagePullPolicy: {{ .Values.image.nope.deeper }}",
+            "nil pointer",
+        ),
+        ("values.yaml", "\nimage:\n", "\nimage:\n  unknownKey: 1\n", "unknownKey"),
+    ];
+    for (file, from, to, finding) in defects {
+        let dir = tempfile::tempdir().unwrap();
+        let copy = dir.path().join("node-csr-approver");
+        let copied = std::process::Command::new("cp").arg("-r").arg(chart()).arg(&copy).status().unwrap();
+        assert!(copied.success());
+        let path = copy.join(file);
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(text.contains(from), "{file} no longer contains {from:?}");
+        std::fs::write(&path, text.replacen(from, to, 1)).unwrap();
+        let mut args = vec!["lint", "--strict", copy.to_str().unwrap()];
+        args.extend(literal);
+        let out = std::process::Command::new(support::chart::helm()).args(&args).output().unwrap();
+        let report = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert!(!out.status.success(), "helm lint --strict passed {file}: {to:?}");
+        assert!(report.contains(finding), "{file}: want {finding}: {report}");
+    }
+}
+
+#[test]
 fn the_schema_rejects_wrong_types_and_a_missing_regex_with_a_readable_message() {
     let missing = render("approver", "ns", &[]).unwrap_err();
     assert!(missing.contains("missing property 'providerRegex'"), "{missing}");
