@@ -20,6 +20,15 @@ if [[ $(id -u) -eq 0 ]]; then
   scripts/install-node-runtime.sh
 fi
 
+# shellcheck, for actionlint's check of the workflows' scripts (tests/release.rs).
+if [[ $(id -u) -eq 0 ]] && ! command -v shellcheck >/dev/null; then
+  echo "== shellcheck"
+  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends shellcheck; } >&2
+fi
+
+echo "== cargo deny check licenses bans sources (deny.toml; installed once into the tools cache)"
+scripts/cargo-deny.sh
+
 echo "== static release binary, built as the Dockerfile builds it"
 NODE_CSR_APPROVER_BIN="$(scripts/check-static-binary.sh | tail -n 1)"
 export NODE_CSR_APPROVER_BIN

@@ -98,7 +98,7 @@ fn the_readme_shows_the_helm_install_on_its_first_screen() {
     let readme = std::fs::read_to_string(repo().join("README.md")).unwrap();
     let first_screen: Vec<&str> = readme.lines().take(60).collect();
     assert!(first_screen.iter().any(|line| line.starts_with("helm install ")), "{first_screen:#?}");
-    for required in ["providerRegex", "providerIpPrefixes", "image.repository"] {
+    for required in ["providerRegex", "providerIpPrefixes", "image.digest", "cosign verify"] {
         assert!(first_screen.iter().any(|line| line.contains(required)), "{required} in the first 60 lines");
     }
 }

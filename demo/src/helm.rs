@@ -34,6 +34,10 @@ pub async fn demo() -> Result<(), Error> {
     if !testenv::running_as_root()? {
         return Err("--helm runs a node with containers, which needs root".into());
     }
+    println!(
+        "installing what the node runs when missing (scripts/install-node-runtime.sh: containerd, runc, CNI plugins, busybox) ..."
+    );
+    run(Command::new("bash").arg(root().join("scripts/install-node-runtime.sh")))?;
     testenv::build_only(TOOLS);
     println!("finding or building {} in ~/.cache/node-csr-approver ...", TOOLS.join(", "));
     let tools = testenv::tools_dir()?;
