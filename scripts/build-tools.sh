@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds etcd, kube-apiserver, kube-controller-manager, kubelet, kube-scheduler, kube-proxy, helm and
-# promtool from their published Go modules (tools/*/go.mod), and the test tools csr-oracle
+# promtool from their published Go modules (tools/*/go.mod), crane and cosign (the test registry,
+# pushes and signatures of tests/installed: tools/crane, tools/cosign), and the test tools csr-oracle
 # (tools/csr-oracle), fake-cri (tools/fake-cri), go-flags (tools/go-flags) and pause (tools/pause,
 # the pod sandbox program of testenv's container nodes), into a cache keyed by version, and reuses
 # what is already there.
@@ -17,7 +18,7 @@
 #   --list                print the supported Kubernetes releases, newest first
 #
 # The tools directory holds `etcd`, `kube-apiserver`, `kube-controller-manager`, `kubelet`,
-# `kube-scheduler`, `kube-proxy`, `helm`, `promtool`, `csr-oracle`, `fake-cri`, `go-flags` and `pause`
+# `kube-scheduler`, `kube-proxy`, `helm`, `promtool`, `crane`, `cosign`, `csr-oracle`, `fake-cri`, `go-flags` and `pause`
 # (symlinks to versioned binaries under ${XDG_CACHE_HOME:-~/.cache}/node-csr-approver/bin; the names
 # of csr-oracle, fake-cri, go-flags and pause also carry a hash of their sources and the Go version,
 # so editing them rebuilds them). kube-scheduler and kube-proxy are always the newest release's:
@@ -42,6 +43,8 @@ usage="usage: $0 [--kubernetes VERSION] [--only TOOL,...] [--print-dir | --list]
 # The chosen Kubernetes release, its etcd, and its wrapper modules tools/kubernetes/vX.Y{,/etcd}.
 kube_version="${NODE_CSR_APPROVER_KUBERNETES_VERSION:-${KUBERNETES_VERSION}}" print_dir=false
 all_tools=etcd,kube-apiserver,kube-controller-manager,kubelet,kube-scheduler,kube-proxy,helm,promtool,csr-oracle,fake-cri,go-flags,pause
+# The registry and signing tools (one build, whatever the Kubernetes release).
+all_tools+=,crane,cosign
 only="${all_tools}"
 while (($# > 0)); do
   case "$1" in
@@ -134,6 +137,9 @@ if wanted promtool; then
   require_version promtool github.com/prometheus/prometheus \
     "$(printf 'v0.%d%02d.%d' "${prom_major}" "${prom_minor}" "${prom_patch}")"
 fi
+# The registry and signing tools.
+if wanted crane; then require_version crane github.com/google/go-containerregistry "${CRANE_VERSION}"; fi
+if wanted cosign; then require_version cosign github.com/sigstore/cosign/v3 "${COSIGN_VERSION}"; fi
 
 mkdir -p "${bin}" "${set_dir}"
 # One build at a time: test binaries or CI jobs may start this script concurrently.
@@ -172,6 +178,12 @@ build helm "helm-${HELM_VERSION}" helm helm.sh/helm/v4/cmd/helm "2 to 3 minutes"
 build promtool "promtool-${PROMETHEUS_VERSION}" promtool github.com/prometheus/prometheus/cmd/promtool "about a minute" \
   -tags remove_all_sd -ldflags "-s -w -X github.com/prometheus/common/version.Version=${PROMETHEUS_VERSION#v}"
 
+# The registry and signing tools: crane (`crane registry serve` is the test registry) and cosign.
+build crane "crane-${CRANE_VERSION}" crane github.com/google/go-containerregistry/cmd/crane "under a minute" \
+  -ldflags "-s -w -X github.com/google/go-containerregistry/cmd/crane/cmd.Version=${CRANE_VERSION}"
+build cosign "cosign-${COSIGN_VERSION}" cosign github.com/sigstore/cosign/v3/cmd/cosign "5 to 8 minutes" \
+  -ldflags "-s -w -X sigs.k8s.io/release-utils/version.gitVersion=${COSIGN_VERSION}"
+
 # The behaviour of csr-oracle, fake-cri, go-flags and pause is their source and Go's standard library, so
 # they are in their names.
 source_hash() {
@@ -202,5 +214,8 @@ link csr-oracle "${oracle}"
 link fake-cri "${fake_cri}"
 link go-flags "${go_flags}"
 link pause "${pause}"
+# The registry and signing tools.
+link crane "crane-${CRANE_VERSION}"
+link cosign "cosign-${COSIGN_VERSION}"
 
 printf '%s\n' "${set_dir}"
