@@ -67,7 +67,8 @@ fn an_image_digest_pins_the_image_and_a_malformed_one_is_rejected() {
     let repository = "--set=image.repository=registry.example.com/node-csr-approver";
     let tagged = render_with(&[repository]).unwrap();
     assert_eq!(container(&tagged)["image"], "registry.example.com/node-csr-approver:0.1.0");
-    let pinned = render_with(&[repository, "--set=image.tag=ignored", &format!("--set=image.digest={digest}")]).unwrap();
+    let pinned =
+        render_with(&[repository, "--set=image.tag=ignored", &format!("--set=image.digest={digest}")]).unwrap();
     assert_eq!(container(&pinned)["image"], format!("registry.example.com/node-csr-approver@{digest}"));
     assert_eq!(container(&pinned)["imagePullPolicy"], "IfNotPresent");
     for malformed in ["sha256:abc", "0123456789abcdef", "sha512:00"] {
