@@ -15,11 +15,12 @@ use crate::tools::{existing, tools_dir};
 /// The password of every test key (`COSIGN_PASSWORD`).
 const PASSWORD: &str = "testenv-signing-key";
 
-/// What makes cosign work without the public Sigstore services, which cannot be reached here: no
-/// transparency log (`--tlog-upload=false`, and `--insecure-ignore-tlog` when verifying), no
-/// signing configuration or trusted root from Sigstore's TUF repository, plain HTTP to the test
-/// registry.
+/// What makes `cosign sign` and `cosign attest` work without the public Sigstore services, which
+/// cannot be reached here: no transparency log, no signing configuration or trusted root from
+/// Sigstore's TUF repository; plain HTTP to the test registry.
 const SIGN_FLAGS: [&str; 4] = ["--tlog-upload=false", "--use-signing-config=false", "--allow-http-registry", "--yes"];
+/// The same for `cosign verify` and `cosign verify-attestation`: no transparency log entry looked
+/// for (the signature is checked against the key alone).
 const VERIFY_FLAGS: [&str; 2] = ["--insecure-ignore-tlog=true", "--allow-http-registry"];
 
 /// Why a verification failed.
