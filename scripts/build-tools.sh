@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Builds etcd, kube-apiserver, kube-controller-manager, kubelet, kube-scheduler, kube-proxy, helm,
-# promtool, kubeconform and actionlint from their published Go modules (tools/*/go.mod), and the
-# test tools csr-oracle (tools/csr-oracle), fake-cri (tools/fake-cri), go-flags (tools/go-flags) and pause (tools/pause,
+# promtool, kubeconform and actionlint from their published Go modules (tools/*/go.mod), crane and
+# cosign (the test registry, pushes and signatures of tests/installed: tools/crane, tools/cosign),
+# and the test tools csr-oracle (tools/csr-oracle), fake-cri (tools/fake-cri), go-flags
+# (tools/go-flags) and pause (tools/pause,
 # the pod sandbox program of testenv's container nodes), into a cache keyed by version, and reuses
 # what is already there.
 #
@@ -17,8 +19,9 @@
 #   --list                print the supported Kubernetes releases, newest first
 #
 # The tools directory holds `etcd`, `kube-apiserver`, `kube-controller-manager`, `kubelet`,
-# `kube-scheduler`, `kube-proxy`, `helm`, `promtool`, `kubeconform`, `actionlint`, `csr-oracle`,
-# `fake-cri`, `go-flags` and `pause` (symlinks to versioned binaries under ${XDG_CACHE_HOME:-~/.cache}/node-csr-approver/bin; the names
+# `kube-scheduler`, `kube-proxy`, `helm`, `promtool`, `kubeconform`, `actionlint`, `crane`, `cosign`,
+# `csr-oracle`, `fake-cri`, `go-flags` and `pause` (symlinks to versioned binaries under
+# ${XDG_CACHE_HOME:-~/.cache}/node-csr-approver/bin; the names
 # of csr-oracle, fake-cri, go-flags and pause also carry a hash of their sources and the Go version,
 # so editing them rebuilds them). kube-scheduler and kube-proxy are always the newest release's:
 # only the container-node tests use them, and they run against the newest release. Progress goes to
@@ -44,6 +47,8 @@ kube_version="${NODE_CSR_APPROVER_KUBERNETES_VERSION:-${KUBERNETES_VERSION}}" pr
 all_tools=etcd,kube-apiserver,kube-controller-manager,kubelet,kube-scheduler,kube-proxy,helm,promtool,csr-oracle,fake-cri,go-flags,pause
 # The linters (kept apart from the cluster's tools above).
 all_tools+=,kubeconform,actionlint
+# The registry and signing tools (one build, whatever the Kubernetes release).
+all_tools+=,crane,cosign
 only="${all_tools}"
 while (($# > 0)); do
   case "$1" in
@@ -138,6 +143,9 @@ if wanted promtool; then
 fi
 if wanted kubeconform; then require_version kubeconform github.com/yannh/kubeconform "${KUBECONFORM_VERSION}"; fi
 if wanted actionlint; then require_version actionlint github.com/rhysd/actionlint "${ACTIONLINT_VERSION}"; fi
+# The registry and signing tools.
+if wanted crane; then require_version crane github.com/google/go-containerregistry "${CRANE_VERSION}"; fi
+if wanted cosign; then require_version cosign github.com/sigstore/cosign/v3 "${COSIGN_VERSION}"; fi
 
 mkdir -p "${bin}" "${set_dir}"
 # One build at a time: test binaries or CI jobs may start this script concurrently.
@@ -181,6 +189,12 @@ build kubeconform "kubeconform-${KUBECONFORM_VERSION}" kubeconform github.com/ya
 build actionlint "actionlint-${ACTIONLINT_VERSION}" actionlint github.com/rhysd/actionlint/cmd/actionlint \
   "under a minute" -ldflags "-s -w -X github.com/rhysd/actionlint.version=${ACTIONLINT_VERSION}"
 
+# The registry and signing tools: crane (`crane registry serve` is the test registry) and cosign.
+build crane "crane-${CRANE_VERSION}" crane github.com/google/go-containerregistry/cmd/crane "under a minute" \
+  -ldflags "-s -w -X github.com/google/go-containerregistry/cmd/crane/cmd.Version=${CRANE_VERSION}"
+build cosign "cosign-${COSIGN_VERSION}" cosign github.com/sigstore/cosign/v3/cmd/cosign "5 to 8 minutes" \
+  -ldflags "-s -w -X sigs.k8s.io/release-utils/version.gitVersion=${COSIGN_VERSION}"
+
 # The behaviour of csr-oracle, fake-cri, go-flags and pause is their source and Go's standard library, so
 # they are in their names.
 source_hash() {
@@ -213,5 +227,8 @@ link go-flags "${go_flags}"
 link pause "${pause}"
 link kubeconform "kubeconform-${KUBECONFORM_VERSION}"
 link actionlint "actionlint-${ACTIONLINT_VERSION}"
+# The registry and signing tools.
+link crane "crane-${CRANE_VERSION}"
+link cosign "cosign-${COSIGN_VERSION}"
 
 printf '%s\n' "${set_dir}"

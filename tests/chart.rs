@@ -93,6 +93,22 @@ fn several_replicas_without_leader_election_fail_with_a_clear_message() {
 }
 
 #[test]
+fn an_image_digest_pins_the_image_and_a_malformed_one_is_rejected() {
+    let digest = format!("sha256:{}", "0123456789abcdef".repeat(4));
+    let repository = "--set=image.repository=registry.example.com/node-csr-approver";
+    let tagged = render_with(&[repository]).unwrap();
+    assert_eq!(container(&tagged)["image"], "registry.example.com/node-csr-approver:0.1.0");
+    let pinned =
+        render_with(&[repository, "--set=image.tag=ignored", &format!("--set=image.digest={digest}")]).unwrap();
+    assert_eq!(container(&pinned)["image"], format!("registry.example.com/node-csr-approver@{digest}"));
+    assert_eq!(container(&pinned)["imagePullPolicy"], "IfNotPresent");
+    for malformed in ["sha256:abc", "0123456789abcdef", "sha512:00"] {
+        let error = render_with(&[&format!("--set=image.digest={malformed}")]).unwrap_err();
+        assert!(error.contains("/image/digest"), "{malformed}: {error}");
+    }
+}
+
+#[test]
 fn any_regex_renders_as_the_exact_string() {
     let dir = tempfile::tempdir().unwrap();
     for regex in [r#"^a"b'c\.d$"#, r"^x: {{ .Values }} # not a comment\\$", "^(?i)caf\u{e9}|<&>$", r"^\d+\.x$"] {

@@ -31,12 +31,15 @@ pub struct ContainerClusterOptions {
     /// `node-role.kubernetes.io/control-plane` and tainted `NoSchedule` for that role. Otherwise
     /// a worker, the apiserver advertised on the host end of the node's link.
     pub control_plane_node: bool,
+    /// An OCI registry on this machine's loopback the node pulls images from
+    /// ([`ContainerNodeOptions::registry`]).
+    pub registry: Option<std::net::SocketAddr>,
 }
 
 impl ContainerClusterOptions {
-    /// A worker node named `node_name` importing `images`.
+    /// A worker node named `node_name` importing `images`, pulling from no registry.
     pub fn new(node_name: &str, images: Vec<PathBuf>) -> ContainerClusterOptions {
-        ContainerClusterOptions { node_name: node_name.to_owned(), images, control_plane_node: false }
+        ContainerClusterOptions { node_name: node_name.to_owned(), images, control_plane_node: false, registry: None }
     }
 }
 
@@ -78,6 +81,7 @@ impl ContainerCluster {
             images: options.images.clone(),
             cluster_dns: host_ip,
             control_plane_role: options.control_plane_node,
+            registry: options.registry,
         };
         let node = control_plane.start_container_node(&node_options).await?;
         if options.control_plane_node {

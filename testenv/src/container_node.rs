@@ -48,6 +48,10 @@ pub struct ContainerNodeOptions {
     pub images: Vec<PathBuf>,
     /// The cluster DNS server's address, where pods with `dnsPolicy: ClusterFirst` send queries.
     pub cluster_dns: IpAddr,
+    /// An OCI registry on this machine's loopback (`127.0.0.1:<port>`, as the images name it) that
+    /// the node's containerd pulls from, through a relay on the host end of the node's link
+    /// (`hosts.toml` of that host, plain HTTP).
+    pub registry: Option<SocketAddr>,
     /// Registers with the control-plane role's taint (`node-role.kubernetes.io/control-plane:
     /// NoSchedule`), as a kubeadm control-plane node.
     pub control_plane_role: bool,
@@ -77,6 +81,7 @@ pub struct ContainerNode {
     process: Supervised,
     cgroup: NodeCgroup,
     _forward: Option<Relay>,
+    _registry: Option<Relay>,
     placement: Placement,
     node_name: String,
     dir: TempDir,
@@ -120,8 +125,8 @@ impl ContainerNode {
     }
 }
 
-/// Starts the node `options` describes against the apiserver at `server` (`https://127.0.0.1:P`),
-/// and waits until its kubelet's `/healthz` answers `ok`. `advertised`: the apiserver's advertise
+/// Starts the node `options` describes against the apiserver at `server` (`https://127.0.0.1:P`)
+/// (pulling images of `options.registry` through a relay), and waits until its kubelet's `/healthz` answers `ok`. `advertised`: the apiserver's advertise
 /// address, the endpoint pods reach it at through the `kubernetes` Service; served by a relay
 /// on the host end of the node's link, or, when it is the node's own address (a kubeadm
 /// control-plane node), by a forwarder inside the node.
@@ -170,6 +175,7 @@ pub(crate) async fn start(
     } else {
         (Some(Relay::start(advertised, upstream(server)?)?), String::new())
     };
+    let registry = options.registry.map(|registry| registry_relay(&options.network, registry, path)).transpose()?;
     let pause = images::pause(&tools.pause, &path.join("pause.tar"))?;
     let mut images = vec![pause.display().to_string()];
     images.extend(options.images.iter().map(|image| image.display().to_string()));
@@ -208,7 +214,28 @@ pub(crate) async fn start(
         Some(cleanup),
     )?;
     process.wait_healthy(START_TIMEOUT, || placement.healthz(config::KUBELET_HEALTHZ_PORT)).await?;
-    Ok(ContainerNode { process, cgroup, _forward: forward, placement, node_name: options.node_name.clone(), dir })
+    Ok(ContainerNode {
+        process,
+        cgroup,
+        _forward: forward,
+        _registry: registry,
+        placement,
+        node_name: options.node_name.clone(),
+        dir,
+    })
+}
+
+/// A relay on the host end of `network`'s link to `registry`, and the `hosts.toml` in `dir` that
+/// sends containerd's pulls of `registry`'s images there.
+fn registry_relay(network: &NodeNetwork, registry: SocketAddr, dir: &Path) -> Result<Relay, Error> {
+    let Some(&host) = network.host_addresses().first() else {
+        return Err(Error::Network("the node network has no addresses".to_owned()));
+    };
+    let relay = Relay::start(SocketAddr::new(host, 0), registry)?;
+    let hosts = dir.join(config::REGISTRY_HOSTS).join(registry.to_string());
+    std::fs::create_dir_all(&hosts).map_err(Error::io(format!("creating {}", hosts.display())))?;
+    write(&hosts.join("hosts.toml"), &config::registry_host(relay.address()))?;
+    Ok(relay)
 }
 
 fn write(path: &Path, contents: &str) -> Result<(), Error> {

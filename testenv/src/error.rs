@@ -59,6 +59,16 @@ pub enum Error {
     /// installs them).
     #[error("a container node needs {0}: run scripts/install-node-runtime.sh as root")]
     MissingPrograms(String),
+    /// A tool (crane, cosign, helm) exited unsuccessfully.
+    #[error("{command} exited with {status}: {output}")]
+    ToolFailed {
+        /// The command line.
+        command: String,
+        /// Its exit status.
+        status: String,
+        /// What it printed, standard error first.
+        output: String,
+    },
 }
 
 impl Error {

@@ -33,6 +33,11 @@
 //! [`FaultProxy`] sits in front of the apiserver and fails approval writes, cuts watches, expires
 //! their resourceVersion (410) or holds requests up, on command, counting what passes.
 //!
+//! [`Registry`] serves an OCI registry on loopback (`crane registry serve`) that the tests push an
+//! image layout (by digest) and a chart (`helm push`) to, and a [`ContainerNode`] pulls from
+//! ([`ContainerNodeOptions::registry`]); [`SigningKey`] signs and attests what is there with cosign
+//! and verifies it, without the public Sigstore services.
+//!
 //! [`Oracle`] runs the Go tool `csr-oracle`, which reads a CSR's request bytes exactly as
 //! kube-apiserver and the signer do.
 //!
@@ -46,6 +51,7 @@ mod cluster_dns;
 mod container_cluster;
 mod container_node;
 mod control_plane;
+mod cosign;
 mod error;
 mod etcd;
 mod fault_proxy;
@@ -63,8 +69,10 @@ mod placement;
 mod ports;
 mod probe;
 mod process;
+mod registry;
 mod relay;
 mod shared;
+mod tool_command;
 mod tools;
 
 pub use cluster_dns::ClusterDns;
@@ -72,6 +80,7 @@ pub use container_cluster::{ContainerCluster, ContainerClusterOptions};
 pub use container_node::images::busybox as busybox_image;
 pub use container_node::{ContainerNode, ContainerNodeOptions};
 pub use control_plane::ControlPlane;
+pub use cosign::{SigningKey, VerifyError};
 pub use error::Error;
 pub use fault_proxy::{Block, FIVE_DIGIT_YEAR_MARKER, FaultProxy, Write, WriteFault};
 pub use kube_controller_manager::Signer;
@@ -81,6 +90,7 @@ pub use node_network::{AddressFamilies, IPV4_RANGE, IPV6_RANGE, NodeNetwork};
 pub use oracle::{GoView, Oracle};
 pub use ports::free_port;
 pub use probe::{is_forbidden, process_running};
+pub use registry::{PushedChart, PushedImage, Registry};
 pub use tools::{KUBERNETES_VERSION_ENV, TOOLS_DIR_ENV, build_only, kubernetes_version, tools_dir};
 
 /// Environment variable naming the admin kubeconfig of a running control plane (for example one

@@ -1,5 +1,5 @@
-//! Finds the tool binaries: etcd, kube-apiserver, kube-controller-manager, kubelet, fake-cri and
-//! csr-oracle.
+//! Finds the tool binaries: etcd, kube-apiserver, kube-controller-manager, kubelet, fake-cri,
+//! csr-oracle, crane and cosign.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -8,8 +8,8 @@ use std::sync::OnceLock;
 use crate::Error;
 
 /// Environment variable naming a directory that holds `etcd`, `kube-apiserver`,
-/// `kube-controller-manager`, `kubelet`, `fake-cri`, `helm`, `csr-oracle` and `go-flags`; when it is set,
-/// `scripts/build-tools.sh` is not run.
+/// `kube-controller-manager`, `kubelet`, `fake-cri`, `helm`, `csr-oracle`, `go-flags`, `crane` and
+/// `cosign`; when it is set, `scripts/build-tools.sh` is not run.
 pub const TOOLS_DIR_ENV: &str = "NODE_CSR_APPROVER_TOOLS_DIR";
 
 /// Environment variable choosing the Kubernetes release whose etcd, kube-apiserver,

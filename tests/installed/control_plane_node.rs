@@ -20,7 +20,7 @@ const CONTROL_PLANE: &str = "node-role.kubernetes.io/control-plane";
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_control_plane_nodes_serving_certificate_is_approved_by_the_pod_running_on_it() {
     let Some(_turn) = can_run().await else { return };
-    let (cluster, _images) = installed::cluster(true).await;
+    let (cluster, release) = installed::cluster(true).await;
     let admin = cluster.control_plane().admin_client().await.unwrap();
     let node = Api::<Node>::all(admin.clone()).get(cluster.node().node_name()).await.unwrap();
     assert!(node.labels().contains_key(CONTROL_PLANE), "{:?}", node.labels());
@@ -30,7 +30,7 @@ async fn a_control_plane_nodes_serving_certificate_is_approved_by_the_pod_runnin
     let advertised: Vec<&String> = slice.endpoints.iter().flat_map(|endpoint| &endpoint.addresses).collect();
     assert_eq!(advertised, [&cluster.node().node_ip().to_string()], "the apiserver is not advertised on the node");
     let started = Instant::now();
-    install_or_panic(&cluster, &[]);
+    install_or_panic(&cluster, &release, &[]);
     let replicas = pods(&admin).await;
     assert!(replicas.iter().all(running_and_ready), "{:?}", names(&replicas));
 

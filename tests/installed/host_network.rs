@@ -35,7 +35,7 @@ const NETWORK_CHANGE: Duration = Duration::from_secs(60);
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_host_network_the_approver_runs_and_approves_before_the_pod_network_is_up() {
     let Some(_turn) = can_run().await else { return };
-    let (cluster, _images) = installed::cluster(false).await;
+    let (cluster, release) = installed::cluster(false).await;
     let admin = cluster.control_plane().admin_client().await.unwrap();
 
     let conflist = cluster.node().dir().join("cni/10-testenv.conflist");
@@ -49,7 +49,7 @@ async fn with_host_network_the_approver_runs_and_approves_before_the_pod_network
     pod_network.create(&PostParams::default(), &pod_network_pod()).await.unwrap();
 
     let started = Instant::now();
-    install(&cluster, "install", &["--set", "hostNetwork=true", "--set", "replicas=1"])
+    install(&cluster, &release, "install", &["--set", "hostNetwork=true", "--set", "replicas=1"])
         .unwrap_or_else(|error| panic!("helm install failed: {error}\n{}\n{}", diagnose(&cluster), logs(&cluster)));
     eprintln!("helm install --wait (hostNetwork, no pod network) took {:.1} s", started.elapsed().as_secs_f64());
     let replicas = pods(&admin).await;

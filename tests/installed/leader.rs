@@ -28,9 +28,9 @@ const RECOVERY: Duration = Duration::from_secs(20);
 async fn the_standby_takes_over_when_the_leader_pod_is_deleted_and_every_csr_is_decided_once() {
     let Some(_turn) = can_run().await else { return };
     let started = Instant::now();
-    let (cluster, _images) = installed::cluster(false).await;
+    let (cluster, release) = installed::cluster(false).await;
     let admin = cluster.control_plane().admin_client().await.unwrap();
-    install_or_panic(&cluster, &[]);
+    install_or_panic(&cluster, &release, &[]);
     let replicas = names(&pods(&admin).await);
     let holder = wait_holder(&admin, None, Duration::from_secs(30)).await.expect("no replica holds the Lease");
     let leader = replicas.iter().find(|name| holder.starts_with(name.as_str())).unwrap_or_else(|| {
@@ -68,9 +68,9 @@ async fn the_standby_takes_over_when_the_leader_pod_is_deleted_and_every_csr_is_
 async fn another_replica_takes_over_when_the_leaders_process_is_killed_and_every_csr_is_decided_once() {
     let Some(_turn) = can_run().await else { return };
     let started = Instant::now();
-    let (cluster, _images) = installed::cluster(false).await;
+    let (cluster, release) = installed::cluster(false).await;
     let admin = cluster.control_plane().admin_client().await.unwrap();
-    install_or_panic(&cluster, &[]);
+    install_or_panic(&cluster, &release, &[]);
     let holder = wait_holder(&admin, None, Duration::from_secs(30)).await.expect("no replica holds the Lease");
     let replicas = pods(&admin).await;
     let leader = replicas.iter().find(|pod| holder.starts_with(&pod.name_any())).expect("the holder's pod");

@@ -38,9 +38,9 @@ const LONG_NAME: usize = 300_000;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn under_the_charts_memory_limit_a_flood_of_huge_csr_names_kills_no_pod_and_decisions_go_on() {
     let Some(_turn) = can_run().await else { return };
-    let (cluster, _images) = installed::cluster(false).await;
+    let (cluster, release) = installed::cluster(false).await;
     let admin = cluster.control_plane().admin_client().await.unwrap();
-    install_or_panic(&cluster, &[]);
+    install_or_panic(&cluster, &release, &[]);
     // The approver decides before the flood: the node's own serving certificate.
     let own = wait_issued_serving_csr(&admin, Duration::from_secs(60)).await;
     assert!(own.is_some(), "the node's serving CSR was not issued\n{}", diagnose(&cluster));
@@ -233,9 +233,9 @@ echo done
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_probes_never_fail_while_a_client_holds_the_health_ports_connections() {
     let Some(_turn) = can_run().await else { return };
-    let (cluster, _images) = installed::cluster(false).await;
+    let (cluster, release) = installed::cluster(false).await;
     let admin = cluster.control_plane().admin_client().await.unwrap();
-    install_or_panic(&cluster, &[]);
+    install_or_panic(&cluster, &release, &[]);
     let replicas = pods(&admin).await;
     assert!(replicas.len() == 2 && replicas.iter().all(running_and_ready), "{:?}", names(&replicas));
     let deadline = Instant::now() + Duration::from_secs(30);

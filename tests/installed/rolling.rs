@@ -40,15 +40,15 @@ const TAKEOVER: Duration = Duration::from_secs(25);
 async fn helm_upgrade_and_rollback_roll_both_replicas_deciding_every_csr_once_and_uninstall_leaves_nothing() {
     let Some(_turn) = can_run().await else { return };
     let started = Instant::now();
-    let (cluster, _images) = installed::cluster(false).await;
+    let (cluster, release) = installed::cluster(false).await;
     let admin = cluster.control_plane().admin_client().await.unwrap();
-    install_or_panic(&cluster, &[]);
+    install_or_panic(&cluster, &release, &[]);
     wait_holder(&admin, None, TAKEOVER).await.expect("no replica holds the Lease");
     let installed = names(&pods(&admin).await);
     eprintln!("installed in {:.1} s: {installed:?}", started.elapsed().as_secs_f64());
 
     let upgraded = roll(&cluster, "helm upgrade --set loggingLevel=1", "upgrade", &installed, || {
-        install(&cluster, "upgrade", &["--set", "loggingLevel=1"])
+        install(&cluster, &release, "upgrade", &["--set", "loggingLevel=1"])
     })
     .await;
     let rollback = ["rollback", RELEASE, "1", "--namespace", NAMESPACE, "--wait", "--timeout", HELM_TIMEOUT];

@@ -1,8 +1,8 @@
-//! The approver installed as operators install it: the image built by `scripts/build-image.sh`,
-//! the chart installed by `helm` into a [`ContainerCluster`] whose node runs containers, with the
-//! chart's default values and the two required ones.
+//! The approver installed as operators install it: the image and the chart released into a test
+//! registry ([`Release`]), verified with cosign, the chart installed by `helm` from there into a
+//! [`ContainerCluster`] whose node pulls the image from there, with the chart's default values, the
+//! image pinned by digest and the two required values.
 
-use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -14,7 +14,8 @@ use kube::{Api, Client, ResourceExt};
 use testenv::{ContainerCluster, ContainerClusterOptions};
 use tokio::sync::{Mutex, MutexGuard};
 
-use super::chart::{chart, helm};
+use super::chart::helm;
+use super::release::Release;
 
 /// The release and its namespace.
 pub const RELEASE: &str = "approver";
@@ -62,31 +63,22 @@ fn echo_panics() {
     });
 }
 
-/// A container cluster with the approver's image (built from `$NODE_CSR_APPROVER_BIN` when set,
-/// else from a fresh static build) and the chart's test image imported; the images' directory
-/// lives as long as the returned guard.
-pub async fn cluster(control_plane_node: bool) -> (ContainerCluster, tempfile::TempDir) {
+/// The approver released into a test registry ([`Release::publish`]) and a container cluster whose
+/// node pulls from that registry (the chart's test image imported); prints how long each took.
+pub async fn cluster(control_plane_node: bool) -> (ContainerCluster, Release) {
     let dir = tempfile::tempdir().unwrap();
-    let approver = build_image(dir.path());
+    let started = Instant::now();
+    let release = Release::publish(dir.path()).await;
+    eprintln!("released into the test registry in {:.1} s", started.elapsed().as_secs_f64());
     let busybox = testenv::busybox_image(BUSYBOX, &dir.path().join("busybox.tar")).unwrap();
-    let mut options = ContainerClusterOptions::new(NODE_NAME, vec![approver, busybox]);
+    let mut options = ContainerClusterOptions::new(NODE_NAME, vec![busybox]);
     options.control_plane_node = control_plane_node;
+    options.registry = Some(release.registry.address());
     let started = Instant::now();
     let cluster = ContainerCluster::start(options).await.unwrap();
     cluster.wait_node_ready().await.unwrap();
     eprintln!("cluster up in {:.1} s", started.elapsed().as_secs_f64());
-    (cluster, dir)
-}
-
-/// `scripts/build-image.sh` into `dir`: the approver's image archive.
-fn build_image(dir: &Path) -> PathBuf {
-    let script = super::chart::root().join("scripts/build-image.sh");
-    let out = dir.join("approver.tar");
-    let mut command = Command::new("bash");
-    command.arg(&script).arg("--output").arg(&out).stdin(Stdio::null()).stderr(Stdio::inherit());
-    let output = command.output().unwrap();
-    assert!(output.status.success(), "{} failed", script.display());
-    out
+    (cluster, release)
 }
 
 /// `helm ARGS… --kubeconfig <the cluster's admin>`: `Ok(stdout)` or `Err(stdout and stderr)`.
@@ -106,16 +98,17 @@ pub fn helm_in(cluster: &ContainerCluster, args: &[&str]) -> Result<String, Stri
     }
 }
 
-/// `helm install` (or, with `verb` "upgrade", an upgrade) of the chart as the README says: the
-/// two required values and `extra` ones, `--wait`.
-pub fn install(cluster: &ContainerCluster, verb: &str, extra: &[&str]) -> Result<String, String> {
-    let chart = chart();
+/// `helm install` (or, with `verb` "upgrade", an upgrade) of `release` as the README says: the
+/// chart from the registry by version, the image pinned by digest, the two required values and
+/// `extra` ones, `--wait`; refused (`Err`) when cosign does not verify the image and its SBOMs.
+pub fn install(cluster: &ContainerCluster, release: &Release, verb: &str, extra: &[&str]) -> Result<String, String> {
+    let chart =
+        release.install_args().map_err(|error| format!("refusing to install an unverified release: {error}"))?;
     let regex = format!("providerRegex={PROVIDER_REGEX}");
     let prefixes = format!("providerIpPrefixes={{{PROVIDER_IP_PREFIXES}}}");
-    let mut args = vec![
-        verb,
-        RELEASE,
-        chart.to_str().unwrap(),
+    let mut args = vec![verb, RELEASE];
+    args.extend(chart.iter().map(String::as_str));
+    args.extend([
         "--namespace",
         NAMESPACE,
         "--create-namespace",
@@ -126,20 +119,20 @@ pub fn install(cluster: &ContainerCluster, verb: &str, extra: &[&str]) -> Result
         &regex,
         "--set",
         &prefixes,
-    ];
+    ]);
     args.extend_from_slice(extra);
     helm_in(cluster, &args)
 }
 
 /// `helm install` as [`install`] does, with `extra` values; panics with the cluster's state when it
 /// fails. Prints and returns how long it took.
-pub fn install_or_panic(cluster: &ContainerCluster, extra: &[&str]) -> Duration {
+pub fn install_or_panic(cluster: &ContainerCluster, release: &Release, extra: &[&str]) -> Duration {
     let started = Instant::now();
-    if let Err(error) = install(cluster, "install", extra) {
+    if let Err(error) = install(cluster, release, "install", extra) {
         panic!("helm install failed: {error}\n{}", diagnose(cluster));
     }
     let took = started.elapsed();
-    eprintln!("helm install --wait took {:.1} s", took.as_secs_f64());
+    eprintln!("helm install --wait (cosign verification included) took {:.1} s", took.as_secs_f64());
     took
 }
 

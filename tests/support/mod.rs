@@ -11,6 +11,7 @@ pub mod kubelet_flow;
 pub mod lease;
 pub mod nodes;
 pub mod process;
+pub mod release;
 pub mod schemas;
 
 pub use testkit::csr::SERVING_USAGES;

@@ -1,7 +1,7 @@
 //! The configuration files of a [`super::ContainerNode`]: containerd's, the CNI network's, the
 //! kubelet's and kube-proxy's.
 
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
 
 use serde_json::json;
@@ -29,8 +29,13 @@ pub(crate) const KUBELET_HEALTHZ_PORT: u16 = 10248;
 /// kube-proxy's healthz port, on the node's address.
 pub(crate) const KUBE_PROXY_HEALTHZ_PORT: u16 = 10256;
 
+/// The directory of a node's directory where containerd finds a `<host:port>/hosts.toml` for each
+/// registry it pulls from ([`registry_host`]).
+pub(crate) const REGISTRY_HOSTS: &str = "registry-hosts";
+
 /// containerd's configuration (version 2, containerd 1.6) for a node in `dir`: its state under
-/// `dir`, the CRI plugin with runc through cgroupfs, and the CNI network of `dir/cni`.
+/// `dir`, the CRI plugin with runc through cgroupfs, the CNI network of `dir/cni` and the registry
+/// hosts of `dir/`[`REGISTRY_HOSTS`].
 ///
 /// `restrict_oom_score_adj`: runc may not lower a process's `oom_score_adj` below this process's
 /// (as in a container), and the kubelet asks for lower values for guaranteed pods.
@@ -63,9 +68,24 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "/usr/lib/cni"
     conf_dir = "{dir}/cni"
+  [plugins."io.containerd.grpc.v1.cri".registry]
+    config_path = "{dir}/{REGISTRY_HOSTS}"
 
 [plugins."io.containerd.internal.v1.opt"]
   path = "{dir}/containerd/opt"
+"#
+    )
+}
+
+/// The `hosts.toml` that makes containerd pull the images of a registry (named by its host and
+/// port) from `endpoint` instead, over plain HTTP: what a node configures for a registry it reaches
+/// at another address than the images' names say.
+pub(crate) fn registry_host(endpoint: SocketAddr) -> String {
+    format!(
+        r#"server = "http://{endpoint}"
+
+[host."http://{endpoint}"]
+  capabilities = ["pull", "resolve"]
 "#
     )
 }
