@@ -10,7 +10,7 @@ unset NODE_CSR_APPROVER_KUBERNETES_VERSION
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
 
-echo "== test tools (etcd, kube-apiserver, kube-controller-manager, kubelet, kube-scheduler, kube-proxy, helm, promtool, csr-oracle, fake-cri, pause)"
+echo "== test tools (etcd, kube-apiserver, kube-controller-manager, kubelet, kube-scheduler, kube-proxy, helm, promtool, kubeconform, actionlint, crane, cosign, csr-oracle, fake-cri, go-flags, pause)"
 scripts/build-tools.sh
 
 # The container nodes of tests/installed: containerd, runc, the CNI plugins... (as root; without
