@@ -41,7 +41,9 @@ pub(crate) use context::Context;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::{FutureExt, Stream};
+use futures::FutureExt;
+use futures::future::BoxFuture;
+use futures::stream::BoxStream;
 use tokio_util::task::AbortOnDropHandle;
 
 use crate::config::AuditSchedule;
@@ -55,7 +57,7 @@ use triggers::Sources;
 
 /// How the controller is run: concurrency, the pass triggers it does not make itself, and when to
 /// stop.
-pub(crate) struct Schedule<W, S> {
+pub(crate) struct Schedule {
     /// Bound on concurrent reconciles, taken round-robin between requesters.
     pub concurrency: u16,
     /// Every undecided CSR is reconciled again at this interval.
@@ -64,9 +66,9 @@ pub(crate) struct Schedule<W, S> {
     /// apiserver when it is decided.
     pub request_room: RequestRoom,
     /// Yields whenever this replica becomes able to write.
-    pub writable: W,
+    pub writable: BoxStream<'static, ()>,
     /// Resolves when the controller should stop taking work.
-    pub shutdown: S,
+    pub shutdown: BoxFuture<'static, ()>,
     /// The periodic audit, when on: started once the CSR watch synced, stopped with `shutdown`.
     pub audit: Option<AuditSchedule>,
 }
@@ -76,17 +78,15 @@ pub(crate) struct Schedule<W, S> {
 /// mode `machines` re-triggers the CSRs waiting on a Machine or Node whenever one changes.
 /// `on_synced` runs once the first list of the CSR watch (and the machine caches) are complete;
 /// the periodic audit, when on, starts then and stops as soon as `schedule.shutdown` resolves.
-pub(crate) async fn run<R, C, W, S>(
+pub(crate) async fn run<R, C>(
     ctx: Arc<Context<R, C>>,
-    schedule: Schedule<W, S>,
+    schedule: Schedule,
     csrs: CacheWriter<CsrObject>,
     machines: Option<MachineCache>,
     on_synced: impl FnOnce() + Send + 'static,
 ) where
     R: Resolver + 'static,
     C: ClusterView + 'static,
-    W: Stream<Item = ()> + Send + 'static,
-    S: Future<Output = ()> + Send + Sync + 'static,
 {
     let client_csrs = ctx.policy.machine.as_ref().is_some_and(|m| m.client_approval);
     let store = csrs.reader();
@@ -129,7 +129,7 @@ pub(crate) async fn run<R, C, W, S>(
         metrics: ctx.metrics.clone(),
         skipped: ctx.skipped.clone(),
         machines,
-        waiting_on_cluster: move || waiting.anyone_waiting_on_cluster(),
+        waiting_on_cluster: Box::new(move || waiting.anyone_waiting_on_cluster()),
     });
     let reconciler = Arc::new(Reconciler { ctx, memory, csrs: store });
     work_queue::dispatch(triggers, reconciler, usize::from(schedule.concurrency), shutdown).await;

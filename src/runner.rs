@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::kubernetes::csr_cache;
+use futures::FutureExt;
 use kube::Api;
 use kube::runtime::events::Reporter;
 use tokio::sync::oneshot;
@@ -113,7 +114,8 @@ pub async fn run(settings: Settings) -> Result<(), RunError> {
         writable,
         shutdown: async move {
             let _ = controller_stopped.await;
-        },
+        }
+        .boxed(),
         audit: audit.clone(),
     };
     let controller = controller::run(ctx, schedule, csrs, machines, on_synced);

@@ -54,7 +54,7 @@ pub(super) enum Outcome {
 /// Write(Error), ReadFailed → WriteFailing { failures: n + 1, or 1 }               after 0.5 s … 8 s
 /// Write(Conflict)   → Conflicting { conflicts: n + 1, or 1 }                      after 0.2 s … 30 s
 /// Excused           → Excused                                                     on a change or a pass
-/// Unaddressable, Write(Unaddressable) → Unaddressable                             never evaluated again
+/// Unaddressable     → Unaddressable                                               never evaluated again
 /// Write(Success)    → Written { resource_version }                                 on the watch's event
 /// Write(NotFound)  → as it was (the CSR is gone)
 /// ```
@@ -98,7 +98,7 @@ impl Phase {
             }
             (Outcome::Write(WriteResult::Conflict), _) => Phase::Conflicting { conflicts: 1 },
             (Outcome::Excused { .. }, _) => Phase::Excused,
-            (Outcome::Unaddressable | Outcome::Write(WriteResult::Unaddressable), _) => Phase::Unaddressable,
+            (Outcome::Unaddressable, _) => Phase::Unaddressable,
             (Outcome::Write(WriteResult::Success), _) => {
                 Phase::Written { resource_version: csr.resource_version.clone().unwrap_or_default() }
             }
@@ -418,8 +418,6 @@ mod tests {
         memory.settle(&a, Outcome::Unaddressable);
         assert!(memory.is_unaddressable(&a) && memory.is_excused(&a));
         assert!(!memory.is_unaddressable(&csr("csr-a", "2", "1")));
-        memory.settle(&csr("csr-b", "2", "1"), Outcome::Write(WriteResult::Unaddressable));
-        assert!(memory.is_unaddressable(&csr("csr-b", "2", "1")));
     }
 
     #[test]

@@ -19,7 +19,6 @@ use super::work_queue::Reconcile;
 use crate::display::short_name;
 use crate::kubernetes::csr_cache::Cache;
 use crate::kubernetes::csr_object::CsrObject;
-use crate::kubernetes::request::RequestError;
 use crate::kubernetes::write::{WRITE_TIMEOUT, write_condition};
 use crate::metrics::WriteResult;
 use crate::policy::{ClusterView, Decision, DecisionKind, NODE_USER_PREFIX, Resolver, evaluate};
@@ -246,7 +245,6 @@ impl<R: Resolver, C: ClusterView> Reconciler<R, C> {
             Ok(()) => WriteResult::Success,
             Err(error) if error.status() == Some(409) => WriteResult::Conflict,
             Err(error) if error.status() == Some(404) => WriteResult::NotFound,
-            Err(RequestError::Unaddressable { .. }) => WriteResult::Unaddressable,
             Err(_) => WriteResult::Error,
         };
         ctx.metrics.record_write(result);
@@ -262,9 +260,6 @@ impl<R: Resolver, C: ClusterView> Reconciler<R, C> {
                 }
                 WriteResult::NotFound => {
                     tracing::debug!(csr = %logged, "gone before the decision was written: forgotten");
-                }
-                WriteResult::Unaddressable => {
-                    tracing::error!(csr = %logged, %error, "cannot write the decision: no request can name this CSR");
                 }
                 WriteResult::Success | WriteResult::Error => {
                     let error = format!("writing the decision on {logged}: {error}");

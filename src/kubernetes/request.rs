@@ -17,12 +17,6 @@ pub enum RequestError {
     /// The cached CSR has no resourceVersion to precondition the write on.
     #[error("the CSR has no resourceVersion to precondition the write on")]
     NoResourceVersion,
-    /// The CSR's name does not fit into a request URL (a URI holds at most 64 KiB).
-    #[error("a name of {bytes} bytes does not fit into a request URL")]
-    Unaddressable {
-        /// The name's length in bytes.
-        bytes: usize,
-    },
     /// No answer within the request's time limit (given up; the next attempt decides).
     #[error("no answer within {:.1?}", .0)]
     TimedOut(Duration),
@@ -62,8 +56,7 @@ pub(crate) fn built(builder: http::request::Builder, body: Vec<u8>) -> Result<ht
 /// Reads the CSR `name` from the apiserver, given up after `timeout`: `None` when there is none
 /// (404).
 pub async fn read_csr(client: &Client, name: &str, timeout: Duration) -> Result<Option<Csr>, RequestError> {
-    let uri = http::Uri::try_from(csr_path(name)).map_err(|_| RequestError::Unaddressable { bytes: name.len() })?;
-    let request = built(http::Request::get(uri), Vec::new())?;
+    let request = built(http::Request::get(csr_path(name)), Vec::new())?;
     match within(Instant::now() + timeout, client.request::<Csr>(request)).await {
         Err(error) if error.status() == Some(404) => Ok(None),
         read => read.map(Some),
