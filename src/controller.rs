@@ -23,6 +23,7 @@
 //! becomes able to write, and every resync period.
 
 mod context;
+mod csr_api;
 mod memory;
 mod oldest;
 // The periodic audit, started by the controller once the CSR watch synced; it moves into the
@@ -131,6 +132,6 @@ pub(crate) async fn run<R, C>(
         machines,
         waiting_on_cluster: Box::new(move || waiting.anyone_waiting_on_cluster()),
     });
-    let reconciler = Arc::new(Reconciler { ctx, memory, csrs: store });
+    let reconciler = Arc::new(Reconciler { api: ctx.api.clone().into_client(), ctx, memory, csrs: store });
     work_queue::dispatch(triggers, reconciler, usize::from(schedule.concurrency), shutdown).await;
 }

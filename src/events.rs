@@ -33,7 +33,7 @@ const MAX_NAME_LEN: usize = 253;
 
 /// An event about a CSR or a Node, waiting for the background publisher.
 #[derive(Debug)]
-struct PendingEvent {
+pub(crate) struct PendingEvent {
     type_: &'static str,
     reason: &'static str,
     note: String,
@@ -247,6 +247,29 @@ fn dns_subdomain_prefix(name: &str, room: usize) -> String {
 /// The 64-bit FNV-1a hash: stable across builds, so every replica names alike.
 fn fnv1a(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, byte| (hash ^ u64::from(*byte)).wrapping_mul(0x0100_0000_01b3))
+}
+
+/// Events as the controller's unit tests read them.
+#[cfg(test)]
+impl Events {
+    /// Events that `level` publishes, queued and never published: the receiver holds them.
+    pub(crate) fn queued(level: EventLevel) -> (Events, mpsc::Receiver<PendingEvent>) {
+        let (queue, receiver) = mpsc::channel(EVENT_QUEUE);
+        (Events { queue, level, unpublished: Arc::default() }, receiver)
+    }
+}
+
+#[cfg(test)]
+impl PendingEvent {
+    /// The event's reason.
+    pub(crate) fn reason(&self) -> &str {
+        self.reason
+    }
+
+    /// The event's note.
+    pub(crate) fn note(&self) -> &str {
+        &self.note
+    }
 }
 
 #[cfg(test)]

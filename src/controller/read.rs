@@ -4,12 +4,9 @@
 
 use std::time::Duration;
 
-use kube::Api;
-
+use super::csr_api::CsrApi;
 use crate::kubernetes::csr_object::CsrObject;
-use crate::kubernetes::decoded::Decoded;
-use crate::kubernetes::object_fields::Csr;
-use crate::kubernetes::request::{RequestError, read_csr};
+use crate::kubernetes::request::RequestError;
 
 /// The longest one read may take before it counts as failed (and is retried), as long as a write
 /// may take (`WRITE_TIMEOUT`): the client sets no read timeout of its own.
@@ -31,13 +28,9 @@ pub(super) enum Read {
 
 /// Reads the CSR named as `cached` from the apiserver (given up after `timeout`) and tells what
 /// it is ([`compare`]); a 404 is [`Read::Gone`].
-pub(super) async fn read_whole(
-    api: &Api<Decoded<Csr>>,
-    cached: &CsrObject,
-    timeout: Duration,
-) -> Result<Read, RequestError> {
-    let read = read_csr(&api.clone().into_client(), &cached.name, timeout).await?;
-    Ok(read.map_or(Read::Gone, |read| compare(cached, CsrObject::from(read))))
+pub(super) async fn read_whole(api: &impl CsrApi, cached: &CsrObject, timeout: Duration) -> Result<Read, RequestError> {
+    let read = api.read(&cached.name, timeout).await?;
+    Ok(read.map_or(Read::Gone, |read| compare(cached, read)))
 }
 
 /// What `read` (the apiserver's answer for `cached`'s name, kept whole) is to the reconcile of
