@@ -37,7 +37,8 @@ const RETRYING: Note = Note { log: "retrying", event_prefix: "retrying: " };
 enum Step {
     /// Not the approver's: leave it alone (excused) until it changes.
     Ignore,
-    /// Another replica writes: wait; every CSR is reconciled again when this one takes over.
+    /// Another replica writes, or this one's fence has closed (nothing is sent): wait; every CSR
+    /// is reconciled again when this one can write.
     Standby,
     /// Write the condition, within the time it may take (the fence's); once written, log, count
     /// and publish it.
@@ -337,6 +338,7 @@ mod tests {
     /// leadership changes as `during` says.
     struct Cluster {
         newer: Vec<ServingCsr>,
+        machines: Vec<Arc<MachineInfo>>,
         leadership: Leadership,
         during: During,
         asked: Mutex<usize>,
@@ -347,7 +349,7 @@ mod tests {
             Ok(None)
         }
         async fn machines(&self) -> Result<Vec<Arc<MachineInfo>>, ClusterError> {
-            Ok(Vec::new())
+            Ok(self.machines.clone())
         }
         async fn load(&self) -> Result<BrakeInputs, ClusterError> {
             Ok(BrakeInputs::default())
@@ -397,6 +399,7 @@ mod tests {
         dry_run: bool,
         during: During,
         newer: Vec<ServingCsr>,
+        machines: Vec<Arc<MachineInfo>>,
         api: FakeApi,
     }
 
@@ -408,18 +411,20 @@ mod tests {
                 dry_run: false,
                 during: During::Nothing,
                 newer: Vec::new(),
+                machines: Vec::new(),
                 api: FakeApi::default(),
             }
         }
     }
 
     fn fixture(setup: Setup) -> Fixture {
-        let Setup { policy, leadership, dry_run, during, newer, api } = setup;
+        let Setup { policy, leadership, dry_run, during, newer, machines, api } = setup;
         let (csrs, cache) = csr_cache::cache::<CsrObject>();
         let (events, queued) = Events::queued(EventLevel::All);
         let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
         let client = kube::Client::try_from(config).unwrap();
-        let cluster = Cluster { newer, leadership: leadership.clone(), during, asked: Mutex::new(0) };
+        let cluster = Cluster { newer, machines, leadership: leadership.clone(), during, asked: Mutex::new(0) };
+        let ledger = CsrLedger::new(csrs.clone(), policy.machine.clone());
         let metrics = Metrics::new();
         let ctx = Context {
             api: kube::Api::all(client),
@@ -431,7 +436,7 @@ mod tests {
             metrics: metrics.clone(),
             skipped: Skipped::logged(),
             dry_run,
-            ledger: CsrLedger::new(csrs.clone(), None),
+            ledger,
         };
         let memory = Arc::new(Memory::new(metrics));
         let reconciler = Arc::new(Reconciler { ctx: Arc::new(ctx), memory, csrs, api });
@@ -458,6 +463,21 @@ mod tests {
             assert!(slim.leave_request_in_apiserver());
             slim
         }
+    }
+
+    /// Node n1's bootstrap client CSR `name` at `version`, made a minute after its Machine.
+    fn client(name: &str, version: &str) -> CsrObject {
+        use testkit::machine::{BOOTSTRAPPER, GROUPS, MACHINE_CREATED};
+        let usages = ["digital signature", "client auth"];
+        let pem = testkit::request::Request::node("n1").pem();
+        let mut csr = testkit::csr::object(name, crate::policy::KUBELET_CLIENT_SIGNER, &usages, &pem);
+        csr.metadata.uid = Some(format!("uid-{name}"));
+        csr.metadata.resource_version = Some(version.into());
+        let created = MACHINE_CREATED.parse::<jiff::Timestamp>().unwrap() + jiff::SignedDuration::from_secs(60);
+        csr.metadata.creation_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(created));
+        csr.spec.username = Some(BOOTSTRAPPER.into());
+        csr.spec.groups = Some(GROUPS.iter().map(|group| (*group).to_owned()).collect());
+        CsrObject::from(csr)
     }
 
     impl Fixture {
@@ -703,6 +723,26 @@ mod tests {
         assert_eq!(fixture.api().read.lock().unwrap().len(), 1, "its next evaluation reads it");
         assert_eq!(fixture.events(), [], "told once");
         assert_eq!(fixture.written(), []);
+        fixture.api().reads.lock().unwrap().push_back(Ok(Some(serving_in("csr-a", "7", true, &["system:nodes"]))));
+        assert_eq!(fixture.reconcile("csr-a").await, None);
+        assert_eq!(fixture.api().read.lock().unwrap().len(), 2, "what a held CSR's read found is not kept");
+    }
+
+    #[tokio::test]
+    async fn a_client_approval_counts_in_the_ledger_once_sent_even_unanswered_but_not_when_refused() {
+        let answers = [(Ok(()), true), (Err(RequestError::TimedOut(LIMIT)), true), (Err(conflict(409)), false)];
+        for (answer, counted) in answers {
+            let api = FakeApi::default();
+            api.writes.lock().unwrap().push_back(answer);
+            let machines = vec![testkit::machine::n1_machine(None)];
+            let policy = testkit::machine::machine_config();
+            let mut fixture = fixture(Setup { policy, machines, api, ..Setup::default() });
+            fixture.watch(&client("client-n1", "7"));
+            fixture.reconcile("client-n1").await;
+            assert_eq!(fixture.written(), [(Some("7".into()), DecisionKind::Approve, LIMIT)], "{counted}");
+            let listed = fixture.reconciler.ctx.ledger.client_certificates("n1");
+            assert_eq!(listed, if counted { vec!["client-n1".to_owned()] } else { Vec::new() }, "{counted}");
+        }
     }
 
     #[test]
