@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Mutation testing of the request parser and the decision core: every mutant of the core crate
 # (core/src/), of src/kubernetes/csr_object.rs (what the cache keeps of a CSR, its decided and
-# approved states), of src/kubernetes/csr_name.rs (a CSR's name as kept) and of
-# src/kubernetes/csr_cache.rs (the CSR cache the controller reads) must be caught by the fast tests
-# of its package (mutants.toml). Installs cargo-mutants when missing; fails on any missed mutant.
+# approved states), of src/kubernetes/csr_name.rs (a CSR's name as kept), of
+# src/kubernetes/csr_cache.rs (the CSR cache the controller reads) and of the controller's
+# src/controller/memory.rs, work_queue.rs and reconcile.rs (the per-CSR memory, the queue, the
+# reconcile against fakes of its apiserver calls) must be caught by the fast tests of its package
+# (mutants.toml). Installs cargo-mutants when missing; fails on any missed mutant.
 #
 # Usage: scripts/mutants.sh                 every mutant
 #        scripts/mutants.sh --in-diff REV   only mutants in lines changed since REV
@@ -15,7 +17,8 @@ if ! cargo mutants --version >/dev/null 2>&1; then
 fi
 
 core_paths=(core/src)
-shell_paths=(src/kubernetes/csr_object.rs src/kubernetes/csr_name.rs src/kubernetes/csr_cache.rs)
+shell_paths=(src/kubernetes/csr_object.rs src/kubernetes/csr_name.rs src/kubernetes/csr_cache.rs
+  src/controller/memory.rs src/controller/work_queue.rs src/controller/reconcile.rs)
 # The core: its own package's tests only (its unit tests and core/tests/), so a mutant rebuilds the
 # core and its tests, never the shell.
 core_args=(--config mutants.toml -p node-csr-approver-core --no-shuffle --output target/mutants/core)

@@ -42,29 +42,21 @@ pub enum WriteResult {
     Conflict,
     /// The CSR was gone (deleted before the decision was written).
     NotFound,
-    /// The CSR's name does not fit into a request URL, so nothing could be sent.
-    Unaddressable,
     /// Any other failure: an error status, a broken connection, no answer in time.
     Error,
 }
 
 impl WriteResult {
     /// Every result, in label order.
-    pub const ALL: [WriteResult; 5] = [
-        WriteResult::Success,
-        WriteResult::Conflict,
-        WriteResult::NotFound,
-        WriteResult::Unaddressable,
-        WriteResult::Error,
-    ];
+    pub const ALL: [WriteResult; 4] =
+        [WriteResult::Success, WriteResult::Conflict, WriteResult::NotFound, WriteResult::Error];
 
-    /// The `result` label value: `success`, `conflict`, `not_found`, `unaddressable` or `error`.
+    /// The `result` label value: `success`, `conflict`, `not_found` or `error`.
     pub fn as_str(self) -> &'static str {
         match self {
             WriteResult::Success => "success",
             WriteResult::Conflict => "conflict",
             WriteResult::NotFound => "not_found",
-            WriteResult::Unaddressable => "unaddressable",
             WriteResult::Error => "error",
         }
     }
@@ -200,7 +192,7 @@ impl Metrics {
         }
         registry.register(
             "writes",
-            "Writes to the approval subresource, by result (success, conflict, not_found, unaddressable, error)",
+            "Writes to the approval subresource, by result (success, conflict, not_found, error)",
             writes.clone(),
         );
         let oldest_undecided = Gauge::default();
@@ -409,7 +401,7 @@ mod tests {
         assert!(text.contains("node_csr_approver_oldest_undecided_csr_age_seconds 90\n"), "{text}");
         assert!(text.contains("node_csr_approver_reconcile_passes_total{trigger=\"writable\"} 1\n"));
         assert!(text.contains("node_csr_approver_reconcile_passes_total{trigger=\"relist\"} 0\n"));
-        assert!(text.contains("node_csr_approver_writes_total{result=\"unaddressable\"} 0\n"));
+        assert!(!text.contains("unaddressable\"}"), "no write result the controller cannot reach: {text}");
         assert!(text.ends_with("# EOF\n"));
         assert!(!text.contains("..\n"), "help texts end with exactly one period: {text}");
     }

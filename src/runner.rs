@@ -8,16 +8,18 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::kubernetes::csr_cache;
+use futures::FutureExt;
 use kube::Api;
 use kube::runtime::events::Reporter;
 use tokio::sync::oneshot;
 
 use crate::admin::{self, Readiness};
 use crate::config::Settings;
+use crate::controller::{self, Context};
 use crate::dns::HickoryResolver;
+use crate::events::Events;
 use crate::kubernetes::cluster::KubeCluster;
 use crate::kubernetes::connect::{ConnectError, Connection, connect};
-use crate::kubernetes::controller::{self, Context, Events};
 use crate::kubernetes::csr_ledger::CsrLedger;
 use crate::kubernetes::csr_object::RequestRoom;
 use crate::kubernetes::decoded::Skipped;
@@ -112,7 +114,8 @@ pub async fn run(settings: Settings) -> Result<(), RunError> {
         writable,
         shutdown: async move {
             let _ = controller_stopped.await;
-        },
+        }
+        .boxed(),
         audit: audit.clone(),
     };
     let controller = controller::run(ctx, schedule, csrs, machines, on_synced);

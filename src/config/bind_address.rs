@@ -76,14 +76,6 @@ impl BindAddress {
         };
         Ok(host.map_or(BindAddress::AnyHost(port), |ip| BindAddress::Exact(SocketAddr::new(ip, port))))
     }
-
-    /// The socket address it stands for: `:port` is `[::]:port`.
-    pub fn socket_addr(self) -> SocketAddr {
-        match self {
-            BindAddress::AnyHost(port) => SocketAddr::new(IpAddr::V6(Ipv6Addr::UNSPECIFIED), port),
-            BindAddress::Exact(address) => address,
-        }
-    }
 }
 
 impl std::fmt::Display for BindAddress {
@@ -108,8 +100,8 @@ mod tests {
     #[test]
     fn go_forms_are_accepted() {
         let cases = [
-            (":8080", "[::]:8080"),
-            (":0", "[::]:0"),
+            (":8080", ":8080"),
+            (":0", ":0"),
             ("0.0.0.0:8080", "0.0.0.0:8080"),
             ("127.0.0.1:0", "127.0.0.1:0"),
             ("localhost:8081", "127.0.0.1:8081"),
@@ -117,8 +109,8 @@ mod tests {
             ("[::]:9090", "[::]:9090"),
         ];
         for (text, expected) in cases {
-            let parsed = BindAddress::parse(text).unwrap_or_else(|e| panic!("{text}: {e}")).socket_addr();
-            assert_eq!(parsed, expected.parse::<SocketAddr>().unwrap(), "{text}");
+            let parsed = BindAddress::parse(text).unwrap_or_else(|e| panic!("{text}: {e}"));
+            assert_eq!(parsed.to_string(), expected, "{text}");
         }
     }
 

@@ -19,11 +19,6 @@ macro_rules! reasons {
                 }
             }
 
-            /// True for the codes only machine mode produces (their meaning starts "Machine mode").
-            pub fn machine_mode(self) -> bool {
-                self.meaning().starts_with("Machine mode")
-            }
-
             /// True for the retried codes a Machine or Node that appears or changes can resolve
             /// (no Machine or Node yet, the pending brake), so such a change re-evaluates them.
             pub fn resolved_by_cluster_change(self) -> bool {

@@ -149,6 +149,37 @@ impl Leadership {
     }
 }
 
+/// Leadership as the controller's unit tests drive it.
+#[cfg(test)]
+impl Leadership {
+    /// A replica that holds the Lease, renewed now: its fence stays open for `renew_deadline`.
+    pub(crate) fn held(renew_deadline: Duration) -> Leadership {
+        let fence = WriteFence::new("test".into(), renew_deadline);
+        fence.holding.store(true, Ordering::Release);
+        *fence.renewed() = Some(SystemTime::now());
+        Leadership::fenced(Arc::new(fence))
+    }
+
+    /// The Lease is lost: another replica holds it.
+    pub(crate) fn lose(&self) {
+        if let Some(fence) = &self.fence {
+            fence.holding.store(false, Ordering::Release);
+        }
+    }
+
+    /// The fence closes while the Lease is still held: the last renewal seen is past the deadline.
+    pub(crate) fn close_fence(&self) {
+        if let Some(fence) = &self.fence {
+            *fence.renewed() = Some(SystemTime::UNIX_EPOCH);
+        }
+    }
+
+    /// Whether work was left alone since this was last asked ([`Leadership::skipped`]).
+    pub(crate) fn took_skipped(&self) -> bool {
+        self.take_skipped()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

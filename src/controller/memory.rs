@@ -1,6 +1,7 @@
 //! What the controller remembers of each CSR from one reconcile to the next: a state machine of
 //! [`Phase`]s per CSR, changed only by [`Memory::settle`] with what a reconcile did (one
-//! [`Outcome`]), and the one place of every backoff: it answers when to reconcile the CSR again.
+//! [`Outcome`]), and the one place of the controller's backoffs of a CSR: it answers when to
+//! reconcile the CSR again.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -53,7 +54,7 @@ pub(super) enum Outcome {
 /// Write(Error), ReadFailed → WriteFailing { failures: n + 1, or 1 }               after 0.5 s … 8 s
 /// Write(Conflict)   → Conflicting { conflicts: n + 1, or 1 }                      after 0.2 s … 30 s
 /// Excused           → Excused                                                     on a change or a pass
-/// Unaddressable, Write(Unaddressable) → Unaddressable                             never evaluated again
+/// Unaddressable     → Unaddressable                                               never evaluated again
 /// Write(Success)    → Written { resource_version }                                 on the watch's event
 /// Write(NotFound)  → as it was (the CSR is gone)
 /// ```
@@ -97,7 +98,7 @@ impl Phase {
             }
             (Outcome::Write(WriteResult::Conflict), _) => Phase::Conflicting { conflicts: 1 },
             (Outcome::Excused { .. }, _) => Phase::Excused,
-            (Outcome::Unaddressable | Outcome::Write(WriteResult::Unaddressable), _) => Phase::Unaddressable,
+            (Outcome::Unaddressable, _) => Phase::Unaddressable,
             (Outcome::Write(WriteResult::Success), _) => {
                 Phase::Written { resource_version: csr.resource_version.clone().unwrap_or_default() }
             }
@@ -105,7 +106,8 @@ impl Phase {
         Some(phase)
     }
 
-    /// When a CSR in this phase is reconciled again by itself: the one place of every backoff.
+    /// When a CSR in this phase is reconciled again by itself: the one place of the backoffs of a
+    /// reconcile.
     fn retry_after(&self) -> Option<Duration> {
         match self {
             Phase::Retrying { attempts, .. } => Some(RETRY.delay(*attempts)),
@@ -416,8 +418,6 @@ mod tests {
         memory.settle(&a, Outcome::Unaddressable);
         assert!(memory.is_unaddressable(&a) && memory.is_excused(&a));
         assert!(!memory.is_unaddressable(&csr("csr-a", "2", "1")));
-        memory.settle(&csr("csr-b", "2", "1"), Outcome::Write(WriteResult::Unaddressable));
-        assert!(memory.is_unaddressable(&csr("csr-b", "2", "1")));
     }
 
     #[test]

@@ -9,6 +9,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::stream::BoxStream;
 use futures::{Stream, StreamExt, TryStreamExt};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Api;
@@ -40,7 +41,7 @@ pub(super) struct Trigger {
 }
 
 /// Where the triggers come from.
-pub(super) struct Sources<W, F> {
+pub(super) struct Sources {
     /// The CSRs, watched.
     pub api: Api<Decoded<Csr>>,
     /// Machine mode decides client CSRs too: they are watched beside kubelet-serving ones.
@@ -53,7 +54,7 @@ pub(super) struct Sources<W, F> {
     /// Told once the first list of the watch is complete.
     pub synced: oneshot::Sender<()>,
     /// Yields whenever this replica becomes able to write.
-    pub writable: W,
+    pub writable: BoxStream<'static, ()>,
     /// Every undecided CSR is reconciled again at this interval.
     pub resync_period: Duration,
     /// Where passes are counted.
@@ -63,15 +64,11 @@ pub(super) struct Sources<W, F> {
     /// Machine mode's Machines and Nodes.
     pub machines: Option<MachineCache>,
     /// Whether some CSR waits on a Machine, a Node or the pending brake.
-    pub waiting_on_cluster: F,
+    pub waiting_on_cluster: Box<dyn Fn() -> bool + Send>,
 }
 
 /// Every trigger of `sources`: live watch events, the passes, and Machine and Node changes.
-pub(super) fn triggers<W, F>(sources: Sources<W, F>) -> impl Stream<Item = Trigger> + Send
-where
-    W: Stream<Item = ()> + Send + 'static,
-    F: Fn() -> bool + Send + 'static,
-{
+pub(super) fn triggers(sources: Sources) -> impl Stream<Item = Trigger> + Send {
     let Sources {
         api,
         client_csrs,
