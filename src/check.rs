@@ -10,9 +10,7 @@ use jiff::Timestamp;
 use rustls::pki_types::CertificateDer;
 use serde::Serialize;
 
-use crate::cli::{CheckArgs, Format};
-use crate::config::MachineSource;
-use crate::config::Settings;
+use crate::config::{CheckArgs, Format, MachineSource, Settings};
 use crate::display::Escaped;
 use crate::dns::{DnsError, HickoryResolver};
 use crate::kubelet_tls::read_chain;

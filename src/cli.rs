@@ -1,17 +1,15 @@
 //! The command line: global policy and controller flags, and the subcommands.
 
 mod audit_args;
-mod check_args;
 pub mod go_flags;
 
 use std::ffi::OsString;
 
 use clap::{Arg, CommandFactory, FromArgMatches, Parser, Subcommand};
 
-use crate::config::{MachineArgs, PolicyArgs, RunArgs};
+use crate::config::{CheckArgs, MachineArgs, PolicyArgs, RunArgs};
 
-pub use audit_args::{AuditArgError, AuditArgs};
-pub use check_args::{CheckArgError, CheckArgs, Format};
+pub use audit_args::AuditArgs;
 
 /// Decides on the certificate signing requests kubelets create.
 #[derive(Debug, Parser)]

@@ -1,11 +1,12 @@
-//! The arguments of `audit`.
+//! The arguments of `audit`, read as the flag groups read theirs ([`Checked`]); they have no env
+//! var.
 
 use std::time::Duration;
 
 use clap::{Args, ValueEnum};
 
-use super::Format;
 use crate::audit::findings::{FailOn, Finding};
+use crate::config::{Checked, Format, ValueError};
 
 /// Arguments of `audit`.
 #[derive(Debug, Clone, Args)]
@@ -14,10 +15,10 @@ pub struct AuditArgs {
     #[arg(value_name = "NODE")]
     pub nodes: Vec<String>,
     /// Exit 3 when a Node has one of these findings: comma-separated unreachable, not-dialled, malformed, self-signed, untrusted, non-compliant, undetermined, expired, expiring[=DURATION] (expiring within DURATION, 7d when not given; also fails expired ones)
-    #[arg(long, value_name = "FINDING[=DURATION],...", value_parser = parse_fail_on)]
+    #[arg(long, value_name = "FINDING[=DURATION],...", value_parser = Checked(fail_on))]
     pub fail_on: Option<FailOn>,
     /// How long the connection and the TLS handshake with one kubelet may take together
-    #[arg(long, value_name = "DURATION", default_value = "3s", value_parser = parse_dial_timeout)]
+    #[arg(long, value_name = "DURATION", default_value = "3s", value_parser = Checked(dial_timeout))]
     pub dial_timeout: Duration,
     /// How many kubelets are dialled at once, 1..=256
     #[arg(long, value_name = "N", default_value = "16", value_parser = clap::value_parser!(u16).range(1..=256))]
@@ -34,56 +35,36 @@ impl AuditArgs {
     }
 }
 
-/// An `audit` argument that cannot be read.
-#[derive(Debug, thiserror::Error)]
-pub enum AuditArgError {
-    /// Not a finding's name.
-    #[error(
-        "{0:?} is not a finding (unreachable, not-dialled, malformed, self-signed, untrusted, non-compliant, undetermined, expired, expiring[=DURATION])"
-    )]
-    NotFinding(String),
-    /// `=DURATION` after a finding other than `expiring`.
-    #[error("only expiring takes a duration, not {0:?}")]
-    DurationNotAllowed(String),
-    /// Not a duration such as `7d` or `12h`, or outside the range allowed.
-    #[error("{text:?} is not a duration from {min:?} to {max:?} such as 7d or 12h")]
-    NotDuration {
-        /// The argument.
-        text: String,
-        /// The shortest allowed.
-        min: Duration,
-        /// The longest allowed.
-        max: Duration,
-    },
-}
-
 /// The longest expiring threshold: about ten years.
 const MAX_EXPIRING_WITHIN: Duration = Duration::from_secs(3_660 * 24 * 3600);
 
-fn duration(text: &str, min: Duration, max: Duration) -> Result<Duration, AuditArgError> {
+/// A duration such as `7d` or `12h` from `min` to `max`.
+fn within(text: &str, min: Duration, max: Duration) -> Result<Duration, ValueError> {
     humantime::parse_duration(text)
         .ok()
         .filter(|duration| (min..=max).contains(duration))
-        .ok_or_else(|| AuditArgError::NotDuration { text: text.to_owned(), min, max })
+        .ok_or_else(|| ValueError::NotDurationWithin(text.to_owned(), min, max))
 }
 
-fn parse_dial_timeout(text: &str) -> Result<Duration, AuditArgError> {
-    duration(text, Duration::from_millis(10), Duration::from_secs(60))
+/// `--dial-timeout`: 10ms to 60s.
+fn dial_timeout(text: &str) -> Result<Duration, ValueError> {
+    within(text, Duration::from_millis(10), Duration::from_secs(60))
 }
 
-fn parse_fail_on(text: &str) -> Result<FailOn, AuditArgError> {
+/// `--fail-on`: comma-separated findings, `expiring` with an optional `=DURATION`.
+fn fail_on(text: &str) -> Result<FailOn, ValueError> {
     let mut fail_on = FailOn::default();
     for item in text.split(',').map(str::trim) {
-        let (name, within) = match item.split_once('=') {
+        let (name, within_text) = match item.split_once('=') {
             Some((name, within)) => (name, Some(within)),
             None => (item, None),
         };
-        let finding = Finding::from_str(name, false).map_err(|_| AuditArgError::NotFinding(name.to_owned()))?;
-        match (finding, within) {
-            (Finding::Expiring, Some(within)) => {
-                fail_on.expiring_within = Some(duration(within, Duration::from_secs(1), MAX_EXPIRING_WITHIN)?);
+        let finding = Finding::from_str(name, false).map_err(|_| ValueError::NotFinding(name.to_owned()))?;
+        match (finding, within_text) {
+            (Finding::Expiring, Some(text)) => {
+                fail_on.expiring_within = Some(within(text, Duration::from_secs(1), MAX_EXPIRING_WITHIN)?);
             }
-            (_, Some(_)) => return Err(AuditArgError::DurationNotAllowed(item.to_owned())),
+            (_, Some(_)) => return Err(ValueError::DurationNotAllowed(item.to_owned())),
             (_, None) => {}
         }
         fail_on.findings.insert(finding);
@@ -100,13 +81,13 @@ mod tests {
 
     #[test]
     fn fail_on_reads_findings_and_the_expiring_threshold() {
-        let fail_on = parse_fail_on("expiring=12h,self-signed,non-compliant,unreachable").unwrap();
+        let fail_on = fail_on("expiring=12h,self-signed,non-compliant,unreachable").unwrap();
         let expected = [Finding::Unreachable, Finding::SelfSigned, Finding::NonCompliant, Finding::Expiring];
         assert_eq!(fail_on.findings, expected.into_iter().collect());
         assert_eq!(fail_on.expiring_within(), Duration::from_secs(12 * 3600));
-        assert_eq!(parse_fail_on("expiring").unwrap().expiring_within(), DEFAULT_EXPIRING_WITHIN);
+        assert_eq!(super::fail_on("expiring").unwrap().expiring_within(), DEFAULT_EXPIRING_WITHIN);
         for bad in ["", "expiring=", "expiring=soon", "self-signed=7d", "Self-Signed", "expired,bogus", "expiring=0s"] {
-            assert!(parse_fail_on(bad).is_err(), "{bad:?}");
+            assert!(super::fail_on(bad).is_err(), "{bad:?}");
         }
     }
 }
