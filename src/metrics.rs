@@ -10,6 +10,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use clap::ValueEnum;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -17,13 +18,12 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::{Registry, Unit};
 
-mod audit;
 mod process;
 
+use crate::audit::findings::Finding;
+use crate::audit::metrics::{AuditMetrics, AuditedNode};
 use crate::kubernetes::object_fields::ObjectKind;
 use crate::policy::{DecisionKind, DnsFailure, Reason, Resolution, Resolver};
-use audit::AuditMetrics;
-pub use audit::AuditedNode;
 use process::ProcessCollector;
 
 /// Prefix of every approver metric.
@@ -249,7 +249,8 @@ impl Metrics {
             pending_limit.clone(),
         );
 
-        let audit = AuditMetrics::register(registry);
+        let findings: Vec<&'static str> = Finding::value_variants().iter().map(|finding| finding.as_str()).collect();
+        let audit = AuditMetrics::register(registry, &findings);
 
         Self {
             registry: Arc::new(root),

@@ -12,13 +12,14 @@ use jiff::Timestamp;
 
 use super::Context;
 use crate::audit::NodeAudit;
+use crate::audit::args::{DIAL_CONCURRENCY, DIAL_TIMEOUT};
+use crate::audit::metrics::AuditedNode;
 use crate::audit::scan::{Judge, ScanSettings};
 use crate::audit::states::StateMemory;
 use crate::config::AuditSchedule;
 use crate::kubernetes::decoded::{Decoded, Skipped};
-use crate::kubernetes::kubelet_endpoint::{DIAL_LIMIT, dial_targets};
+use crate::kubernetes::kubelet_endpoint::dial_targets;
 use crate::kubernetes::node_object::NodeObject;
-use crate::metrics::AuditedNode;
 use crate::policy::{ClusterView, KubeletDialRules, Resolver};
 
 /// How long after the CSR watch synced the first scan starts: readiness and the first pass over
@@ -27,9 +28,6 @@ const FIRST_SCAN_DELAY: Duration = Duration::from_secs(2);
 
 /// How often, between scans and during one, whether this replica writes is looked at.
 const LEADERSHIP_POLL: Duration = Duration::from_millis(250);
-
-/// How many kubelets a scan dials at once: `audit`'s default `--dial-concurrency`.
-const DIAL_CONCURRENCY: usize = 16;
 
 /// Scans on `schedule` while this replica writes, from [`FIRST_SCAN_DELAY`] on; runs until dropped.
 pub(super) async fn run<R, C>(ctx: Arc<Context<R, C>>, schedule: AuditSchedule)
@@ -103,8 +101,8 @@ async fn scan<R: Resolver, C: ClusterView>(
     let uids = targets.iter().filter_map(|target| Some((target.node.clone(), target.uid.clone()?))).collect();
     let settings = ScanSettings {
         ca: schedule.ca.clone(),
-        dial_limit: DIAL_LIMIT,
-        concurrency: DIAL_CONCURRENCY,
+        dial_limit: DIAL_TIMEOUT,
+        concurrency: usize::from(DIAL_CONCURRENCY),
         expiring_within: schedule.expiring_within,
     };
     let judge = Judge {
@@ -126,12 +124,15 @@ async fn report<R, C>(
     uids: &HashMap<String, String>,
     took: Duration,
 ) {
+    let findings: Vec<Vec<&'static str>> =
+        reports.iter().map(|report| report.findings.iter().map(|finding| finding.as_str()).collect()).collect();
     let audited: Vec<AuditedNode<'_>> = reports
         .iter()
-        .map(|report| AuditedNode {
+        .zip(&findings)
+        .map(|(report, findings)| AuditedNode {
             node: &report.node,
             state: report.state,
-            findings: &report.findings,
+            findings,
             not_after: report.certificate.as_ref().map(|certificate| certificate.not_after.as_second()),
         })
         .collect();

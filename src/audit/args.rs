@@ -1,11 +1,11 @@
-//! The arguments of `audit`, read as the flag groups read theirs ([`Checked`]); they have no env
+//! The arguments of the `audit` command, read as the flag groups read theirs ([`Checked`]); they have no env
 //! var.
 
 use std::time::Duration;
 
 use clap::{Args, ValueEnum};
 
-use crate::audit::findings::{FailOn, Finding};
+use super::findings::{FailOn, Finding};
 use crate::config::{Checked, Format, ValueError};
 
 /// Arguments of `audit`.
@@ -18,10 +18,10 @@ pub struct AuditArgs {
     #[arg(long, value_name = "FINDING[=DURATION],...", value_parser = Checked(fail_on))]
     pub fail_on: Option<FailOn>,
     /// How long the connection and the TLS handshake with one kubelet may take together
-    #[arg(long, value_name = "DURATION", default_value = "3s", value_parser = Checked(dial_timeout))]
-    pub dial_timeout: Duration,
+    #[arg(long, value_name = "DURATION", default_value_t = DIAL_TIMEOUT.into(), value_parser = Checked(dial_timeout))]
+    pub dial_timeout: humantime::Duration,
     /// How many kubelets are dialled at once, 1..=256
-    #[arg(long, value_name = "N", default_value = "16", value_parser = clap::value_parser!(u16).range(1..=256))]
+    #[arg(long, value_name = "N", default_value_t = DIAL_CONCURRENCY, value_parser = clap::value_parser!(u16).range(1..=256))]
     pub dial_concurrency: u16,
     /// Output format
     #[arg(short, long, value_enum, default_value_t = Format::Text)]
@@ -35,6 +35,14 @@ impl AuditArgs {
     }
 }
 
+/// How long the connection and the TLS handshake with one kubelet may take together, unless
+/// `--dial-timeout` says otherwise; the periodic audit's.
+pub const DIAL_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// How many kubelets a scan dials at once, unless `--dial-concurrency` says otherwise; the
+/// periodic audit's.
+pub const DIAL_CONCURRENCY: u16 = 16;
+
 /// The longest expiring threshold: about ten years.
 const MAX_EXPIRING_WITHIN: Duration = Duration::from_secs(3_660 * 24 * 3600);
 
@@ -47,8 +55,8 @@ fn within(text: &str, min: Duration, max: Duration) -> Result<Duration, ValueErr
 }
 
 /// `--dial-timeout`: 10ms to 60s.
-fn dial_timeout(text: &str) -> Result<Duration, ValueError> {
-    within(text, Duration::from_millis(10), Duration::from_secs(60))
+fn dial_timeout(text: &str) -> Result<humantime::Duration, ValueError> {
+    within(text, Duration::from_millis(10), Duration::from_secs(60)).map(humantime::Duration::from)
 }
 
 /// `--fail-on`: comma-separated findings, `expiring` with an optional `=DURATION`.
