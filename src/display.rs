@@ -104,6 +104,18 @@ pub fn prefix_within(text: &str, max: usize) -> &str {
     &text[..end]
 }
 
+/// The apiserver's limit on an Event note (1 KiB), also applied to condition messages.
+pub const MAX_MESSAGE_BYTES: usize = 1024;
+
+/// `text` in at most [`MAX_MESSAGE_BYTES`]: cut on a character boundary and marked with `…` when
+/// longer.
+pub fn cut_message(text: &str) -> String {
+    if text.len() <= MAX_MESSAGE_BYTES {
+        return text.to_owned();
+    }
+    format!("{}…", prefix_within(text, MAX_MESSAGE_BYTES - '…'.len_utf8()))
+}
+
 impl fmt::Display for ShortName<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write_escaped(f, self.shown)?;
@@ -200,5 +212,15 @@ mod tests {
         let (text, quoted) = ("a\nb", "c\u{202e}");
         write!(out, "{text}|{quoted:?}|{}", 7).unwrap();
         assert_eq!(out.0, r#"a\nb|"c\u{202e}"|7"#);
+    }
+
+    #[test]
+    fn messages_are_cut_to_1024_bytes_on_a_character_boundary() {
+        let short = "ä".repeat(512);
+        assert_eq!(cut_message(&short), short);
+        let long = "ä".repeat(600);
+        let cut = cut_message(&long);
+        assert!(cut.len() <= MAX_MESSAGE_BYTES && cut.len() > MAX_MESSAGE_BYTES - 4, "{}", cut.len());
+        assert!(cut.ends_with('…'));
     }
 }

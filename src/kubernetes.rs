@@ -1,13 +1,13 @@
-//! The Kubernetes adapters: everything that reads from or writes to the apiserver. The watches
-//! (CSRs, the Lease, Machines, Nodes, the `default/kubernetes` Service and its EndpointSlices),
-//! the cluster view the decision core asks for evidence (with the dial of a node's kubelet), leader election, and the controller that
-//! writes each decision and its Event. The application around them (flags, `run`, `check`, the
-//! admin endpoints, metrics, logs) lives beside this module and reaches the cluster only through it.
+//! The Kubernetes adapters: what reads from or writes to the apiserver. The watches (CSRs, the
+//! Lease, Machines, Nodes, the `default/kubernetes` Service and its EndpointSlices) and the CSR
+//! cache, the cluster view the decision core asks for evidence (with the dial of a node's
+//! kubelet), leader election, and the controller's requests by path: a CSR read by name and the
+//! approval write. The application around them (the controller, flags, `run`, `check`, the admin
+//! endpoints, Events, metrics, logs) lives beside this module.
 
 pub(crate) mod apiserver;
 pub mod cluster;
 pub(crate) mod connect;
-pub mod controller;
 pub mod csr_cache;
 pub(crate) mod csr_ledger;
 pub mod csr_name;
@@ -21,3 +21,5 @@ pub(crate) mod machines;
 pub(crate) mod node_addresses;
 pub mod node_object;
 pub mod object_fields;
+pub mod request;
+pub mod write;

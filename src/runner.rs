@@ -14,10 +14,11 @@ use tokio::sync::oneshot;
 
 use crate::admin::{self, Readiness};
 use crate::config::Settings;
+use crate::controller::{self, Context};
 use crate::dns::HickoryResolver;
+use crate::events::Events;
 use crate::kubernetes::cluster::KubeCluster;
 use crate::kubernetes::connect::{ConnectError, Connection, connect};
-use crate::kubernetes::controller::{self, Context, Events};
 use crate::kubernetes::csr_ledger::CsrLedger;
 use crate::kubernetes::csr_object::RequestRoom;
 use crate::kubernetes::decoded::Skipped;

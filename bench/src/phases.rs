@@ -7,8 +7,8 @@ use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::{Api, Client, Resource, ResourceExt};
-use node_csr_approver::kubernetes::controller::{WRITE_TIMEOUT, write_condition};
 use node_csr_approver::kubernetes::csr_object::CsrObject;
+use node_csr_approver::kubernetes::write::{WRITE_TIMEOUT, write_condition};
 use node_csr_approver::policy::{Decision, DecisionKind, Reason};
 
 use crate::approver::{Approver, Program};
@@ -164,7 +164,7 @@ pub(crate) async fn approve(api: &Api<CertificateSigningRequest>, csr: &Certific
         ),
     };
     let cached = CsrObject::from(csr.clone());
-    write_condition(api, &cached, &decision, WRITE_TIMEOUT)
+    write_condition(&api.clone().into_client(), &cached, &decision, WRITE_TIMEOUT)
         .await
         .with_context(|| format!("approving {}", csr.name_any()))
 }

@@ -22,8 +22,9 @@ where
 }
 
 /// A capped doubling backoff: `first` for the first attempt, doubled for each further one, at
-/// most `cap`. The one backoff of the approver: the watches' retries, and the controller's retries
-/// of an evaluation, a failed write and a conflict.
+/// most `cap`. The shape of the watches' retries and of the controller's retries of an evaluation,
+/// a failed write or read, and a conflict, each with its own `first` and `cap` (the Lease is retried
+/// every `--retry-period`, a reconcile that panicked after a fixed delay).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Doubling {
     /// The delay before the first retry.

@@ -10,13 +10,13 @@ use std::time::{Duration, Instant};
 
 use jiff::Timestamp;
 
-use super::Context;
 use crate::audit::NodeAudit;
 use crate::audit::args::{DIAL_CONCURRENCY, DIAL_TIMEOUT};
 use crate::audit::metrics::AuditedNode;
 use crate::audit::scan::{Judge, ScanSettings};
 use crate::audit::states::StateMemory;
 use crate::config::AuditSchedule;
+use crate::controller::Context;
 use crate::kubernetes::decoded::{Decoded, Skipped};
 use crate::kubernetes::kubelet_endpoint::dial_targets;
 use crate::kubernetes::node_object::NodeObject;

@@ -6,10 +6,10 @@ use std::time::Duration;
 
 use kube::Api;
 
-use crate::kubernetes::csr_name::csr_path;
 use crate::kubernetes::csr_object::CsrObject;
 use crate::kubernetes::decoded::Decoded;
 use crate::kubernetes::object_fields::Csr;
+use crate::kubernetes::request::{RequestError, read_csr};
 
 /// The longest one read may take before it counts as failed (and is retried), as long as a write
 /// may take (`WRITE_TIMEOUT`): the client sets no read timeout of its own.
@@ -29,43 +29,15 @@ pub(super) enum Read {
     Gone,
 }
 
-/// Why a CSR could not be read; each is transient, and the read is retried.
-#[derive(Debug, thiserror::Error)]
-pub(super) enum ReadError {
-    /// The name does not fit into a request URL.
-    #[error("a name of {bytes} bytes does not fit into a request URL")]
-    Unaddressable {
-        /// The name's length in bytes.
-        bytes: usize,
-    },
-    /// No answer within the read's timeout.
-    #[error("no answer within {:.1?}", .0)]
-    TimedOut(Duration),
-    /// The apiserver answered with an error other than not found, or the request failed on its
-    /// way.
-    #[error(transparent)]
-    Api(#[from] kube::Error),
-}
-
 /// Reads the CSR named as `cached` from the apiserver (given up after `timeout`) and tells what
 /// it is ([`compare`]); a 404 is [`Read::Gone`].
 pub(super) async fn read_whole(
     api: &Api<Decoded<Csr>>,
     cached: &CsrObject,
     timeout: Duration,
-) -> Result<Read, ReadError> {
-    let name = &cached.name;
-    let uri = http::Uri::try_from(csr_path(name)).map_err(|_| ReadError::Unaddressable { bytes: name.len() })?;
-    let request = http::Request::get(uri)
-        .body(Vec::new())
-        .map_err(|error| kube::Error::BuildRequest(kube::core::request::Error::BuildRequest(error)))?;
-    let client = api.clone().into_client();
-    match tokio::time::timeout(timeout, client.request::<Csr>(request)).await {
-        Err(_) => Err(ReadError::TimedOut(timeout)),
-        Ok(Err(kube::Error::Api(status))) if status.code == 404 => Ok(Read::Gone),
-        Ok(Err(error)) => Err(ReadError::Api(error)),
-        Ok(Ok(read)) => Ok(compare(cached, CsrObject::from(read))),
-    }
+) -> Result<Read, RequestError> {
+    let read = read_csr(&api.clone().into_client(), &cached.name, timeout).await?;
+    Ok(read.map_or(Read::Gone, |read| compare(cached, CsrObject::from(read))))
 }
 
 /// What `read` (the apiserver's answer for `cached`'s name, kept whole) is to the reconcile of

@@ -14,11 +14,13 @@ use jiff::Timestamp;
 use super::Context;
 use super::memory::{Memory, Outcome};
 use super::read::{self, Read};
+use super::tell::{Note, WRITTEN, tell};
 use super::work_queue::Reconcile;
-use super::write::{self, Note, WRITE_TIMEOUT, WriteError};
 use crate::display::short_name;
 use crate::kubernetes::csr_cache::Cache;
 use crate::kubernetes::csr_object::CsrObject;
+use crate::kubernetes::request::RequestError;
+use crate::kubernetes::write::{WRITE_TIMEOUT, write_condition};
 use crate::metrics::WriteResult;
 use crate::policy::{ClusterView, Decision, DecisionKind, NODE_USER_PREFIX, Resolver, evaluate};
 
@@ -163,13 +165,13 @@ impl<R: Resolver, C: ClusterView> Reconciler<R, C> {
                 Step::Wait(note) => {
                     if let Some(note) = note {
                         ctx.metrics.record_decision(decision.kind, decision.reason);
-                        write::tell(ctx, csr, &decision, node, note).await;
+                        tell(ctx, csr, &decision, node, note).await;
                     }
                     Outcome::Excused { announced: note.map(|_| told) }
                 }
                 Step::Retry(note) => {
                     if let Some(note) = note {
-                        write::tell(ctx, csr, &decision, node, note).await;
+                        tell(ctx, csr, &decision, node, note).await;
                     }
                     ctx.metrics.record_decision(decision.kind, decision.reason);
                     let on_cluster = decision.reason.resolved_by_cluster_change();
@@ -235,12 +237,16 @@ impl<R: Resolver, C: ClusterView> Reconciler<R, C> {
             tracing::debug!(csr = %logged, decision = decision.kind.as_str(), "not the leader: waiting");
             return None;
         };
-        let written = write::send(ctx, csr, decision, node, timeout).await;
+        let written = write_condition(&ctx.api.clone().into_client(), csr, decision, timeout).await;
+        if written.is_ok() {
+            ctx.metrics.record_decision(decision.kind, decision.reason);
+            tell(ctx, csr, decision, node, WRITTEN).await;
+        }
         let result = match &written {
             Ok(()) => WriteResult::Success,
             Err(error) if error.status() == Some(409) => WriteResult::Conflict,
             Err(error) if error.status() == Some(404) => WriteResult::NotFound,
-            Err(WriteError::Unaddressable { .. }) => WriteResult::Unaddressable,
+            Err(RequestError::Unaddressable { .. }) => WriteResult::Unaddressable,
             Err(_) => WriteResult::Error,
         };
         ctx.metrics.record_write(result);

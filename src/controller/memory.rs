@@ -1,6 +1,7 @@
 //! What the controller remembers of each CSR from one reconcile to the next: a state machine of
 //! [`Phase`]s per CSR, changed only by [`Memory::settle`] with what a reconcile did (one
-//! [`Outcome`]), and the one place of every backoff: it answers when to reconcile the CSR again.
+//! [`Outcome`]), and the one place of the controller's backoffs of a CSR: it answers when to
+//! reconcile the CSR again.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -105,7 +106,8 @@ impl Phase {
         Some(phase)
     }
 
-    /// When a CSR in this phase is reconciled again by itself: the one place of every backoff.
+    /// When a CSR in this phase is reconciled again by itself: the one place of the backoffs of a
+    /// reconcile.
     fn retry_after(&self) -> Option<Duration> {
         match self {
             Phase::Retrying { attempts, .. } => Some(RETRY.delay(*attempts)),

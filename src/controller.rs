@@ -1,16 +1,18 @@
-//! The controller: watch CSRs -> evaluate -> write the approval condition -> record.
+//! The controller, the application: watch CSRs -> evaluate -> write the approval condition ->
+//! record. It reaches the apiserver through `kubernetes` (the watch and cache, the read by name,
+//! the approval write, the Lease) and tells every decision through `events`.
 //!
-//! One CSR's path, each file entered once:
+//! One CSR's path:
 //!
 //! ```text
-//! watch event ─▶ csr_cache.rs   CacheWriter::apply: kept as a CsrObject
-//!             ─▶ triggers.rs    a Trigger (name, requester); passes and Machine changes make them too
+//! watch event ─▶ triggers.rs    the cache applies it (kubernetes/csr_cache.rs); a Trigger (name,
+//!                               requester); passes and Machine changes make them too
 //!             ─▶ work_queue.rs  dispatch: queued once per CSR, taken round-robin by requester,
 //!                               run as a task ───────────────────────────────────────────────┐
-//!             ─▶ reconcile.rs   Reconciler::reconcile: read from the cache, evaluated, its Step │
-//!             ─▶ read.rs        a pending serving CSR read whole from the apiserver first       │
-//!             ─▶ write.rs       send: the approval PATCH, then its log line and Event           │
-//!             ◀─ reconcile.rs   every way the write ended handled, settled in the Memory        │
+//!             ─▶ reconcile.rs   Reconciler::reconcile: read from the cache (a pending serving  │
+//!                               CSR whose request the cache left out read by name, read.rs),   │
+//!                               evaluated, its Step carried out: the approval write            │
+//!                               (kubernetes/write.rs), every way it ended settled in memory.rs │
 //!             ◀─ work_queue.rs  the answer, Option<Duration> (when to run again), ends the run ◀┘
 //! ```
 //!
@@ -20,59 +22,36 @@
 //! events, every undecided CSR is reconciled after each list of the watch, whenever this replica
 //! becomes able to write, and every resync period.
 
+mod context;
 mod memory;
 mod oldest;
+// The periodic audit, started by the controller once the CSR watch synced; it moves into the
+// audit's folder.
+#[path = "kubernetes/controller/periodic_audit.rs"]
 mod periodic_audit;
 mod read;
 mod reconcile;
 mod room;
+mod tell;
 mod triggers;
 mod work_queue;
-mod write;
 
-pub(crate) use write::Events;
-pub use write::{WRITE_TIMEOUT, WriteError, write_condition};
+pub(crate) use context::Context;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures::{FutureExt, Stream};
-use kube::Api;
 use tokio_util::task::AbortOnDropHandle;
 
 use crate::config::AuditSchedule;
 use crate::kubernetes::csr_cache::CacheWriter;
-use crate::kubernetes::csr_ledger::CsrLedger;
 use crate::kubernetes::csr_object::{CsrObject, RequestRoom};
-use crate::kubernetes::decoded::{Decoded, Skipped};
-use crate::kubernetes::leader::Leadership;
 use crate::kubernetes::machines::MachineCache;
-use crate::kubernetes::object_fields::Csr;
-use crate::metrics::Metrics;
-use crate::policy::{ClusterView, PolicyConfig, Resolver};
+use crate::policy::{ClusterView, Resolver};
 use memory::Memory;
 use reconcile::Reconciler;
 use triggers::Sources;
-
-/// Everything a reconcile needs, shared by all of them.
-pub(crate) struct Context<R, C> {
-    pub api: Api<Decoded<Csr>>,
-    pub policy: PolicyConfig,
-    pub resolver: R,
-    pub cluster: C,
-    /// Whether this replica may write.
-    pub leadership: Leadership,
-    pub events: Events,
-    pub metrics: Metrics,
-    /// Where what the controller's reads cannot decode is reported.
-    pub skipped: Skipped,
-    /// Evaluate and record, but write nothing.
-    pub dry_run: bool,
-    /// The CSR ledger: the CSRs of one node (its serving CSRs; in machine mode the client CSRs of
-    /// its name) are decided one at a time, and a client approval counts there as soon as it is
-    /// written.
-    pub ledger: CsrLedger,
-}
 
 /// How the controller is run: concurrency, the pass triggers it does not make itself, and when to
 /// stop.

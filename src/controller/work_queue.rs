@@ -237,7 +237,7 @@ async fn sleep_until(due: Option<Instant>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kubernetes::controller::room::KEPT_ROOM;
+    use crate::controller::room::KEPT_ROOM;
     use std::sync::Mutex;
     use std::sync::atomic::{AtomicUsize, Ordering};
     use tokio::sync::{Notify, mpsc};
