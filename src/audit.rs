@@ -14,6 +14,7 @@ pub mod command;
 pub mod findings;
 pub mod metrics;
 pub mod output;
+pub mod periodic;
 pub mod scan;
 pub mod states;
 mod view;

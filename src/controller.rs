@@ -25,10 +25,6 @@
 mod context;
 mod memory;
 mod oldest;
-// The periodic audit, started by the controller once the CSR watch synced; it moves into the
-// audit's folder.
-#[path = "kubernetes/controller/periodic_audit.rs"]
-mod periodic_audit;
 mod read;
 mod reconcile;
 mod room;
@@ -44,7 +40,6 @@ use std::time::Duration;
 use futures::{FutureExt, Stream};
 use tokio_util::task::AbortOnDropHandle;
 
-use crate::config::AuditSchedule;
 use crate::kubernetes::csr_cache::CacheWriter;
 use crate::kubernetes::csr_object::{CsrObject, RequestRoom};
 use crate::kubernetes::machines::MachineCache;
@@ -67,15 +62,12 @@ pub(crate) struct Schedule<W, S> {
     pub writable: W,
     /// Resolves when the controller should stop taking work.
     pub shutdown: S,
-    /// The periodic audit, when on: started once the CSR watch synced, stopped with `shutdown`.
-    pub audit: Option<AuditSchedule>,
 }
 
 /// Runs the controller until `schedule.shutdown` resolves; in-flight reconciles finish first. The
 /// CSR watch fills `csrs`, the cache whose reader the runner also gave the cluster view. In machine
 /// mode `machines` re-triggers the CSRs waiting on a Machine or Node whenever one changes.
-/// `on_synced` runs once the first list of the CSR watch (and the machine caches) are complete;
-/// the periodic audit, when on, starts then and stops as soon as `schedule.shutdown` resolves.
+/// `on_synced` runs once the first list of the CSR watch (and the machine caches) are complete.
 pub(crate) async fn run<R, C, W, S>(
     ctx: Arc<Context<R, C>>,
     schedule: Schedule<W, S>,
@@ -93,7 +85,6 @@ pub(crate) async fn run<R, C, W, S>(
     let (synced, first_list) = tokio::sync::oneshot::channel();
     let cache = machines.clone();
     let shutdown = schedule.shutdown.shared();
-    let audit = schedule.audit.map(|audit| (periodic_audit::run(ctx.clone(), audit), shutdown.clone()));
     let _synced = AbortOnDropHandle::new(tokio::spawn(async move {
         if first_list.await.is_err() {
             return;
@@ -102,12 +93,6 @@ pub(crate) async fn run<R, C, W, S>(
             cache.synced().await;
         }
         on_synced();
-        if let Some((audit, shutdown)) = audit {
-            tokio::select! {
-                () = audit => {}
-                () = shutdown => {}
-            }
-        }
     }));
     let memory = Arc::new(Memory::new(ctx.metrics.clone()));
     // These tasks hold the context, and with it a handle on the event queue: they end with the
