@@ -21,7 +21,7 @@ use prometheus_client::registry::{Registry, Unit};
 mod process;
 
 use crate::audit::findings::Finding;
-use crate::audit::metrics::{AuditMetrics, AuditedNode};
+use crate::audit::metrics::AuditMetrics;
 use crate::kubernetes::object_fields::ObjectKind;
 use crate::policy::{DecisionKind, DnsFailure, Reason, Resolution, Resolver};
 use process::ProcessCollector;
@@ -271,22 +271,9 @@ impl Metrics {
         }
     }
 
-    /// Turns the periodic audit's metrics on: its period, and one series per Node when
-    /// `per_node` (`--audit-node-metrics`).
-    pub fn enable_audit(&self, period: Duration, per_node: bool) {
-        self.audit.enable(period, per_node);
-    }
-
-    /// Records one completed scan of the periodic audit: `nodes` is every Node it listed, it ended
-    /// at `finished` (seconds since the epoch) and took `took`.
-    pub fn record_audit_scan(&self, nodes: &[AuditedNode<'_>], finished: f64, took: Duration) {
-        self.audit.record_scan(nodes, finished, took);
-    }
-
-    /// Clears what the periodic audit found (the counts to 0, no per-Node series): this replica
-    /// no longer writes.
-    pub fn clear_audit(&self) {
-        self.audit.clear();
+    /// The periodic audit's metrics, registered with the rest.
+    pub(crate) fn audit(&self) -> &AuditMetrics {
+        &self.audit
     }
 
     /// Counts one CSR found with a name too long to be written (once per CSR).

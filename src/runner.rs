@@ -15,6 +15,7 @@ use tokio::sync::oneshot;
 use tokio_util::task::AbortOnDropHandle;
 
 use crate::admin::{self, Readiness};
+use crate::audit::metrics::AuditMetrics;
 use crate::audit::periodic::{self, Host};
 use crate::config::Settings;
 use crate::controller::{self, Context};
@@ -218,8 +219,8 @@ impl<R: Resolver + 'static, C: ClusterView + 'static> Host for Context<R, C> {
         &self.events
     }
 
-    fn metrics(&self) -> &Metrics {
-        &self.metrics
+    fn metrics(&self) -> &AuditMetrics {
+        self.metrics.audit()
     }
 
     fn skipped(&self) -> &Skipped {

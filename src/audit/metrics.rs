@@ -258,7 +258,7 @@ mod tests {
         let counts = lines(&metrics, "node_csr_approver_audit_nodes{");
         assert_eq!(counts.len(), 10, "{counts:#?}");
         assert!(counts.iter().all(|line| line.ends_with(" 0")), "{counts:#?}");
-        metrics.enable_audit(Duration::from_secs(3600), false);
+        metrics.audit().enable(Duration::from_secs(3600), false);
         let (none, self_signed, unreachable) = (set(&[]), set(&[Finding::SelfSigned]), set(&[Finding::Unreachable]));
         let scan = [
             node("a", &none, Some(2_000)),
@@ -266,7 +266,7 @@ mod tests {
             node("c", &unreachable, None),
             node("d", &self_signed, Some(3_000)),
         ];
-        metrics.record_audit_scan(&scan, 1_700_000_000.5, Duration::from_millis(1500));
+        metrics.audit().record_scan(&scan, 1_700_000_000.5, Duration::from_millis(1500));
         let text = metrics.encode().unwrap();
         for expected in [
             "node_csr_approver_audit_nodes{state=\"compliant\"} 1\n",
@@ -281,7 +281,7 @@ mod tests {
             assert!(text.contains(expected), "{expected}{text}");
         }
         assert_eq!(lines(&metrics, "node_csr_approver_audit_node_"), Vec::<String>::new(), "off by default");
-        metrics.clear_audit();
+        metrics.audit().clear();
         assert!(lines(&metrics, "node_csr_approver_audit_nodes{").iter().all(|line| line.ends_with(" 0")));
         assert_eq!(
             lines(&metrics, "node_csr_approver_audit_soonest"),
@@ -297,10 +297,14 @@ mod tests {
     #[test]
     fn per_node_series_follow_the_nodes_and_their_states() {
         let metrics = Metrics::new();
-        metrics.enable_audit(Duration::from_secs(60), true);
+        metrics.audit().enable(Duration::from_secs(60), true);
         let (none, self_signed) = (set(&[]), set(&[Finding::SelfSigned]));
         let (unreachable, expiring) = (set(&[Finding::Unreachable]), set(&[Finding::Expiring]));
-        metrics.record_audit_scan(&[node("a", &none, Some(2_000)), node("b", &unreachable, None)], 1.0, Duration::ZERO);
+        metrics.audit().record_scan(
+            &[node("a", &none, Some(2_000)), node("b", &unreachable, None)],
+            1.0,
+            Duration::ZERO,
+        );
         assert_eq!(
             sorted(&metrics),
             [
@@ -309,7 +313,11 @@ mod tests {
                 "node_csr_approver_audit_node_state{node=\"b\",state=\"unreachable\"} 1",
             ]
         );
-        metrics.record_audit_scan(&[node("a", &self_signed, None), node("c", &expiring, Some(5))], 2.0, Duration::ZERO);
+        metrics.audit().record_scan(
+            &[node("a", &self_signed, None), node("c", &expiring, Some(5))],
+            2.0,
+            Duration::ZERO,
+        );
         assert_eq!(
             sorted(&metrics),
             [
@@ -319,7 +327,7 @@ mod tests {
             ],
             "b is gone, a changed state and lost its certificate"
         );
-        metrics.clear_audit();
+        metrics.audit().clear();
         assert_eq!(lines(&metrics, "node_csr_approver_audit_node_"), Vec::<String>::new());
     }
 
@@ -330,7 +338,7 @@ mod tests {
         assert_eq!(counts.len(), Finding::value_variants().len(), "one series per finding: {counts:#?}");
         assert!(counts.iter().all(|line| line.ends_with(" 0")), "{counts:#?}");
         assert!(!counts.iter().any(|line| line.contains("=\"compliant\"")), "no finding is `compliant`: {counts:#?}");
-        metrics.enable_audit(Duration::from_secs(3600), false);
+        metrics.audit().enable(Duration::from_secs(3600), false);
         let other_ca = set(&[Finding::Untrusted, Finding::NonCompliant]);
         let own = set(&[Finding::SelfSigned, Finding::NonCompliant, Finding::Expired]);
         let (none, unreachable) = (set(&[]), set(&[Finding::Unreachable]));
@@ -340,7 +348,7 @@ mod tests {
             node("c", &none, Some(3_000)),
             node("d", &unreachable, None),
         ];
-        metrics.record_audit_scan(&scan, 1.0, Duration::ZERO);
+        metrics.audit().record_scan(&scan, 1.0, Duration::ZERO);
         let text = metrics.encode().unwrap();
         for expected in [
             "node_csr_approver_audit_nodes{state=\"untrusted\"} 1\n",
@@ -357,7 +365,7 @@ mod tests {
         ] {
             assert!(text.contains(expected), "{expected}{text}");
         }
-        metrics.clear_audit();
+        metrics.audit().clear();
         assert!(lines(&metrics, "node_csr_approver_audit_findings{").iter().all(|line| line.ends_with(" 0")));
     }
 }

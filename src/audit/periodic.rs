@@ -12,7 +12,7 @@ use jiff::Timestamp;
 
 use super::NodeAudit;
 use super::args::{DIAL_CONCURRENCY, DIAL_TIMEOUT};
-use super::metrics::AuditedNode;
+use super::metrics::{AuditMetrics, AuditedNode};
 use super::scan::{Judge, ScanSettings};
 use super::states::StateMemory;
 use crate::config::AuditSchedule;
@@ -21,7 +21,6 @@ use crate::kubernetes::decoded::{Decoded, Skipped};
 use crate::kubernetes::kubelet_endpoint::dial_targets;
 use crate::kubernetes::leader::Leadership;
 use crate::kubernetes::node_object::NodeObject;
-use crate::metrics::Metrics;
 use crate::policy::{ClusterView, KubeletDialRules, PolicyConfig, Resolver};
 
 /// How long after the CSR watch synced the first scan starts: readiness and the first pass over
@@ -50,7 +49,7 @@ pub(crate) trait Host: Send + Sync + 'static {
     /// Where a change of a Node's state is published.
     fn events(&self) -> &Events;
     /// Where the scans are counted.
-    fn metrics(&self) -> &Metrics;
+    fn metrics(&self) -> &AuditMetrics;
     /// Where what the list of Nodes cannot decode is reported.
     fn skipped(&self) -> &Skipped;
     /// The client the Nodes are listed with.
@@ -59,7 +58,7 @@ pub(crate) trait Host: Send + Sync + 'static {
 
 /// Scans on `schedule` while this replica writes, from [`FIRST_SCAN_DELAY`] on; runs until dropped.
 pub(crate) async fn run<H: Host>(ctx: Arc<H>, schedule: AuditSchedule) {
-    ctx.metrics().enable_audit(schedule.period, schedule.node_metrics);
+    ctx.metrics().enable(schedule.period, schedule.node_metrics);
     let nodes = kube::Api::<Decoded<NodeObject>>::all(ctx.client());
     let skipped = ctx.skipped().clone();
     let mut memory = StateMemory::default();
@@ -102,7 +101,7 @@ pub(crate) async fn run<H: Host>(ctx: Arc<H>, schedule: AuditSchedule) {
 /// Forgets every Node's state and clears the metrics: another replica scans and tells now.
 fn stop_telling<H: Host>(ctx: &H, memory: &mut StateMemory, why: &str) {
     memory.forget();
-    ctx.metrics().clear_audit();
+    ctx.metrics().clear();
     tracing::info!("periodic audit paused: {why}");
 }
 
@@ -161,7 +160,7 @@ async fn report<H: Host>(
         })
         .collect();
     let finished = Timestamp::now().as_millisecond() as f64 / 1000.0;
-    ctx.metrics().record_audit_scan(&audited, finished, took);
+    ctx.metrics().record_scan(&audited, finished, took);
     let changes = memory.update(reports);
     tracing::debug!(nodes = reports.len(), changed = changes.len(), took = ?took, "periodic audit: scan completed");
     for change in &changes {
