@@ -8,10 +8,13 @@
 //! `audit` subcommand around them; [`states`] is what the controller's periodic audit remembers of
 //! each Node between scans.
 
+pub mod args;
 pub mod certificate;
 pub mod command;
 pub mod findings;
+pub mod metrics;
 pub mod output;
+pub mod periodic;
 pub mod scan;
 pub mod states;
 mod view;

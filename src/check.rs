@@ -10,9 +10,7 @@ use jiff::Timestamp;
 use rustls::pki_types::CertificateDer;
 use serde::Serialize;
 
-use crate::cli::{CheckArgs, Format};
-use crate::config::MachineSource;
-use crate::config::Settings;
+use crate::config::{CheckArgs, Format, MachineSource, Settings};
 use crate::display::Escaped;
 use crate::dns::{DnsError, HickoryResolver};
 use crate::kubelet_tls::read_chain;
@@ -27,14 +25,14 @@ use crate::kubernetes::decoded::Skipped;
 use crate::kubernetes::machines::{machine_from_json, pending_in};
 use crate::kubernetes::node_object::NodeObject;
 use crate::kubernetes::object_fields::Csr;
-use crate::object_files::{Input, InputError, Object, read_objects};
+use crate::object_files::{DocumentProblem, Input, InputError, NotApiserver, Object, read_objects};
 use crate::policy::{
     ApiserverAddresses, ClusterView, Evaluation, Outcome, PolicyConfig, Resolver, Submission, evaluate,
     issued_client_node,
 };
 
-/// What `--objects` may hold besides Nodes and Machines.
-const APISERVER_OBJECTS: &str = "the default/kubernetes Service or its EndpointSlices";
+/// The kinds `--objects` may hold.
+const CLUSTER_OBJECTS: &str = "Node, a Machine, the default/kubernetes Service or its EndpointSlices";
 /// How long `check NAME` waits for the apiserver's addresses before reporting anyway.
 const APISERVER_SYNC: std::time::Duration = std::time::Duration::from_secs(10);
 
@@ -74,11 +72,8 @@ pub fn read_inputs(args: &CheckArgs, source: Option<&MachineSource>) -> Result<I
             } else if let Some(machine) = machine_from_json(&object.value, source) {
                 machines.extend(machine);
             } else {
-                return Err(InputError::Document {
-                    input: input.clone(),
-                    document: object.document,
-                    message: format!("a {} where a Node, a Machine, {APISERVER_OBJECTS} was expected", object.kind),
-                });
+                let found = object.kind.clone();
+                return Err(object.problem(&input, DocumentProblem::WrongKind { found, expected: CLUSTER_OBJECTS }));
             }
         }
     }
@@ -96,10 +91,10 @@ pub fn read_inputs(args: &CheckArgs, source: Option<&MachineSource>) -> Result<I
 /// The chains of `--kubelet-certificate NODE=PEMFILE`, by node name.
 fn kubelet_certificates(args: &CheckArgs) -> Result<HashMap<String, Vec<CertificateDer<'static>>>, InputError> {
     let read = |(node, path): &(String, PathBuf)| {
-        let chain = read_chain(path).map_err(|message| InputError::Document {
+        let chain = read_chain(path).map_err(|source| InputError::Document {
             input: Input::File(path.clone()),
             document: 1,
-            message: format!("--kubelet-certificate {node}: {message}"),
+            problem: DocumentProblem::KubeletCertificate { node: node.clone(), source: Box::new(source) },
         })?;
         Ok((node.clone(), chain))
     };
@@ -109,23 +104,19 @@ fn kubelet_certificates(args: &CheckArgs) -> Result<HashMap<String, Vec<Certific
 /// The apiserver's addresses from `object` when it is a Service or an EndpointSlice: only
 /// `default/kubernetes` and its slices are accepted, any other is an error.
 fn apiserver_object(input: &Input, object: &Object) -> Result<Option<ApiserverAddresses>, InputError> {
-    let other = |what: &str| InputError::Document {
-        input: input.clone(),
-        document: object.document,
-        message: format!("{what}: only {APISERVER_OBJECTS} may stand in for the cluster"),
-    };
+    let other = |what| object.problem(input, DocumentProblem::NotApiserver(what));
     match object.kind.as_str() {
         "Service" => match object.parse::<ServiceObject>(input)? {
             service if is_apiserver_service(&service) => {
                 Ok(Some(ApiserverAddresses { service: service_addresses(&service), endpoints: Vec::new() }))
             }
-            _ => Err(other("a Service other than default/kubernetes")),
+            _ => Err(other(NotApiserver::Service)),
         },
         "EndpointSlice" => match object.parse::<SliceObject>(input)? {
             slice if is_apiserver_slice(&slice) => {
                 Ok(Some(ApiserverAddresses { service: Vec::new(), endpoints: slice_addresses(&slice) }))
             }
-            _ => Err(other("an EndpointSlice not labelled kubernetes.io/service-name=kubernetes in default")),
+            _ => Err(other(NotApiserver::EndpointSlice)),
         },
         _ => Ok(None),
     }
@@ -192,15 +183,11 @@ async fn fetch(client: kube::Client, names: &[String]) -> Result<Vec<Submission>
     Ok(csrs)
 }
 
-fn expect_kind(input: &Input, object: &crate::object_files::Object, kind: &str) -> Result<(), InputError> {
+fn expect_kind(input: &Input, object: &Object, kind: &'static str) -> Result<(), InputError> {
     if object.kind == kind {
         Ok(())
     } else {
-        Err(InputError::Document {
-            input: input.clone(),
-            document: object.document,
-            message: format!("a {} where a {kind} was expected", object.kind),
-        })
+        Err(object.problem(input, DocumentProblem::WrongKind { found: object.kind.clone(), expected: kind }))
     }
 }
 

@@ -1,17 +1,13 @@
 //! The command line: global policy and controller flags, and the subcommands.
 
-mod audit_args;
-mod check_args;
 pub mod go_flags;
 
 use std::ffi::OsString;
 
 use clap::{Arg, CommandFactory, FromArgMatches, Parser, Subcommand};
 
-use crate::config::{MachineArgs, PolicyArgs, RunArgs};
-
-pub use audit_args::{AuditArgError, AuditArgs};
-pub use check_args::{CheckArgError, CheckArgs, Format};
+use crate::audit::args::AuditArgs;
+use crate::config::{CheckArgs, MachineArgs, PolicyArgs, RunArgs};
 
 /// Decides on the certificate signing requests kubelets create.
 #[derive(Debug, Parser)]

@@ -5,6 +5,8 @@
 
 mod audit_flags;
 mod bind_address;
+mod check_args;
+mod format;
 mod machine_flags;
 mod policy_flags;
 mod regex_anchoring;
@@ -20,10 +22,13 @@ use clap::{Arg, Args, Command, ValueEnum};
 
 pub use audit_flags::{AuditScanArgs, AuditSchedule};
 pub use bind_address::{BindAddress, BindAddressError};
+pub use check_args::CheckArgs;
+pub use format::Format;
 pub use machine_flags::{MachineApi, MachineArgs, MachineSource};
 pub use policy_flags::{DnsConfig, PolicyArgs, Warning};
 use rules_file::RulesFileError;
 pub use run_flags::{EventLevel, LeaderConfig, LogFormat, RunArgs};
+pub(crate) use values::Checked;
 pub use values::go_bool;
 
 use crate::policy::PolicyConfig;
@@ -105,7 +110,8 @@ pub struct ConfigError {
     pub(crate) problem: ValueError,
 }
 
-/// What is wrong with a flag's value; each variant's message says it.
+/// What is wrong with a flag's or an argument's value; each variant's message says it (an
+/// argument's names the value too: clap's line of a command's own argument does not).
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum ValueError {
     #[error("not UTF-8")]
@@ -171,6 +177,18 @@ pub(crate) enum ValueError {
     OutsidePod,
     #[error("{} holds no namespace name", run_flags::POD_NAMESPACE_FILE)]
     PodNamespace,
+    #[error("{0:?} is not NODE=PEMFILE")]
+    NotNodeCertificate(String),
+    #[error("{0:?} is not an RFC 3339 time such as 2026-01-02T15:04:05Z")]
+    NotTime(String, #[source] jiff::Error),
+    #[error(
+        "{0:?} is not a finding (unreachable, not-dialled, malformed, self-signed, untrusted, non-compliant, undetermined, expired, expiring[=DURATION])"
+    )]
+    NotFinding(String),
+    #[error("only expiring takes a duration, not {0:?}")]
+    DurationNotAllowed(String),
+    #[error("{0:?} is not a duration from {1:?} to {2:?} such as 7d or 12h")]
+    NotDurationWithin(String, Duration, Duration),
 }
 
 /// Every argument the flag groups declare, as clap sees them.

@@ -26,10 +26,6 @@ mod context;
 mod csr_api;
 mod memory;
 mod oldest;
-// The periodic audit, started by the controller once the CSR watch synced; it moves into the
-// audit's folder.
-#[path = "kubernetes/controller/periodic_audit.rs"]
-mod periodic_audit;
 mod read;
 mod reconcile;
 mod room;
@@ -47,7 +43,6 @@ use futures::future::BoxFuture;
 use futures::stream::BoxStream;
 use tokio_util::task::AbortOnDropHandle;
 
-use crate::config::AuditSchedule;
 use crate::kubernetes::csr_cache::CacheWriter;
 use crate::kubernetes::csr_object::{CsrObject, RequestRoom};
 use crate::kubernetes::machines::MachineCache;
@@ -70,15 +65,12 @@ pub(crate) struct Schedule {
     pub writable: BoxStream<'static, ()>,
     /// Resolves when the controller should stop taking work.
     pub shutdown: BoxFuture<'static, ()>,
-    /// The periodic audit, when on: started once the CSR watch synced, stopped with `shutdown`.
-    pub audit: Option<AuditSchedule>,
 }
 
 /// Runs the controller until `schedule.shutdown` resolves; in-flight reconciles finish first. The
 /// CSR watch fills `csrs`, the cache whose reader the runner also gave the cluster view. In machine
 /// mode `machines` re-triggers the CSRs waiting on a Machine or Node whenever one changes.
-/// `on_synced` runs once the first list of the CSR watch (and the machine caches) are complete;
-/// the periodic audit, when on, starts then and stops as soon as `schedule.shutdown` resolves.
+/// `on_synced` runs once the first list of the CSR watch (and the machine caches) are complete.
 pub(crate) async fn run<R, C>(
     ctx: Arc<Context<R, C>>,
     schedule: Schedule,
@@ -94,7 +86,6 @@ pub(crate) async fn run<R, C>(
     let (synced, first_list) = tokio::sync::oneshot::channel();
     let cache = machines.clone();
     let shutdown = schedule.shutdown.shared();
-    let audit = schedule.audit.map(|audit| (periodic_audit::run(ctx.clone(), audit), shutdown.clone()));
     let _synced = AbortOnDropHandle::new(tokio::spawn(async move {
         if first_list.await.is_err() {
             return;
@@ -103,12 +94,6 @@ pub(crate) async fn run<R, C>(
             cache.synced().await;
         }
         on_synced();
-        if let Some((audit, shutdown)) = audit {
-            tokio::select! {
-                () = audit => {}
-                () = shutdown => {}
-            }
-        }
     }));
     let memory = Arc::new(Memory::new(ctx.metrics.clone()));
     // These tasks hold the context, and with it a handle on the event queue: they end with the

@@ -44,7 +44,7 @@ pub enum DnsError {
     },
     /// The resolver configuration is unusable (for example, it names no nameserver).
     #[error("invalid resolver configuration: {0}")]
-    InvalidConfig(String),
+    InvalidConfig(#[source] NetError),
     /// No nameserver was given.
     #[error("no DNS nameservers configured")]
     NoNameservers,
@@ -85,8 +85,8 @@ impl HickoryResolver {
     /// `ndots` are replaced by this resolver's own settings. The nameservers are asked on `port`
     /// (53 for a real resolv.conf, which cannot name a port).
     pub fn from_resolv_conf(contents: impl AsRef<[u8]>, port: u16, timeout: Duration) -> Result<Self, DnsError> {
-        let (config, options) = hickory_resolver::system_conf::parse_resolv_conf(contents.as_ref())
-            .map_err(|e| DnsError::InvalidConfig(e.to_string()))?;
+        let (config, options) =
+            hickory_resolver::system_conf::parse_resolv_conf(contents.as_ref()).map_err(DnsError::InvalidConfig)?;
         let (_domain, _search, mut name_servers) = config.into_parts();
         for connection in name_servers.iter_mut().flat_map(|ns| ns.connections.iter_mut()) {
             connection.port = port;
@@ -118,7 +118,7 @@ impl HickoryResolver {
         let inner = TokioResolver::builder_with_config(config, TokioRuntimeProvider::default())
             .with_options(options)
             .build()
-            .map_err(|e| DnsError::InvalidConfig(e.to_string()))?;
+            .map_err(DnsError::InvalidConfig)?;
         Ok(Self { inner, timeout })
     }
 

@@ -10,6 +10,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use clap::ValueEnum;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -17,13 +18,12 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::{Registry, Unit};
 
-mod audit;
 mod process;
 
+use crate::audit::findings::Finding;
+use crate::audit::metrics::AuditMetrics;
 use crate::kubernetes::object_fields::ObjectKind;
 use crate::policy::{DecisionKind, DnsFailure, Reason, Resolution, Resolver};
-use audit::AuditMetrics;
-pub use audit::AuditedNode;
 use process::ProcessCollector;
 
 /// Prefix of every approver metric.
@@ -241,7 +241,8 @@ impl Metrics {
             pending_limit.clone(),
         );
 
-        let audit = AuditMetrics::register(registry);
+        let findings: Vec<&'static str> = Finding::value_variants().iter().map(|finding| finding.as_str()).collect();
+        let audit = AuditMetrics::register(registry, &findings);
 
         Self {
             registry: Arc::new(root),
@@ -262,22 +263,9 @@ impl Metrics {
         }
     }
 
-    /// Turns the periodic audit's metrics on: its period, and one series per Node when
-    /// `per_node` (`--audit-node-metrics`).
-    pub fn enable_audit(&self, period: Duration, per_node: bool) {
-        self.audit.enable(period, per_node);
-    }
-
-    /// Records one completed scan of the periodic audit: `nodes` is every Node it listed, it ended
-    /// at `finished` (seconds since the epoch) and took `took`.
-    pub fn record_audit_scan(&self, nodes: &[AuditedNode<'_>], finished: f64, took: Duration) {
-        self.audit.record_scan(nodes, finished, took);
-    }
-
-    /// Clears what the periodic audit found (the counts to 0, no per-Node series): this replica
-    /// no longer writes.
-    pub fn clear_audit(&self) {
-        self.audit.clear();
+    /// The periodic audit's metrics, registered with the rest.
+    pub(crate) fn audit(&self) -> &AuditMetrics {
+        &self.audit
     }
 
     /// Counts one CSR found with a name too long to be written (once per CSR).

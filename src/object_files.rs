@@ -42,24 +42,84 @@ pub enum InputError {
         /// The I/O error.
         source: std::io::Error,
     },
-    /// The text is not YAML or JSON.
-    #[error("{input}: not valid YAML or JSON: {message}")]
-    Syntax {
+    /// The text starts as JSON and is not.
+    #[error("{input}: not valid YAML or JSON: {source}")]
+    Json {
         /// The input.
         input: Input,
-        /// The parser's message.
-        message: String,
+        /// The parser's error.
+        source: serde_json::Error,
+    },
+    /// The text is not YAML.
+    #[error("{input}: not valid YAML or JSON: {}", one_line(&source.to_string()))]
+    Yaml {
+        /// The input.
+        input: Input,
+        /// The parser's error.
+        source: Box<serde_saphyr::Error>,
     },
     /// A document is not an object of an accepted kind, or does not deserialize as one.
-    #[error("{input}: document {document}: {message}")]
+    #[error("{input}: document {document}: {problem}")]
     Document {
         /// The input.
         input: Input,
         /// 1-based document number (items of a List are numbered in order).
         document: usize,
         /// What is wrong.
-        message: String,
+        problem: DocumentProblem,
     },
+}
+
+/// What is wrong with one document of an input.
+#[derive(Debug, thiserror::Error)]
+pub enum DocumentProblem {
+    /// `kind` is there but not a string.
+    #[error("kind is not a string")]
+    KindNotString,
+    /// No `kind`.
+    #[error("not a Kubernetes object: no kind")]
+    NoKind,
+    /// A `List` whose `items` is not an array.
+    #[error("a List without an items array")]
+    ListWithoutItems,
+    /// The object does not deserialize as its kind.
+    #[error("not a valid {kind}: {source}")]
+    Invalid {
+        /// The object's kind.
+        kind: String,
+        /// The deserializer's error.
+        source: serde_json::Error,
+    },
+    /// An object of a kind the input may not hold.
+    #[error("a {found} where a {expected} was expected")]
+    WrongKind {
+        /// The object's kind.
+        found: String,
+        /// The kinds the input may hold.
+        expected: &'static str,
+    },
+    /// A Service other than `default/kubernetes`, or an EndpointSlice not of it.
+    #[error("{0}: only the default/kubernetes Service or its EndpointSlices may stand in for the cluster")]
+    NotApiserver(NotApiserver),
+    /// The chain of `--kubelet-certificate NODE=PEMFILE` cannot be read.
+    #[error("--kubelet-certificate {node}: {source}")]
+    KubeletCertificate {
+        /// The node named.
+        node: String,
+        /// Why the file is not a chain.
+        source: Box<crate::kubelet_tls::PemError>,
+    },
+}
+
+/// A Service or EndpointSlice that is not the apiserver's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum NotApiserver {
+    /// A Service other than `default/kubernetes`.
+    #[error("a Service other than default/kubernetes")]
+    Service,
+    /// An EndpointSlice not labelled as the `default/kubernetes` Service's.
+    #[error("an EndpointSlice not labelled kubernetes.io/service-name=kubernetes in default")]
+    EndpointSlice,
 }
 
 /// One Kubernetes object from an input, with its position for messages.
@@ -76,11 +136,13 @@ pub struct Object {
 impl Object {
     /// Deserializes the object as `T`, naming the input and document on failure.
     pub fn parse<T: serde::de::DeserializeOwned>(&self, input: &Input) -> Result<T, InputError> {
-        serde_json::from_value(self.value.clone()).map_err(|e| InputError::Document {
-            input: input.clone(),
-            document: self.document,
-            message: format!("not a valid {}: {e}", self.kind),
-        })
+        serde_json::from_value(self.value.clone())
+            .map_err(|source| self.problem(input, DocumentProblem::Invalid { kind: self.kind.clone(), source }))
+    }
+
+    /// `problem`, as the error of this object of `input`.
+    pub fn problem(&self, input: &Input, problem: DocumentProblem) -> InputError {
+        InputError::Document { input: input.clone(), document: self.document, problem }
     }
 }
 
@@ -90,10 +152,10 @@ pub fn read_objects(input: &Input) -> Result<Vec<Object>, InputError> {
     let documents: Vec<Value> = if text.trim_start().starts_with(['{', '[']) {
         serde_json::from_str::<Value>(&text)
             .map(|v| vec![v])
-            .map_err(|e| InputError::Syntax { input: input.clone(), message: e.to_string() })?
+            .map_err(|source| InputError::Json { input: input.clone(), source })?
     } else {
         serde_saphyr::from_multiple(&text)
-            .map_err(|e| InputError::Syntax { input: input.clone(), message: one_line(&e.to_string()) })?
+            .map_err(|source| InputError::Yaml { input: input.clone(), source: Box::new(source) })?
     };
     let mut objects = Vec::new();
     for value in documents {
@@ -104,16 +166,15 @@ pub fn read_objects(input: &Input) -> Result<Vec<Object>, InputError> {
 
 fn flatten(input: &Input, value: Value, out: &mut Vec<Object>) -> Result<(), InputError> {
     let document = out.len() + 1;
-    let not_an_object =
-        |message: &str| InputError::Document { input: input.clone(), document, message: message.to_owned() };
+    let not_an_object = |problem| InputError::Document { input: input.clone(), document, problem };
     let kind = match value.get("kind") {
         Some(Value::String(kind)) => kind.clone(),
-        Some(_) => return Err(not_an_object("kind is not a string")),
-        None => return Err(not_an_object("not a Kubernetes object: no kind")),
+        Some(_) => return Err(not_an_object(DocumentProblem::KindNotString)),
+        None => return Err(not_an_object(DocumentProblem::NoKind)),
     };
     if kind == "List" || (kind.ends_with("List") && value.get("items").is_some()) {
         let Some(Value::Array(items)) = value.get("items") else {
-            return Err(not_an_object("a List without an items array"));
+            return Err(not_an_object(DocumentProblem::ListWithoutItems));
         };
         for item in items.clone() {
             flatten(input, item, out)?;

@@ -12,8 +12,11 @@ use futures::FutureExt;
 use kube::Api;
 use kube::runtime::events::Reporter;
 use tokio::sync::oneshot;
+use tokio_util::task::AbortOnDropHandle;
 
 use crate::admin::{self, Readiness};
+use crate::audit::metrics::AuditMetrics;
+use crate::audit::periodic::{self, Host};
 use crate::config::Settings;
 use crate::controller::{self, Context};
 use crate::dns::HickoryResolver;
@@ -23,8 +26,9 @@ use crate::kubernetes::connect::{ConnectError, Connection, connect};
 use crate::kubernetes::csr_ledger::CsrLedger;
 use crate::kubernetes::csr_object::RequestRoom;
 use crate::kubernetes::decoded::Skipped;
-use crate::kubernetes::leader;
+use crate::kubernetes::leader::{self, Leadership};
 use crate::metrics::{MeteredResolver, Metrics};
+use crate::policy::{ClusterView, PolicyConfig, Resolver};
 use crate::shutdown::ShutdownSignals;
 
 /// The controller could not start or stopped abnormally.
@@ -100,9 +104,28 @@ pub async fn run(settings: Settings) -> Result<(), RunError> {
         tokio::spawn(ctx.cluster.clone().report_pending_brake(rules.max_pending_delta, ctx.metrics.clone()));
     }
     let (stop_controller, controller_stopped) = oneshot::channel::<()>();
+    let stopped = async move {
+        let _ = controller_stopped.await;
+    }
+    .shared();
+    // The periodic audit, when on: started once the CSR watch synced, stopped as soon as the
+    // controller is told to stop (a scan in flight dropped), ended with this function.
+    let (audit_synced, audit_start) = oneshot::channel::<()>();
+    let _audit = audit.clone().map(|schedule| {
+        let (ctx, stopped) = (ctx.clone(), stopped.clone());
+        AbortOnDropHandle::new(tokio::spawn(async move {
+            if audit_start.await.is_ok() {
+                tokio::select! {
+                    () = periodic::run(ctx, schedule) => {}
+                    () = stopped => {}
+                }
+            }
+        }))
+    });
     let on_synced = move || {
         tracing::info!("CSR watch synced: ready");
         readiness.set_ready();
+        let _ = audit_synced.send(());
     };
     let schedule = controller::Schedule {
         concurrency: cfg.concurrency,
@@ -112,11 +135,7 @@ pub async fn run(settings: Settings) -> Result<(), RunError> {
             bytes: usize::try_from(cfg.cache_request_bytes).unwrap_or(usize::MAX),
         },
         writable,
-        shutdown: async move {
-            let _ = controller_stopped.await;
-        }
-        .boxed(),
-        audit: audit.clone(),
+        shutdown: stopped.boxed(),
     };
     let controller = controller::run(ctx, schedule, csrs, machines, on_synced);
     tracing::info!(
@@ -172,5 +191,43 @@ async fn drain(controller: Pin<&mut impl Future<Output = ()>>, signal: &str, lim
             Ok(())
         }
         Err(_) => Err(RunError::DrainTimeout(limit)),
+    }
+}
+
+/// The periodic audit runs beside the reconciles, on what they share.
+impl<R: Resolver + 'static, C: ClusterView + 'static> Host for Context<R, C> {
+    type Resolver = R;
+    type Cluster = C;
+
+    fn policy(&self) -> &PolicyConfig {
+        &self.policy
+    }
+
+    fn resolver(&self) -> &R {
+        &self.resolver
+    }
+
+    fn cluster(&self) -> &C {
+        &self.cluster
+    }
+
+    fn leadership(&self) -> &Leadership {
+        &self.leadership
+    }
+
+    fn events(&self) -> &Events {
+        &self.events
+    }
+
+    fn metrics(&self) -> &AuditMetrics {
+        self.metrics.audit()
+    }
+
+    fn skipped(&self) -> &Skipped {
+        &self.skipped
+    }
+
+    fn client(&self) -> kube::Client {
+        self.api.clone().into_client()
     }
 }

@@ -1,9 +1,9 @@
-//! The documentation against the code: each `| --flag | ENV | default | meaning |` row of the
-//! README, `docs/` and CONTRIBUTING.md names a flag of `node-csr-approver` or `check` and the
-//! environment variable clap reads for it, each flag with an environment variable has a row, and a
-//! flag's default value, written once in its clap declaration, is the row's (`` `1m` ``). The README
-//! shows the Helm install on its first screen, and every relative link of the documents leads to a
-//! file and heading that exist.
+//! The documentation against the code: docs/configuration.md has one row for every argument clap
+//! declares, of the top level and of every command, and none for anything else, each with the
+//! short option, the environment variable (or `none`) and the default value clap declares
+//! (`` `1m` ``, written once in its clap declaration), and no other document lists flags with
+//! their env vars. The README shows the Helm install on its first screen, and every relative link
+//! of the documents leads to a file and heading that exist.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -30,67 +30,107 @@ fn documents() -> Vec<PathBuf> {
     docs
 }
 
-/// Flag (`--name`) to (env var, default cell) of every table row of the documents that names both.
-fn documented() -> BTreeMap<String, (String, String)> {
+/// An argument of a command: the command (`""` for the flags every command reads) and the
+/// argument's name (`--name`, or a positional argument's value name).
+type Key = (String, String);
+
+/// What a row of docs/configuration.md, or clap, says of one argument.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Row {
+    /// The short option, when there is one (`-o`).
+    short: Option<String>,
+    /// The env var; `None` for `none`.
+    env: Option<String>,
+    /// The default value written in backquotes, first in its cell; `None` for words (`none`,
+    /// `every Node`) or no default.
+    default: Option<String>,
+}
+
+/// The text of the first code span of `cell`, if the cell starts with one.
+fn leading_code(cell: &str) -> Option<&str> {
+    cell.strip_prefix('`').and_then(|rest| rest.split_once('`')).map(|(code, _)| code)
+}
+
+/// Every argument row of docs/configuration.md, by the command whose `###` heading it follows
+/// (none before the first: the flags every command reads).
+fn documented() -> BTreeMap<Key, Row> {
+    let text = std::fs::read_to_string(repo().join("docs/configuration.md")).unwrap();
     let mut rows = BTreeMap::new();
-    for doc in documents() {
-        let text = std::fs::read_to_string(&doc).unwrap();
-        for line in text.lines().filter(|line| line.starts_with("| `--")) {
-            let cells: Vec<&str> = line.split(" | ").map(|cell| cell.trim_matches(['|', ' '])).collect();
-            let code = |cell: &str| cell.strip_prefix('`').and_then(|c| c.strip_suffix('`')).map(str::to_owned);
-            let (Some(flag), Some(env)) = (code(cells[0]), cells.get(1).and_then(|cell| code(cell))) else { continue };
-            if env.chars().all(|c| c.is_ascii_uppercase() || c == '_') && cells.len() >= 4 {
-                let row = (env, cells[2].to_owned());
-                assert!(rows.insert(flag.clone(), row).is_none(), "{flag} has two rows ({})", doc.display());
-            }
+    let mut command = String::new();
+    for line in text.lines() {
+        if let Some(heading) = line.strip_prefix("### ") {
+            command = leading_code(heading).unwrap_or_default().to_owned();
+        }
+        let cells: Vec<&str> = line.split(" | ").map(|cell| cell.trim_matches(['|', ' '])).collect();
+        let Some(names) = leading_code(cells[0]).filter(|_| cells.len() >= 4) else { continue };
+        let words: Vec<&str> = names.split([' ', ',']).filter(|word| !word.is_empty()).collect();
+        let long = words.iter().find(|word| word.starts_with("--"));
+        let short = words.iter().find(|word| word.len() == 2 && word.starts_with('-')).map(|s| (*s).to_owned());
+        let name = long.map_or_else(|| words[0].trim_end_matches('…').to_owned(), |long| (*long).to_owned());
+        let env = match (cells[1], leading_code(cells[1])) {
+            ("none", _) => None,
+            (_, Some(env)) if env.chars().all(|c| c.is_ascii_uppercase() || c == '_') => Some(env.to_owned()),
+            (cell, _) => panic!("{name}: the env cell is `ENV` or none, not {cell:?}"),
+        };
+        let row = Row { short, env, default: leading_code(cells[2]).map(str::to_owned) };
+        assert!(rows.insert((command.clone(), name.clone()), row).is_none(), "{command} {name} has two rows");
+    }
+    rows
+}
+
+/// Every argument clap declares (but `--help` and `--version`), of the top level and of every
+/// subcommand, as a row of docs/configuration.md would say it.
+fn declared() -> BTreeMap<Key, Row> {
+    let command = Cli::command();
+    let commands = std::iter::once(("", &command)).chain(command.get_subcommands().map(|c| (c.get_name(), c)));
+    let mut rows = BTreeMap::new();
+    for (name, command) in commands {
+        for arg in command.get_arguments().filter(|arg| !["help", "version"].contains(&arg.get_id().as_str())) {
+            let help = arg.get_help().map(ToString::to_string).unwrap_or_default();
+            let values: Vec<String> = arg.get_default_values().iter().map(|v| v.to_str().unwrap().to_owned()).collect();
+            assert!(
+                values.is_empty() || !help.contains("[default: "),
+                "{name} {}: a default is written once, as clap's default value: {help}",
+                arg.get_id()
+            );
+            let value_name = || arg.get_value_names().unwrap()[0].to_string();
+            let key = arg.get_long().map_or_else(value_name, |long| format!("--{long}"));
+            let row = Row {
+                short: arg.get_short().map(|short| format!("-{short}")),
+                env: arg.get_env().map(|env| env.to_str().unwrap().to_owned()),
+                default: (!values.is_empty()).then(|| values.join(",")),
+            };
+            rows.insert((name.to_owned(), key), row);
         }
     }
     rows
 }
 
-/// How a flag's default is declared: clap's own default value, or words in its help
-/// (`[default: all addresses]`) for a default that is not a value.
-#[derive(Debug)]
-enum DeclaredDefault {
-    Value(String),
-    Words,
-}
-
-/// Flag to (env var, its default) of every argument with an env var.
-fn declared() -> BTreeMap<String, (String, DeclaredDefault)> {
-    let command = Cli::command();
-    let commands = std::iter::once(&command).chain(command.get_subcommands());
-    let mut flags = BTreeMap::new();
-    for arg in commands.flat_map(|c| c.get_arguments()) {
-        let (Some(long), Some(env)) = (arg.get_long(), arg.get_env()) else { continue };
-        let help = arg.get_help().map(ToString::to_string).unwrap_or_default();
-        let values: Vec<String> = arg.get_default_values().iter().map(|v| v.to_str().unwrap().to_owned()).collect();
-        let default = if values.is_empty() { DeclaredDefault::Words } else { DeclaredDefault::Value(values.join(",")) };
-        assert!(
-            matches!(default, DeclaredDefault::Words) || !help.contains("[default: "),
-            "--{long}: a default is written once, as clap's default value: {help}"
-        );
-        flags.insert(format!("--{long}"), (env.to_str().unwrap().to_owned(), default));
+#[test]
+fn the_configuration_lists_every_flag_and_argument_with_its_env_var_and_default() {
+    let (documented, declared) = (documented(), declared());
+    assert!(declared.len() > 50 && declared.keys().any(|(command, _)| command == "audit"), "{declared:#?}");
+    let names = |rows: &BTreeMap<Key, Row>| rows.keys().cloned().collect::<Vec<_>>();
+    assert_eq!(names(&documented), names(&declared), "docs/configuration.md (left) against clap (right)");
+    for (key, row) in &declared {
+        assert_eq!(&documented[key], row, "{key:?}: docs/configuration.md (left) against clap (right)");
     }
-    flags
+    let text = std::fs::read_to_string(repo().join("docs/configuration.md")).unwrap();
+    for command in Cli::command().get_subcommands() {
+        assert!(text.contains(&format!("\n### `{}`\n", command.get_name())), "{} has no section", command.get_name());
+    }
 }
 
 #[test]
-fn the_flag_tables_list_every_flag_with_its_env_var_and_default() {
-    let (documented, declared) = (documented(), declared());
-    assert!(declared.len() > 30, "{declared:?}");
-    let docs: BTreeMap<&String, &String> = documented.iter().map(|(flag, (env, _))| (flag, env)).collect();
-    let clap: BTreeMap<&String, &String> = declared.iter().map(|(flag, (env, _))| (flag, env)).collect();
-    assert_eq!(docs, clap, "documented rows (left) against the command line (right)");
-    // A default value is the table's, in backquotes (a note may follow: `31708800` (367 days)).
-    let mut values = 0;
-    for (flag, (_, default)) in &declared {
-        let DeclaredDefault::Value(value) = default else { continue };
-        let cell = &documented[flag].1;
-        assert!(cell.starts_with(&format!("`{value}`")), "{flag}: documented default {cell:?}, clap's {value:?}");
-        values += 1;
+fn only_the_configuration_lists_flags_with_their_env_vars() {
+    for doc in documents().into_iter().filter(|doc| !doc.ends_with("docs/configuration.md")) {
+        let text = std::fs::read_to_string(&doc).unwrap();
+        for line in text.lines().filter(|line| line.starts_with("| `--")) {
+            let env = line.split(" | ").nth(1).and_then(leading_code);
+            let is_env = env.is_some_and(|env| env.chars().all(|c| c.is_ascii_uppercase() || c == '_'));
+            assert!(!is_env, "{}: a flag's env var and default belong in docs/configuration.md: {line}", doc.display());
+        }
     }
-    assert!(values > 20, "most flags have a default value: {values}");
 }
 
 #[test]

@@ -12,7 +12,7 @@ use x509_cert::der::oid::ObjectIdentifier;
 use x509_cert::der::{Decode, Reader, SliceReader};
 use x509_cert::spki::SubjectPublicKeyInfoOwned;
 
-use crate::csr::{CertificateFacts, CsrFacts};
+use crate::csr::{CertificateFacts, CsrError, CsrFacts};
 use crate::policy::NODE_USER_PREFIX;
 
 const RSA_ENCRYPTION: ObjectIdentifier = ObjectIdentifier::new_unwrap("1.2.840.113549.1.1.1");
@@ -75,13 +75,27 @@ impl CsrNames {
     }
 }
 
+/// Why a presented chain's leaf cannot be read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum UnreadCertificate {
+    /// The chain is empty.
+    #[error("no certificate presented")]
+    NonePresented,
+    /// The leaf is not DER of a certificate.
+    #[error("the leaf is not an X.509 certificate: {0}")]
+    NotX509(x509_cert::der::Error),
+    /// The leaf's names cannot be read as the core reads a request's.
+    #[error("the leaf's names: {0}")]
+    Names(CsrError),
+}
+
 impl ServedCertificate {
     /// Reads the leaf of `chain` (leaf first); the rest of the chain only to tell whether it
     /// carries its own root. The names are also returned as the core reads them.
-    pub fn read(chain: &[CertificateDer<'_>]) -> Result<(ServedCertificate, CsrFacts), String> {
-        let (leaf_der, rest) = chain.split_first().ok_or("no certificate presented")?;
-        let leaf = Certificate::from_der(leaf_der).map_err(|e| format!("the leaf is not an X.509 certificate: {e}"))?;
-        let facts = CertificateFacts::from_der(leaf_der).map_err(|e| format!("the leaf's names: {e}"))?;
+    pub fn read(chain: &[CertificateDer<'_>]) -> Result<(ServedCertificate, CsrFacts), UnreadCertificate> {
+        let (leaf_der, rest) = chain.split_first().ok_or(UnreadCertificate::NonePresented)?;
+        let leaf = Certificate::from_der(leaf_der).map_err(UnreadCertificate::NotX509)?;
+        let facts = CertificateFacts::from_der(leaf_der).map_err(UnreadCertificate::Names)?;
         let tbs = leaf.tbs_certificate();
         let presented_roots = rest
             .iter()

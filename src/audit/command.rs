@@ -11,9 +11,9 @@ use std::io::Write;
 use jiff::Timestamp;
 
 use super::NodeAudit;
+use super::args::AuditArgs;
 use super::output;
 use super::scan::{Judge, ScanSettings};
-use crate::cli::AuditArgs;
 use crate::config::Settings;
 use crate::dns::{DnsError, HickoryResolver};
 use crate::kubelet_tls::KubeletServingCa;
@@ -90,7 +90,7 @@ pub async fn command(
     }
     let scan = ScanSettings {
         ca: kubelet.ca,
-        dial_limit: args.dial_timeout,
+        dial_limit: args.dial_timeout.into(),
         concurrency: usize::from(args.dial_concurrency),
         expiring_within: args.fail_on().expiring_within(),
     };

@@ -4,7 +4,7 @@
 use std::io::Write;
 
 use super::NodeAudit;
-use crate::cli::Format;
+use crate::config::Format;
 use crate::display::Escaped;
 
 /// Writes `reports` to `out` in `format`.

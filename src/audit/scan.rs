@@ -101,7 +101,9 @@ impl<R: Resolver, C: ClusterView> Judge<'_, R, C> {
     ) -> NodeAudit {
         let (certificate, names) = match ServedCertificate::read(chain) {
             Ok(read) => read,
-            Err(why) => return NodeAudit::without_certificate(node, Some(address), Finding::Malformed, why),
+            Err(why) => {
+                return NodeAudit::without_certificate(node, Some(address), Finding::Malformed, why.to_string());
+            }
         };
         let mut findings = BTreeSet::new();
         if unproven.is_some() {

@@ -25,8 +25,38 @@ pub enum BindAddressError {
         /// The address as given.
         address: String,
         /// What is wrong with it.
-        reason: String,
+        reason: NotBindAddress,
     },
+}
+
+/// What is wrong with a listen address that is not Go's `[host]:port`; the parts quoted are the
+/// address's own.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NotBindAddress {
+    /// `0`, which turns a server off only where the flag says so.
+    #[error("disabling a server with \"0\" is not supported; give host:port such as :8080")]
+    Zero,
+    /// `[` without its `]`.
+    #[error("missing ']' after the IPv6 address")]
+    Unclosed,
+    /// `[address]` without `:port`.
+    #[error("missing port; give [address]:port, for example [::1]:8080")]
+    NoBracketedPort,
+    /// Between the brackets, not an IPv6 address.
+    #[error("{0:?} is not an IPv6 address")]
+    NotIpv6(String),
+    /// No `:port`.
+    #[error("missing port; give host:port, for example :8080")]
+    NoPort,
+    /// An IPv6 address without brackets.
+    #[error("an IPv6 address must be in brackets, for example [::1]:8080")]
+    Unbracketed,
+    /// A host that is neither an IP address nor `localhost`.
+    #[error("host {0:?} is not an IP address or localhost")]
+    NotHost(String),
+    /// A port that is not a number from 0 to 65535.
+    #[error("port {0:?} is not a number from 0 to 65535")]
+    NotPort(String),
 }
 
 impl BindAddress {
@@ -34,37 +64,29 @@ impl BindAddress {
     /// `[::1]:8081`. An empty address, `0`, a host name other than `localhost`, an unbracketed
     /// IPv6 address or a missing or non-numeric port is an error.
     pub fn parse(text: &str) -> Result<BindAddress, BindAddressError> {
-        let invalid = |reason: String| BindAddressError::Invalid { address: text.to_owned(), reason };
+        let invalid = |reason: NotBindAddress| BindAddressError::Invalid { address: text.to_owned(), reason };
         if text.trim().is_empty() {
             return Err(BindAddressError::Empty);
         }
         if text == "0" {
-            return Err(invalid("disabling a server with \"0\" is not supported; give host:port such as :8080".into()));
+            return Err(invalid(NotBindAddress::Zero));
         }
         let (host, port) = match text.strip_prefix('[') {
             Some(rest) => {
-                let (inner, after) =
-                    rest.split_once(']').ok_or_else(|| invalid("missing ']' after the IPv6 address".into()))?;
-                let port = after
-                    .strip_prefix(':')
-                    .ok_or_else(|| invalid("missing port; give [address]:port, for example [::1]:8080".into()))?;
-                let ip = inner.parse::<Ipv6Addr>().map_err(|_| invalid(format!("{inner:?} is not an IPv6 address")))?;
+                let (inner, after) = rest.split_once(']').ok_or_else(|| invalid(NotBindAddress::Unclosed))?;
+                let port = after.strip_prefix(':').ok_or_else(|| invalid(NotBindAddress::NoBracketedPort))?;
+                let ip = inner.parse::<Ipv6Addr>().map_err(|_| invalid(NotBindAddress::NotIpv6(inner.to_owned())))?;
                 (Some(IpAddr::V6(ip)), port)
             }
             None => {
-                let (host, port) = text
-                    .rsplit_once(':')
-                    .ok_or_else(|| invalid("missing port; give host:port, for example :8080".into()))?;
+                let (host, port) = text.rsplit_once(':').ok_or_else(|| invalid(NotBindAddress::NoPort))?;
                 let ip = match host {
                     "" => None,
                     _ if host.contains(':') => {
-                        return Err(invalid("an IPv6 address must be in brackets, for example [::1]:8080".into()));
+                        return Err(invalid(NotBindAddress::Unbracketed));
                     }
                     _ if host.eq_ignore_ascii_case("localhost") => Some(Ipv4Addr::LOCALHOST),
-                    _ => Some(
-                        host.parse()
-                            .map_err(|_| invalid(format!("host {host:?} is not an IP address or localhost")))?,
-                    ),
+                    _ => Some(host.parse().map_err(|_| invalid(NotBindAddress::NotHost(host.to_owned())))?),
                 };
                 (ip.map(IpAddr::V4), port)
             }
@@ -72,7 +94,7 @@ impl BindAddress {
         // Digits only: `u16::from_str` would also take `+80`.
         let port: u16 = match port.parse() {
             Ok(number) if port.bytes().all(|b| b.is_ascii_digit()) => number,
-            _ => return Err(invalid(format!("port {port:?} is not a number from 0 to 65535"))),
+            _ => return Err(invalid(NotBindAddress::NotPort(port.to_owned()))),
         };
         Ok(host.map_or(BindAddress::AnyHost(port), |ip| BindAddress::Exact(SocketAddr::new(ip, port))))
     }

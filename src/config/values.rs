@@ -1,5 +1,6 @@
 //! How clap reads one flag's value into its type: [`Checked`] runs a reading function and prints
-//! its [`ValueError`] as the one line that names the flag, its env var and the value; [`shared`]
+//! its [`ValueError`] as the one line that names the flag, its env var and the value (a command's
+//! own argument, which has no env var, as clap's line); [`shared`]
 //! gives every flag of the groups its common shape (global, booleans as Go's `flag` reads them);
 //! and the readings the flag groups share (bounded numbers and durations, keywords, lists).
 //! Each default is written once, as the flag's `default_value`; clap shows it in `--help`.
@@ -19,7 +20,7 @@ use crate::policy::is_dns_subdomain;
 /// A value parser for clap made of a reading function: what it returns is the flag's value, and
 /// its [`ValueError`] is the line clap prints before exiting with code 2.
 #[derive(Clone)]
-pub(super) struct Checked<F>(pub F);
+pub(crate) struct Checked<F>(pub F);
 
 impl<T, F> TypedValueParser for Checked<F>
 where
@@ -28,7 +29,12 @@ where
 {
     type Value = T;
 
-    fn parse_ref(&self, _: &Command, arg: Option<&Arg>, value: &OsStr) -> Result<T, clap::Error> {
+    fn parse_ref(&self, command: &Command, arg: Option<&Arg>, value: &OsStr) -> Result<T, clap::Error> {
+        if !arg.is_some_and(Arg::is_global_set) {
+            // A command's own argument, which has no env var: clap's line names it as the usage
+            // does (`'--now <RFC3339>'`), and the problem names the value.
+            return TypedValueParser::parse_ref(&self.0, command, arg, value);
+        }
         let long = arg.and_then(Arg::get_long).unwrap_or_default();
         let error = |text: &str, problem: ValueError| {
             clap::Error::raw(ErrorKind::ValueValidation, format!("{}\n", described(long, text, &problem)))

@@ -7,7 +7,7 @@ use std::path::Path;
 use super::{repo, rust_files};
 
 /// The deepest import level a crate's modules may reach (level 1 imports nothing of the crate).
-const MAX_LEVELS: usize = 6;
+const MAX_LEVELS: usize = 7;
 
 /// The module a file of `src` holds, as a path: `config::flags` for `src/config/flags.rs`.
 fn module_of(src: &Path, file: &Path) -> String {
@@ -118,7 +118,7 @@ fn levels(graph: &BTreeMap<String, BTreeSet<String>>) -> Result<BTreeMap<String,
 }
 
 #[test]
-fn the_shell_and_the_core_import_in_no_cycle_and_at_most_six_levels_deep() {
+fn the_shell_and_the_core_import_in_no_cycle_and_at_most_seven_levels_deep() {
     for src in [repo().join("src"), repo().join("core/src")] {
         let graph = import_graph(&src);
         assert!(graph.len() > 15 && graph.values().map(BTreeSet::len).sum::<usize>() > 30, "{graph:#?}");

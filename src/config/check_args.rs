@@ -1,9 +1,14 @@
-//! The arguments of `check`.
+//! The arguments of `check`, read as the flag groups read theirs ([`Checked`]); they have no env
+//! var.
 
 use std::path::PathBuf;
 
-use clap::{Args, ValueEnum};
+use clap::Args;
 use jiff::Timestamp;
+
+use super::ValueError;
+use super::format::Format;
+use super::values::Checked;
 
 /// Arguments of `check`.
 #[derive(Debug, Clone, Args)]
@@ -19,48 +24,40 @@ pub struct CheckArgs {
     #[arg(long, value_name = "PATH", requires = "file")]
     pub objects: Option<PathBuf>,
     /// NODE=PEMFILE: the certificate (and intermediates) node NODE's kubelet serves, as renewal evidence verified against --kubelet-serving-ca-file (repeatable; needs the Node in --objects)
-    #[arg(long, value_name = "NODE=PEMFILE", requires = "objects", value_parser = parse_kubelet_certificate)]
+    #[arg(long, value_name = "NODE=PEMFILE", requires = "objects", value_parser = Checked(kubelet_certificate))]
     pub kubelet_certificate: Vec<(String, PathBuf)>,
     /// The time used for age-based rules, RFC 3339 (default: now)
-    #[arg(long, value_name = "RFC3339", value_parser = parse_now)]
+    #[arg(long, value_name = "RFC3339", value_parser = Checked(now))]
     pub now: Option<Timestamp>,
     /// Output format
     #[arg(short, long, value_enum, default_value_t = Format::Text)]
     pub output: Format,
 }
 
-/// How `check` prints its reports.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum Format {
-    /// The decision and a table of every check.
-    Text,
-    /// One JSON object per CSR per line.
-    Json,
-}
-
-/// A `check` argument that cannot be read.
-#[derive(Debug, thiserror::Error)]
-pub enum CheckArgError {
-    /// Not `NODE=PEMFILE`.
-    #[error("{0:?} is not NODE=PEMFILE")]
-    NotNodeCertificate(String),
-    /// Not an RFC 3339 time.
-    #[error("{text:?} is not an RFC 3339 time such as 2026-01-02T15:04:05Z")]
-    NotTime {
-        /// The argument.
-        text: String,
-        /// Why it is not.
-        source: jiff::Error,
-    },
-}
-
-fn parse_kubelet_certificate(text: &str) -> Result<(String, PathBuf), CheckArgError> {
+/// `NODE=PEMFILE`, neither empty.
+fn kubelet_certificate(text: &str) -> Result<(String, PathBuf), ValueError> {
     match text.split_once('=') {
         Some((node, path)) if !node.is_empty() && !path.is_empty() => Ok((node.to_owned(), PathBuf::from(path))),
-        _ => Err(CheckArgError::NotNodeCertificate(text.to_owned())),
+        _ => Err(ValueError::NotNodeCertificate(text.to_owned())),
     }
 }
 
-fn parse_now(text: &str) -> Result<Timestamp, CheckArgError> {
-    text.parse().map_err(|source| CheckArgError::NotTime { text: text.to_owned(), source })
+/// An RFC 3339 time.
+fn now(text: &str) -> Result<Timestamp, ValueError> {
+    text.parse().map_err(|source| ValueError::NotTime(text.to_owned(), source))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_kubelet_certificate_names_a_node_and_a_file() {
+        assert_eq!(kubelet_certificate("n1=/a=b.pem").unwrap(), ("n1".to_owned(), PathBuf::from("/a=b.pem")));
+        for bad in ["n1", "=x.pem", "n1=", ""] {
+            assert_eq!(kubelet_certificate(bad).unwrap_err().to_string(), format!("{bad:?} is not NODE=PEMFILE"));
+        }
+        assert!(now("2026-01-02T15:04:05Z").is_ok());
+        assert!(now("yesterday").unwrap_err().to_string().starts_with(r#""yesterday" is not an RFC 3339 time"#));
+    }
 }

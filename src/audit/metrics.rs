@@ -1,25 +1,18 @@
 //! The periodic audit's metrics: Nodes by state and Nodes by finding (every state and finding
 //! always present), the soonest notAfter of the certificates served, the last completed scan;
 //! and, only when asked for (`--audit-node-metrics`), one series per Node, removed when the Node
-//! is gone.
+//! is gone. The findings' names come in as values: the metrics root registers these metrics, and
+//! the audit's metrics import nothing of the crate.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use clap::ValueEnum;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::{Registry, Unit};
-
-use crate::audit::findings::Finding;
-
-/// Every state a Node can be in: `compliant`, then each finding.
-fn audit_states() -> impl Iterator<Item = &'static str> {
-    std::iter::once("compliant").chain(Finding::value_variants().iter().map(|finding| finding.as_str()))
-}
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct StateLabels {
@@ -47,10 +40,10 @@ struct NodeLabels {
 pub struct AuditedNode<'a> {
     /// The Node's name.
     pub node: &'a str,
-    /// Its state (one of [`audit_states`]).
+    /// Its state: `compliant` or one of the findings' names.
     pub state: &'static str,
-    /// Every finding it has (its state is the first).
-    pub findings: &'a BTreeSet<Finding>,
+    /// The name of every finding it has (its state is the first).
+    pub findings: &'a [&'static str],
     /// The notAfter of the certificate its kubelet serves, in seconds since the epoch, when read.
     pub not_after: Option<i64>,
 }
@@ -60,7 +53,9 @@ type NodeSeries = HashMap<String, &'static str>;
 
 /// The periodic audit's metrics. Cloning is cheap and every clone updates the same metrics.
 #[derive(Debug, Clone)]
-pub(super) struct AuditMetrics {
+pub(crate) struct AuditMetrics {
+    /// The name of every finding, most severe first.
+    finding_names: Arc<[&'static str]>,
     nodes: Family<StateLabels, Gauge>,
     findings: Family<FindingLabels, Gauge>,
     soonest_expiry: Gauge,
@@ -75,10 +70,11 @@ pub(super) struct AuditMetrics {
 
 impl AuditMetrics {
     /// Registers the audit's metrics in `registry` (prefixed), every state's and finding's count
-    /// at 0.
-    pub(super) fn register(registry: &mut Registry) -> AuditMetrics {
+    /// at 0: the states are `compliant` and the findings, named by `finding_names`.
+    pub(crate) fn register(registry: &mut Registry, finding_names: &[&'static str]) -> AuditMetrics {
+        let finding_names: Arc<[&'static str]> = finding_names.into();
         let nodes = Family::<StateLabels, Gauge>::default();
-        for state in audit_states() {
+        for state in std::iter::once("compliant").chain(finding_names.iter().copied()) {
             nodes.get_or_create_owned(&StateLabels { state });
         }
         registry.register(
@@ -87,8 +83,8 @@ impl AuditMetrics {
             nodes.clone(),
         );
         let findings = Family::<FindingLabels, Gauge>::default();
-        for finding in Finding::value_variants() {
-            findings.get_or_create_owned(&FindingLabels { finding: finding.as_str() });
+        for &finding in finding_names.iter() {
+            findings.get_or_create_owned(&FindingLabels { finding });
         }
         registry.register(
             "audit_findings",
@@ -137,6 +133,7 @@ impl AuditMetrics {
             node_expiry.clone(),
         );
         AuditMetrics {
+            finding_names,
             nodes,
             findings,
             soonest_expiry,
@@ -149,8 +146,13 @@ impl AuditMetrics {
         }
     }
 
+    /// Every state a Node can be in: `compliant`, then each finding.
+    fn states(&self) -> impl Iterator<Item = &'static str> + '_ {
+        std::iter::once("compliant").chain(self.finding_names.iter().copied())
+    }
+
     /// Turns the audit's metrics on: its period, and the per-Node series when `per_node`.
-    pub(super) fn enable(&self, period: Duration, per_node: bool) {
+    pub(crate) fn enable(&self, period: Duration, per_node: bool) {
         self.period.set(i64::try_from(period.as_secs()).unwrap_or(i64::MAX));
         *self.series() = per_node.then(HashMap::new);
     }
@@ -162,14 +164,14 @@ impl AuditMetrics {
     /// Sets the counts, the soonest notAfter and the per-Node series from one completed scan of
     /// `nodes` (every Node listed), which ended at `finished` (seconds since the epoch) after
     /// `took`.
-    pub(super) fn record_scan(&self, nodes: &[AuditedNode<'_>], finished: f64, took: Duration) {
-        for state in audit_states() {
+    pub(crate) fn record_scan(&self, nodes: &[AuditedNode<'_>], finished: f64, took: Duration) {
+        for state in self.states() {
             let count = nodes.iter().filter(|node| node.state == state).count();
             self.nodes.get_or_create(&StateLabels { state }).set(i64::try_from(count).unwrap_or(i64::MAX));
         }
-        for finding in Finding::value_variants() {
-            let count = nodes.iter().filter(|node| node.findings.contains(finding)).count();
-            let labels = FindingLabels { finding: finding.as_str() };
+        for &finding in self.finding_names.iter() {
+            let count = nodes.iter().filter(|node| node.findings.contains(&finding)).count();
+            let labels = FindingLabels { finding };
             self.findings.get_or_create(&labels).set(i64::try_from(count).unwrap_or(i64::MAX));
         }
         self.soonest_expiry.set(nodes.iter().filter_map(|node| node.not_after).min().unwrap_or(0));
@@ -196,12 +198,12 @@ impl AuditMetrics {
 
     /// Sets the counts and the soonest notAfter to 0 and removes every per-Node series: this
     /// replica no longer writes, and the one that does reports them.
-    pub(super) fn clear(&self) {
-        for state in audit_states() {
+    pub(crate) fn clear(&self) {
+        for state in self.states() {
             self.nodes.get_or_create(&StateLabels { state }).set(0);
         }
-        for finding in Finding::value_variants() {
-            self.findings.get_or_create(&FindingLabels { finding: finding.as_str() }).set(0);
+        for &finding in self.finding_names.iter() {
+            self.findings.get_or_create(&FindingLabels { finding }).set(0);
         }
         self.soonest_expiry.set(0);
         if let Some(exported) = self.series().as_mut() {
@@ -221,15 +223,22 @@ impl AuditMetrics {
 mod tests {
     #![allow(clippy::unwrap_used)]
 
-    use super::super::Metrics;
-    use super::*;
+    use std::collections::BTreeSet;
 
-    fn set(findings: &[Finding]) -> BTreeSet<Finding> {
-        findings.iter().copied().collect()
+    use clap::ValueEnum;
+
+    use super::*;
+    use crate::audit::findings::Finding;
+    use crate::metrics::Metrics;
+
+    /// The names of `findings`, most severe first.
+    fn set(findings: &[Finding]) -> Vec<&'static str> {
+        let findings: BTreeSet<Finding> = findings.iter().copied().collect();
+        findings.iter().map(|finding| finding.as_str()).collect()
     }
 
-    fn node<'a>(node: &'a str, findings: &'a BTreeSet<Finding>, not_after: Option<i64>) -> AuditedNode<'a> {
-        AuditedNode { node, state: crate::audit::findings::state_name(findings), findings, not_after }
+    fn node<'a>(node: &'a str, findings: &'a [&'static str], not_after: Option<i64>) -> AuditedNode<'a> {
+        AuditedNode { node, state: findings.first().copied().unwrap_or("compliant"), findings, not_after }
     }
 
     fn lines(metrics: &Metrics, prefix: &str) -> Vec<String> {
@@ -249,7 +258,7 @@ mod tests {
         let counts = lines(&metrics, "node_csr_approver_audit_nodes{");
         assert_eq!(counts.len(), 10, "{counts:#?}");
         assert!(counts.iter().all(|line| line.ends_with(" 0")), "{counts:#?}");
-        metrics.enable_audit(Duration::from_secs(3600), false);
+        metrics.audit().enable(Duration::from_secs(3600), false);
         let (none, self_signed, unreachable) = (set(&[]), set(&[Finding::SelfSigned]), set(&[Finding::Unreachable]));
         let scan = [
             node("a", &none, Some(2_000)),
@@ -257,7 +266,7 @@ mod tests {
             node("c", &unreachable, None),
             node("d", &self_signed, Some(3_000)),
         ];
-        metrics.record_audit_scan(&scan, 1_700_000_000.5, Duration::from_millis(1500));
+        metrics.audit().record_scan(&scan, 1_700_000_000.5, Duration::from_millis(1500));
         let text = metrics.encode().unwrap();
         for expected in [
             "node_csr_approver_audit_nodes{state=\"compliant\"} 1\n",
@@ -272,7 +281,7 @@ mod tests {
             assert!(text.contains(expected), "{expected}{text}");
         }
         assert_eq!(lines(&metrics, "node_csr_approver_audit_node_"), Vec::<String>::new(), "off by default");
-        metrics.clear_audit();
+        metrics.audit().clear();
         assert!(lines(&metrics, "node_csr_approver_audit_nodes{").iter().all(|line| line.ends_with(" 0")));
         assert_eq!(
             lines(&metrics, "node_csr_approver_audit_soonest"),
@@ -288,10 +297,14 @@ mod tests {
     #[test]
     fn per_node_series_follow_the_nodes_and_their_states() {
         let metrics = Metrics::new();
-        metrics.enable_audit(Duration::from_secs(60), true);
+        metrics.audit().enable(Duration::from_secs(60), true);
         let (none, self_signed) = (set(&[]), set(&[Finding::SelfSigned]));
         let (unreachable, expiring) = (set(&[Finding::Unreachable]), set(&[Finding::Expiring]));
-        metrics.record_audit_scan(&[node("a", &none, Some(2_000)), node("b", &unreachable, None)], 1.0, Duration::ZERO);
+        metrics.audit().record_scan(
+            &[node("a", &none, Some(2_000)), node("b", &unreachable, None)],
+            1.0,
+            Duration::ZERO,
+        );
         assert_eq!(
             sorted(&metrics),
             [
@@ -300,7 +313,11 @@ mod tests {
                 "node_csr_approver_audit_node_state{node=\"b\",state=\"unreachable\"} 1",
             ]
         );
-        metrics.record_audit_scan(&[node("a", &self_signed, None), node("c", &expiring, Some(5))], 2.0, Duration::ZERO);
+        metrics.audit().record_scan(
+            &[node("a", &self_signed, None), node("c", &expiring, Some(5))],
+            2.0,
+            Duration::ZERO,
+        );
         assert_eq!(
             sorted(&metrics),
             [
@@ -310,7 +327,7 @@ mod tests {
             ],
             "b is gone, a changed state and lost its certificate"
         );
-        metrics.clear_audit();
+        metrics.audit().clear();
         assert_eq!(lines(&metrics, "node_csr_approver_audit_node_"), Vec::<String>::new());
     }
 
@@ -321,7 +338,7 @@ mod tests {
         assert_eq!(counts.len(), Finding::value_variants().len(), "one series per finding: {counts:#?}");
         assert!(counts.iter().all(|line| line.ends_with(" 0")), "{counts:#?}");
         assert!(!counts.iter().any(|line| line.contains("=\"compliant\"")), "no finding is `compliant`: {counts:#?}");
-        metrics.enable_audit(Duration::from_secs(3600), false);
+        metrics.audit().enable(Duration::from_secs(3600), false);
         let other_ca = set(&[Finding::Untrusted, Finding::NonCompliant]);
         let own = set(&[Finding::SelfSigned, Finding::NonCompliant, Finding::Expired]);
         let (none, unreachable) = (set(&[]), set(&[Finding::Unreachable]));
@@ -331,7 +348,7 @@ mod tests {
             node("c", &none, Some(3_000)),
             node("d", &unreachable, None),
         ];
-        metrics.record_audit_scan(&scan, 1.0, Duration::ZERO);
+        metrics.audit().record_scan(&scan, 1.0, Duration::ZERO);
         let text = metrics.encode().unwrap();
         for expected in [
             "node_csr_approver_audit_nodes{state=\"untrusted\"} 1\n",
@@ -348,7 +365,7 @@ mod tests {
         ] {
             assert!(text.contains(expected), "{expected}{text}");
         }
-        metrics.clear_audit();
+        metrics.audit().clear();
         assert!(lines(&metrics, "node_csr_approver_audit_findings{").iter().all(|line| line.ends_with(" 0")));
     }
 }
