@@ -33,10 +33,13 @@ ENV CARGO_PROFILE_RELEASE_STRIP=symbols
 # most of the idle resident memory (BENCHMARKS.md, "Link-time optimisation").
 ENV CARGO_PROFILE_RELEASE_LTO=fat CARGO_PROFILE_RELEASE_CODEGEN_UNITS=1
 # jemalloc refuses to start on pages larger than it was built for, and arm64 kernels may use 64 KiB
-# pages: the arm64 binary is built for pages of up to 64 KiB.
+# pages: the arm64 binary is built for pages of up to 64 KiB. Debian's arm64 libgcc picks its
+# atomics at run time through glibc's __getauxval, which musl has not: C code is compiled without
+# those outline atomics (as scripts/check-static-binary.sh does).
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \
     if [ "${TARGETARCH}" = arm64 ]; then export JEMALLOC_SYS_WITH_LG_PAGE=16; fi \
+    && if [ "${TARGETARCH}" = arm64 ]; then export CFLAGS_aarch64_unknown_linux_musl=-mno-outline-atomics; fi \
     && cargo auditable build --release --locked --target "$(cat /rust-target)" --bin node-csr-approver \
     && cp "target/$(cat /rust-target)/release/node-csr-approver" /node-csr-approver \
     && /node-csr-approver --version
