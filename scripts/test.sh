@@ -29,9 +29,15 @@ fi
 echo "== cargo deny check licenses bans sources (deny.toml; installed once into the tools cache)"
 scripts/cargo-deny.sh
 
-echo "== static release binary, built as the Dockerfile builds it"
+echo "== static release binaries (amd64, arm64 cross-built and run under QEMU), built as the Dockerfile builds them"
 NODE_CSR_APPROVER_BIN="$(scripts/check-static-binary.sh | tail -n 1)"
-export NODE_CSR_APPROVER_BIN
+NODE_CSR_APPROVER_BIN_ARM64="$(scripts/check-static-binary.sh --target aarch64-unknown-linux-musl | tail -n 1)"
+export NODE_CSR_APPROVER_BIN NODE_CSR_APPROVER_BIN_ARM64
+
+echo "== the multi-architecture image (OCI layout) and its SBOMs"
+NODE_CSR_APPROVER_IMAGE_LAYOUT="$(scripts/build-image.sh | tail -n 1)"
+NODE_CSR_APPROVER_SBOM_DIR="$(dirname "${NODE_CSR_APPROVER_IMAGE_LAYOUT}")"
+export NODE_CSR_APPROVER_IMAGE_LAYOUT NODE_CSR_APPROVER_SBOM_DIR
 
 echo "== cargo clippy"
 cargo clippy --workspace --all-targets --locked -- -D warnings

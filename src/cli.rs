@@ -9,9 +9,20 @@ use clap::{Arg, CommandFactory, FromArgMatches, Parser, Subcommand};
 use crate::audit::args::AuditArgs;
 use crate::config::{CheckArgs, MachineArgs, PolicyArgs, RunArgs};
 
+/// What `--version` prints after the name: the version, the commit it was built from (`unknown`
+/// without git) and the target, e.g. `0.1.0 (commit 0123456789ab, x86_64-unknown-linux-musl)`.
+pub const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("NODE_CSR_APPROVER_BUILD_COMMIT"),
+    ", ",
+    env!("NODE_CSR_APPROVER_BUILD_TARGET"),
+    ")"
+);
+
 /// Decides on the certificate signing requests kubelets create.
 #[derive(Debug, Parser)]
-#[command(name = "node-csr-approver", version, about, propagate_version = true)]
+#[command(name = "node-csr-approver", version = VERSION, about, propagate_version = true)]
 pub struct Cli {
     /// Policy and DNS settings (also read from environment variables).
     #[command(flatten)]

@@ -401,3 +401,21 @@ fn audit_stops_with_exit_2_naming_the_flag_of_an_invalid_value() {
         assert!(output.stdout.is_empty(), "nothing is dialled on a usage error");
     }
 }
+
+/// `--version` names the version, the commit of the source tree it was built from (git's HEAD, or
+/// `unknown` outside a git work tree) and the target, here the host's.
+#[test]
+fn version_names_the_commit_and_the_target() {
+    let output = run(binary().arg("--version"));
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let git = Command::new("git").arg("-C").arg(repo(".")).args(["rev-parse", "--verify", "HEAD"]).output();
+    let commit = match git {
+        Ok(git) if git.status.success() => String::from_utf8(git.stdout).unwrap()[..12].to_owned(),
+        _ => "unknown".to_owned(),
+    };
+    let stdout = String::from_utf8(output.stdout).unwrap();
+    let prefix = format!("node-csr-approver {} (commit {commit}, ", env!("CARGO_PKG_VERSION"));
+    let target = stdout.strip_prefix(&prefix).and_then(|rest| rest.strip_suffix(")\n"));
+    let target = target.unwrap_or_else(|| panic!("{stdout:?} does not start with {prefix:?}"));
+    assert!(target.starts_with(std::env::consts::ARCH) && target.contains("-linux-"), "{stdout:?}");
+}

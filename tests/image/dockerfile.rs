@@ -1,8 +1,59 @@
-//! The Dockerfile's final stage, read as far as `scripts/build-image.sh` reproduces it: its base,
-//! the one file it copies, its user, entrypoint and command. Any other instruction in that stage
-//! is an error, so a Dockerfile that grows one fails the test until the script does the same.
+//! The Dockerfile, read as far as `scripts/build-image.sh` reproduces it: of its build stage, each
+//! platform's Rust target and jemalloc page-size flag and the cargo-auditable it builds with; of its
+//! final stage, its base, the one file it copies, its user, entrypoint and command. Any other
+//! instruction in the final stage is an error, so a Dockerfile that grows one fails the test until
+//! the script does the same.
 
+use std::collections::BTreeMap;
+
+use regex::Regex;
 use serde_json::Value;
+
+/// What the build stage does for each platform (`TARGETARCH`).
+#[derive(Debug)]
+pub struct BuildStage {
+    /// The Rust target each `TARGETARCH` builds, e.g. `arm64` → `aarch64-unknown-linux-musl`.
+    pub targets: BTreeMap<String, String>,
+    /// `JEMALLOC_SYS_WITH_LG_PAGE` for the `TARGETARCH`s that set it.
+    pub lg_page: BTreeMap<String, u32>,
+    /// The cargo-auditable version it installs, when the binary is built with `cargo auditable`.
+    pub auditable: Option<String>,
+}
+
+/// Reads the stage named `build` of `text`.
+pub fn build_stage(text: &str) -> Result<BuildStage, String> {
+    let all = instructions(text);
+    let start = all
+        .iter()
+        .position(|(keyword, rest)| keyword == "FROM" && rest.ends_with(" AS build"))
+        .ok_or("the Dockerfile has no stage `AS build`")?;
+    let end =
+        all[start + 1..].iter().position(|(keyword, _)| keyword == "FROM").map_or(all.len(), |end| start + 1 + end);
+    let runs: Vec<&str> =
+        all[start + 1..end].iter().filter(|(keyword, _)| keyword == "RUN").map(|(_, rest)| rest.as_str()).collect();
+    let runs = runs.join("\n");
+    let captures = |pattern: &str| -> Vec<(String, String)> {
+        Regex::new(pattern)
+            .unwrap()
+            .captures_iter(&runs)
+            .map(|found| (found[1].to_owned(), found[2].to_owned()))
+            .collect()
+    };
+    let targets: BTreeMap<String, String> = captures(r"(\w+)\) echo ([\w-]+) ;;").into_iter().collect();
+    if targets.is_empty() {
+        return Err("the build stage maps no TARGETARCH to a Rust target (`amd64) echo TARGET ;;`)".to_owned());
+    }
+    let lg_page = captures(r#"if \[ "\$\{TARGETARCH\}" = (\w+) \]; then export JEMALLOC_SYS_WITH_LG_PAGE=(\d+); fi"#)
+        .into_iter()
+        .map(|(arch, lg)| (arch, lg.parse().unwrap_or(0)))
+        .collect();
+    let installed = captures(r"cargo install --locked (cargo-auditable)@([\d.]+)");
+    let auditable = installed
+        .first()
+        .filter(|_| runs.contains("cargo auditable build --release"))
+        .map(|(_, version)| version.clone());
+    Ok(BuildStage { targets, lg_page, auditable })
+}
 
 /// What the final stage of the Dockerfile makes of its base image.
 #[derive(Debug)]

@@ -1,5 +1,6 @@
-//! An OCI image archive as `scripts/oci-archive.sh` writes it, unpacked with GNU tar and gzip and
-//! checked against its own digests: index → manifest → config and layer.
+//! An OCI image layout as `scripts/oci-archive.sh` writes it (a directory, or unpacked from its
+//! archive with GNU tar), read and checked against its own digests: index.json → image index →
+//! each platform's manifest → config and layer (unpacked with gzip and tar).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -20,7 +21,7 @@ pub fn run(command: &mut Command) -> Vec<u8> {
     output.stdout
 }
 
-/// One entry of the layer, as `tar --list --verbose --numeric-owner` shows it.
+/// One entry of a layer, as `tar --list --verbose --numeric-owner` shows it.
 #[derive(Debug, PartialEq, Eq)]
 pub struct Entry {
     /// `ls -l` style type and permissions, e.g. `-rwxr-xr-x`.
@@ -31,16 +32,28 @@ pub struct Entry {
     pub path: String,
 }
 
-/// The unpacked archive.
+/// One platform's image.
 pub struct Image {
-    /// The index's one manifest descriptor.
+    /// Its descriptor in the image index (with its `platform`).
     pub descriptor: Value,
-    /// The image config.
+    /// Its manifest.
+    pub manifest: Value,
+    /// Its config.
     pub config: Value,
     /// The layer's entries in archive order.
     pub entries: Vec<Entry>,
     /// Where the layer was extracted.
     pub rootfs: PathBuf,
+}
+
+/// The layout: index.json's one entry, the image index it names and the images.
+pub struct Layout {
+    /// index.json's one descriptor (the image index's digest, the name annotations).
+    pub descriptor: Value,
+    /// The image index.
+    pub index: Value,
+    /// The images, in the index's order.
+    pub images: Vec<Image>,
 }
 
 fn blob(layout: &Path, descriptor: &Value) -> Vec<u8> {
@@ -51,27 +64,53 @@ fn blob(layout: &Path, descriptor: &Value) -> Vec<u8> {
     bytes
 }
 
-/// Unpacks `archive` into `dir` and reads it, checking every digest, size and media type.
-pub fn open(archive: &Path, dir: &Path) -> Image {
+/// Unpacks the archive `archive` into `dir`/layout and returns that directory.
+pub fn unpack(archive: &Path, dir: &Path) -> PathBuf {
     let layout = dir.join("layout");
     std::fs::create_dir_all(&layout).unwrap();
     run(Command::new("tar").arg("-xf").arg(archive).arg("-C").arg(&layout));
+    layout
+}
+
+/// Reads the layout directory `layout`, unpacking each layer under `dir`, and checks every digest,
+/// size and media type.
+pub fn open(layout: &Path, dir: &Path) -> Layout {
     let layout_version: Value = serde_json::from_slice(&std::fs::read(layout.join("oci-layout")).unwrap()).unwrap();
     assert_eq!(layout_version["imageLayoutVersion"], "1.0.0");
-    let index: Value = serde_json::from_slice(&std::fs::read(layout.join("index.json")).unwrap()).unwrap();
+    let top: Value = serde_json::from_slice(&std::fs::read(layout.join("index.json")).unwrap()).unwrap();
+    assert_eq!(top["schemaVersion"], 2);
+    let entries = top["manifests"].as_array().unwrap();
+    assert_eq!(entries.len(), 1, "index.json names one image index: {top}");
+    let descriptor = entries[0].clone();
+    assert_eq!(descriptor["mediaType"], "application/vnd.oci.image.index.v1+json");
+    let index: Value = serde_json::from_slice(&blob(layout, &descriptor)).unwrap();
     assert_eq!(index["schemaVersion"], 2);
-    let manifests = index["manifests"].as_array().unwrap();
-    assert_eq!(manifests.len(), 1, "{index}");
-    let descriptor = manifests[0].clone();
+    assert_eq!(index["mediaType"], "application/vnd.oci.image.index.v1+json");
+    let images = index["manifests"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|descriptor| {
+            let architecture = descriptor["platform"]["architecture"].as_str().unwrap();
+            image(layout, descriptor, &dir.join(architecture))
+        })
+        .collect();
+    Layout { descriptor, index, images }
+}
+
+/// Reads the image `descriptor` names and unpacks its layer under `dir`.
+fn image(layout: &Path, descriptor: &Value, dir: &Path) -> Image {
     assert_eq!(descriptor["mediaType"], "application/vnd.oci.image.manifest.v1+json");
-    let manifest: Value = serde_json::from_slice(&blob(&layout, &descriptor)).unwrap();
+    let manifest: Value = serde_json::from_slice(&blob(layout, descriptor)).unwrap();
+    assert_eq!(manifest["mediaType"], "application/vnd.oci.image.manifest.v1+json");
     assert_eq!(manifest["config"]["mediaType"], "application/vnd.oci.image.config.v1+json");
-    let config: Value = serde_json::from_slice(&blob(&layout, &manifest["config"])).unwrap();
+    let config: Value = serde_json::from_slice(&blob(layout, &manifest["config"])).unwrap();
     let layers = manifest["layers"].as_array().unwrap();
     assert_eq!(layers.len(), 1, "{manifest}");
     assert_eq!(layers[0]["mediaType"], "application/vnd.oci.image.layer.v1.tar+gzip");
+    std::fs::create_dir_all(dir).unwrap();
     let compressed = dir.join("layer.tar.gz");
-    std::fs::write(&compressed, blob(&layout, &layers[0])).unwrap();
+    std::fs::write(&compressed, blob(layout, &layers[0])).unwrap();
     let layer = run(Command::new("gzip").arg("-dc").arg(&compressed));
     assert_eq!(config["rootfs"]["type"], "layers");
     assert_eq!(config["rootfs"]["diff_ids"], serde_json::json!([digest(&layer)]), "diff_ids is not the layer's digest");
@@ -90,5 +129,5 @@ pub fn open(archive: &Path, dir: &Path) -> Image {
     let rootfs = dir.join("rootfs");
     std::fs::create_dir_all(&rootfs).unwrap();
     run(Command::new("tar").arg("-xf").arg(&layer_path).arg("-C").arg(&rootfs));
-    Image { descriptor, config, entries, rootfs }
+    Image { descriptor: descriptor.clone(), manifest, config, entries, rootfs }
 }
