@@ -18,8 +18,9 @@
 #   --binary-arm64 PATH  the static aarch64 binary (default: $NODE_CSR_APPROVER_BIN_ARM64 when set,
 #                        else the one `scripts/check-static-binary.sh --target
 #                        aarch64-unknown-linux-musl` builds)
-#   --name REF           the image's name (default: registry.example.com/node-csr-approver:APPVERSION,
-#                        the chart's appVersion, which its default values pull)
+#   --name REF           the image's name (default: the chart's default image.repository, the
+#                        published ghcr.io/node-csr-approver/node-csr-approver, tagged with the
+#                        chart's appVersion: the image its default values pull)
 #   --layout DIR         the layout directory (default:
 #                        ${CARGO_TARGET_DIR:-target}/image/node-csr-approver-APPVERSION); the SBOMs
 #                        sbom-amd64.cdx.json and sbom-arm64.cdx.json go to its parent directory
@@ -67,7 +68,9 @@ done
 
 app_version=$(sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\} *$/\1/p' "${root}/charts/node-csr-approver/Chart.yaml")
 [[ -n ${app_version} ]] || die "no appVersion in charts/node-csr-approver/Chart.yaml"
-name=${name:-registry.example.com/node-csr-approver:${app_version}}
+repository=$(sed -n 's/^  repository: *\([^ ]*\) *$/\1/p' "${root}/charts/node-csr-approver/values.yaml" | head -n 1)
+[[ -n ${repository} ]] || die "no image.repository in charts/node-csr-approver/values.yaml"
+name=${name:-${repository}:${app_version}}
 layout=${layout:-${CARGO_TARGET_DIR:-${root}/target}/image/node-csr-approver-${app_version}}
 layout=${layout%/}
 
