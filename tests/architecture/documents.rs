@@ -8,14 +8,14 @@ use super::imports::import_graph;
 use super::{read, repo, rust_files};
 
 /// The section of `document` under the heading `heading`, up to the next heading of its level.
-fn section<'a>(document: &'a str, heading: &str) -> &'a str {
+pub(super) fn section<'a>(document: &'a str, heading: &str) -> &'a str {
     let start = document.find(&format!("\n{heading}\n")).unwrap_or_else(|| panic!("no {heading:?}"));
     let rest = &document[start + heading.len() + 2..];
     &rest[..rest.find("\n## ").unwrap_or(rest.len())]
 }
 
 /// The texts between backticks in `text`.
-fn quoted(text: &str) -> Vec<&str> {
+pub(super) fn quoted(text: &str) -> Vec<&str> {
     text.split('`').skip(1).step_by(2).collect()
 }
 
