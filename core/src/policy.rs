@@ -46,7 +46,7 @@ pub use report::{CheckId, CheckResult, Consequence, Failure, Outcome};
 pub use reserved::reserved_address;
 pub use rules::{Bootstrapper, HostnameMatch, MachinePolicy, PolicyConfig};
 pub use superseded::serving_node;
-pub use user_rules::{RuleError, UserRule, UserRules, object_for_rules};
+pub use user_rules::{NotCompiled, RuleBound, RuleError, UserRule, UserRules, object_for_rules};
 
 use node_client::Requester;
 use report::Report;
