@@ -4,6 +4,7 @@
 //! whatever chain a kubelet presents, trusting none, for the audit.
 
 pub mod dial;
+mod handshake;
 pub mod presented;
 
 use std::net::IpAddr;

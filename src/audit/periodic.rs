@@ -16,7 +16,7 @@ use super::metrics::{AuditMetrics, AuditedNode};
 use super::scan::{Judge, ScanSettings};
 use super::states::StateMemory;
 use crate::config::AuditSchedule;
-use crate::events::Events;
+use crate::events::{Events, NodeChange};
 use crate::kubernetes::decoded::{Decoded, Skipped};
 use crate::kubernetes::kubelet_endpoint::dial_targets;
 use crate::kubernetes::leader::Leadership;
@@ -165,6 +165,7 @@ async fn report<H: Host>(
     tracing::debug!(nodes = reports.len(), changed = changes.len(), took = ?took, "periodic audit: scan completed");
     for change in &changes {
         tracing::info!(node = %change.node, reason = change.reason, detail = %change.note, "periodic audit: state changed");
-        ctx.events().publish_audit(&change.node, uids.get(&change.node).cloned(), change).await;
+        let told = NodeChange { problem: change.problem, reason: change.reason, note: &change.note };
+        ctx.events().publish_audit(&change.node, uids.get(&change.node).cloned(), told).await;
     }
 }
