@@ -106,6 +106,11 @@ fn failed(error: kube::Error) -> ClusterError {
 /// start) before the CSR is retried as `ClusterUnavailable`.
 const APISERVER_FIRST_ANSWER: std::time::Duration = std::time::Duration::from_secs(2);
 
+/// How long the one-shot commands (`check NAME`, `audit`) wait for the apiserver's addresses to be
+/// first listed before going on without them (a kubelet whose address cannot be told apart from
+/// the apiserver's is then not dialled).
+pub const COMMAND_APISERVER_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// How often the pending-brake gauges are brought up to date.
 const BRAKE_REPORT_PERIOD: std::time::Duration = std::time::Duration::from_secs(1);
 

@@ -10,8 +10,8 @@ use std::time::Duration;
 use kube::api::ListParams;
 use rustls::pki_types::{CertificateDer, UnixTime};
 
-use crate::kubelet_tls::KubeletServingCa;
 use crate::kubelet_tls::dial::{Served, served_certificate};
+use crate::kubelet_tls::{DIAL_LIMIT, KubeletServingCa};
 use crate::kubernetes::decoded::{Decoded, Skipped};
 use crate::kubernetes::node_object::NodeObject;
 use crate::kubernetes::node_target::{NodeTarget, NotDialled};
@@ -19,9 +19,6 @@ use crate::kubernetes::object_fields::ObjectKind;
 use crate::policy::{
     ClusterError, ClusterView, KubeletCertificate, KubeletDialRules, NodeAddress, kubelet_dial_not_owned,
 };
-
-/// How long the connection and the TLS handshake with a kubelet may take together.
-pub const DIAL_LIMIT: Duration = Duration::from_secs(3);
 
 /// How many Nodes one list request of [`dial_targets`] reads: each page is reduced to the Nodes'
 /// names and dial targets before the next is read.
