@@ -43,7 +43,7 @@ pub use ports::{
 };
 pub use reason::Reason;
 pub use report::{CheckId, CheckResult, Consequence, Failure, Outcome};
-pub use reserved::reserved_address;
+pub use reserved::{ReservedKind, reserved_address};
 pub use rules::{Bootstrapper, HostnameMatch, MachinePolicy, PolicyConfig};
 pub use superseded::serving_node;
 pub use user_rules::{NotCompiled, RuleBound, RuleError, UserRule, UserRules, object_for_rules};

@@ -12,7 +12,7 @@ use ipnet::IpNet;
 
 use super::cluster_identity::{Ownership, ownership};
 use super::ports::{AddressClaim, ApiserverAddresses};
-use super::reserved::{host, reserved_address};
+use super::reserved::{ReservedKind, host, reserved_address};
 
 /// The addresses and the port a kubelet may be dialled at.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -39,8 +39,8 @@ pub enum NotDialable {
     Reserved {
         /// The address.
         ip: IpAddr,
-        /// The kind of reserved address, as `reserved.rs` names it.
-        kind: String,
+        /// The kind of reserved address.
+        kind: ReservedKind,
     },
     /// The address is one of the apiserver's that the node does not own.
     #[error("the Node's InternalIP {0} is an address of the apiserver (default/kubernetes)")]
