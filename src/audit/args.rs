@@ -25,7 +25,7 @@ pub struct AuditArgs {
     #[arg(long, value_name = "N", default_value_t = DIAL_CONCURRENCY, value_parser = clap::value_parser!(u16).range(1..=256))]
     pub dial_concurrency: u16,
     /// Output format
-    #[arg(short, long, value_enum, default_value_t = Format::Text)]
+    #[arg(short, long, value_enum, default_value_t)]
     pub output: Format,
 }
 
