@@ -19,7 +19,7 @@ pub mod scan;
 pub mod states;
 mod view;
 
-pub use findings::{DEFAULT_EXPIRING_WITHIN, FailOn, Finding, state_name};
+pub use findings::{FailOn, Finding, state_name};
 
 use std::collections::BTreeSet;
 use std::net::SocketAddr;

@@ -17,7 +17,7 @@ use crate::kubelet_tls::read_chain;
 use crate::kubernetes::apiserver::{
     ServiceObject, SliceObject, is_apiserver_service, is_apiserver_slice, service_addresses, slice_addresses,
 };
-use crate::kubernetes::cluster::{KubeCluster, StaticCluster, node_info};
+use crate::kubernetes::cluster::{COMMAND_APISERVER_WAIT, KubeCluster, StaticCluster, node_info};
 use crate::kubernetes::connect::{ConnectError, connect};
 use crate::kubernetes::csr_ledger::CsrLedger;
 use crate::kubernetes::csr_object::CsrObject;
@@ -33,8 +33,6 @@ use crate::policy::{
 
 /// The kinds `--objects` may hold.
 const CLUSTER_OBJECTS: &str = "Node, a Machine, the default/kubernetes Service or its EndpointSlices";
-/// How long `check NAME` waits for the apiserver's addresses before reporting anyway.
-const APISERVER_SYNC: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// The CSRs to check and the Nodes standing in for the cluster, read from the inputs.
 #[derive(Debug)]
@@ -169,7 +167,7 @@ pub async fn command(args: &CheckArgs, settings: &Settings, out: &mut impl Write
     let kubelet_dial = settings.machines.as_ref().and_then(|source| source.kubelet_dial(policy));
     let cluster = KubeCluster::new(connection.client, machines, ledger, skipped).with_kubelet_dial(kubelet_dial);
     // Until listed, a CSR with an IP SAN is reported as a retry (ClusterUnavailable).
-    cluster.apiserver_first_answer(APISERVER_SYNC).await;
+    cluster.apiserver_first_answer(COMMAND_APISERVER_WAIT).await;
     Ok(run(&csrs, policy, &resolver, &cluster, now, args.output, out).await?)
 }
 

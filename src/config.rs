@@ -20,7 +20,9 @@ use std::time::Duration;
 
 use clap::{Arg, Args, Command, ValueEnum};
 
-pub use audit_flags::{AuditScanArgs, AuditSchedule};
+#[cfg(test)]
+pub(crate) use audit_flags::DEFAULT_EXPIRING_WITHIN_TEXT;
+pub use audit_flags::{AuditScanArgs, AuditSchedule, DEFAULT_EXPIRING_WITHIN};
 pub use bind_address::{BindAddress, BindAddressError};
 pub use check_args::CheckArgs;
 pub use format::Format;

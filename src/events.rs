@@ -16,7 +16,6 @@ use kube::runtime::events::Reporter;
 use kube::{Api, Client};
 use tokio::sync::{mpsc, oneshot};
 
-use crate::audit::states::StateChange;
 use crate::config::EventLevel;
 use crate::display::{cut_message, short_name};
 use crate::policy::{Decision, DecisionKind, is_dns_subdomain};
@@ -39,6 +38,17 @@ pub(crate) struct PendingEvent {
     note: String,
     action: &'static str,
     regarding: ObjectReference,
+}
+
+/// A change of a Node's audit state as its Event tells it (the periodic audit makes it).
+#[derive(Debug, Clone, Copy)]
+pub struct NodeChange<'a> {
+    /// A problem (a Warning), or back to `compliant` (Normal).
+    pub problem: bool,
+    /// The Event's reason: the new state, e.g. `ServingCertificateSelfSigned`.
+    pub reason: &'static str,
+    /// What changed and why.
+    pub note: &'a str,
 }
 
 /// Publishes events (events.k8s.io/v1, in `default`, where events about cluster-scoped objects go)
@@ -126,7 +136,7 @@ impl Events {
     /// Queues an event (action `Audit`) about Node `node` (its uid when known) whose audit state
     /// changed: a Warning for a `problem`, else Normal, published as the level says (`problems`:
     /// Warnings only). Waits only while the queue is full.
-    pub(crate) async fn publish_audit(&self, node: &str, uid: Option<String>, change: &StateChange) {
+    pub(crate) async fn publish_audit(&self, node: &str, uid: Option<String>, change: NodeChange<'_>) {
         if !self.level.publishes_audit(change.problem) {
             return;
         }
@@ -140,7 +150,7 @@ impl Events {
         self.enqueue(PendingEvent {
             type_: if change.problem { "Warning" } else { "Normal" },
             reason: change.reason,
-            note: cut_message(&change.note),
+            note: cut_message(change.note),
             action: "Audit",
             regarding,
         })

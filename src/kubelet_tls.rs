@@ -4,11 +4,13 @@
 //! whatever chain a kubelet presents, trusting none, for the audit.
 
 pub mod dial;
+mod handshake;
 pub mod presented;
 
 use std::net::IpAddr;
 use std::path::Path;
 use std::sync::Arc;
+use std::time::Duration;
 
 use rustls::RootCertStore;
 use rustls::client::{verify_server_cert_signed_by_trust_anchor, verify_server_name};
@@ -16,6 +18,10 @@ use rustls::crypto::{CryptoProvider, ring};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::server::ParsedCertificate;
+
+/// How long the connection and the TLS handshake with a kubelet may take together: serving
+/// renewal's dial, and the audit's unless `audit --dial-timeout` says otherwise.
+pub const DIAL_LIMIT: Duration = Duration::from_secs(3);
 
 /// Why a PEM file of certificates (the CA bundle or `check`'s chain) cannot be used.
 #[derive(Debug, thiserror::Error)]

@@ -20,6 +20,7 @@ pub(crate) mod leader;
 pub(crate) mod machines;
 pub(crate) mod node_addresses;
 pub mod node_object;
+pub mod node_target;
 pub mod object_fields;
 pub mod request;
 pub mod write;

@@ -101,7 +101,9 @@ pub async fn run(settings: Settings) -> Result<(), RunError> {
         dry_run: cfg.dry_run,
     });
     if let Some(rules) = &ctx.policy.machine {
-        tokio::spawn(ctx.cluster.clone().report_pending_brake(rules.max_pending_delta, ctx.metrics.clone()));
+        let metrics = ctx.metrics.clone();
+        let report = move |pending, limit| metrics.set_pending_brake(pending, limit);
+        tokio::spawn(ctx.cluster.clone().report_pending_brake(rules.max_pending_delta, report));
     }
     let (stop_controller, controller_stopped) = oneshot::channel::<()>();
     let stopped = async move {

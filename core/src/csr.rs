@@ -12,13 +12,15 @@
 //! Anything else is a [`CsrError`], which the policy turns into a denial.
 
 mod canonical_pem;
+mod causes;
 mod served_certificate;
 mod signature;
 mod strict_der;
 
 use std::net::IpAddr;
 
-pub use canonical_pem::MAX_REQUEST_BYTES;
+pub use canonical_pem::{MAX_REQUEST_BYTES, NotCanonical};
+pub use causes::{Ambiguity, NotStrict, Unsupported};
 pub use served_certificate::CertificateFacts;
 
 /// Why a request could not be turned into [`CsrFacts`].
@@ -30,16 +32,16 @@ pub enum CsrError {
     TooLarge,
     /// The bytes are not one canonical `CERTIFICATE REQUEST` PEM block.
     #[error("spec.request is not one canonical CERTIFICATE REQUEST PEM block: {0}")]
-    NotCanonicalPem(String),
+    NotCanonicalPem(NotCanonical),
     /// The DER inside the block is not a strictly encoded PKCS#10 request.
     #[error("the request is not strict DER PKCS#10: {0}")]
-    NotStrictDer(String),
+    NotStrictDer(NotStrict),
     /// The request's structure is valid DER but could be read in more than one way.
     #[error("the request is ambiguous: {0}")]
-    Ambiguous(String),
+    Ambiguous(Ambiguity),
     /// The request is signed with an algorithm or key this approver does not accept.
     #[error("the request's signature algorithm is not accepted: {0}")]
-    UnsupportedSignature(String),
+    UnsupportedSignature(Unsupported),
     /// The self-signature does not verify with the request's own public key.
     #[error("the request's signature does not verify")]
     BadSignature,

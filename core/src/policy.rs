@@ -30,7 +30,7 @@ pub use identity::{
     CLIENT_SIGNER as KUBELET_CLIENT_SIGNER, NODE_USER_PREFIX, NODES_GROUP, SERVING_SIGNER as KUBELET_SERVING_SIGNER,
     is_dns_subdomain,
 };
-pub use kubelet_dial::{KubeletDialRules, not_owned as kubelet_dial_not_owned};
+pub use kubelet_dial::{KubeletDialRules, NotDialable, not_owned as kubelet_dial_not_owned};
 pub use machine_checks::{
     AwaitedNodes, PENDING_PER_NODE, PendingFacts, PendingKey, brake_limit, capped_pending, counted_under,
     counts_as_pending, pending_count, pending_key, pending_key_of, same_dns_name, same_ip,
@@ -39,14 +39,14 @@ pub use one_client_certificate::{client_node, issued_client_node};
 pub use ports::{
     AddressClaim, ApiserverAddresses, BrakeInputs, CONTROL_PLANE_LABEL, ClusterError, ClusterView, DnsFailure,
     KubeletCertificate, MachineInfo, NodeAddress, NodeInfo, RequestError, Resolution, Resolver, ServingCsr,
-    ServingCsrState,
+    ServingCsrState, Unlisted,
 };
 pub use reason::Reason;
 pub use report::{CheckId, CheckResult, Consequence, Failure, Outcome};
-pub use reserved::reserved_address;
+pub use reserved::{ReservedKind, reserved_address};
 pub use rules::{Bootstrapper, HostnameMatch, MachinePolicy, PolicyConfig};
 pub use superseded::serving_node;
-pub use user_rules::{RuleError, UserRule, UserRules, object_for_rules};
+pub use user_rules::{NotCompiled, RuleBound, RuleError, UserRule, UserRules, object_for_rules};
 
 use node_client::Requester;
 use report::Report;

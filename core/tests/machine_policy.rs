@@ -20,7 +20,7 @@ use std::sync::Arc;
 
 use node_csr_approver_core::policy::{
     ApiserverAddresses, Bootstrapper, BrakeInputs, CheckId, ClusterError, DecisionKind, Evidence, Lookup, MachineInfo,
-    NodeInfo, Reason, ServingCsr, ServingCsrState, Submission,
+    NodeInfo, Reason, ServingCsr, ServingCsrState, Submission, Unlisted,
 };
 use rcgen::DnType;
 use support::table::{Case, assert_all};
@@ -177,8 +177,8 @@ fn cases() -> Vec<Case> {
             .evidence(|e| e.client_certificates = Some(Ok(vec!["boot-n1".into()]))),
         case("approved client csrs unreadable", client("n1", 60), quiet(), (Retry, Reason::ClusterUnavailable))
             .evidence(|e| {
-                e.client_certificates =
-                    Some(Err(ClusterError::NotListed { what: "CSRs".into(), why: "not synced".into() }))
+                let why = Unlisted::FirstList("the first list");
+                e.client_certificates = Some(Err(ClusterError::NotListed { what: "CSRs", why }))
             }),
         case("approved client csrs not looked up", client("n1", 60), quiet(), (Retry, Reason::ClusterUnavailable))
             .evidence(|e| e.client_certificates = None),

@@ -6,7 +6,8 @@ use std::time::Duration;
 use clap::{Args, ValueEnum};
 
 use super::findings::{FailOn, Finding};
-use crate::config::{Checked, Format, ValueError};
+use crate::config::{Checked, DEFAULT_EXPIRING_WITHIN, Format, ValueError};
+use crate::kubelet_tls::DIAL_LIMIT;
 
 /// Arguments of `audit`.
 #[derive(Debug, Clone, Args)]
@@ -18,13 +19,13 @@ pub struct AuditArgs {
     #[arg(long, value_name = "FINDING[=DURATION],...", value_parser = Checked(fail_on))]
     pub fail_on: Option<FailOn>,
     /// How long the connection and the TLS handshake with one kubelet may take together
-    #[arg(long, value_name = "DURATION", default_value_t = DIAL_TIMEOUT.into(), value_parser = Checked(dial_timeout))]
+    #[arg(long, value_name = "DURATION", default_value_t = DIAL_LIMIT.into(), value_parser = Checked(dial_timeout))]
     pub dial_timeout: humantime::Duration,
     /// How many kubelets are dialled at once, 1..=256
     #[arg(long, value_name = "N", default_value_t = DIAL_CONCURRENCY, value_parser = clap::value_parser!(u16).range(1..=256))]
     pub dial_concurrency: u16,
     /// Output format
-    #[arg(short, long, value_enum, default_value_t = Format::Text)]
+    #[arg(short, long, value_enum, default_value_t)]
     pub output: Format,
 }
 
@@ -33,11 +34,13 @@ impl AuditArgs {
     pub fn fail_on(&self) -> FailOn {
         self.fail_on.clone().unwrap_or_default()
     }
-}
 
-/// How long the connection and the TLS handshake with one kubelet may take together, unless
-/// `--dial-timeout` says otherwise; the periodic audit's.
-pub const DIAL_TIMEOUT: Duration = Duration::from_secs(3);
+    /// The expiring threshold: `--fail-on expiring=DURATION`'s, else the periodic audit's default
+    /// ([`DEFAULT_EXPIRING_WITHIN`]).
+    pub fn expiring_within(&self) -> Duration {
+        self.fail_on.as_ref().and_then(|fail_on| fail_on.expiring_within).unwrap_or(DEFAULT_EXPIRING_WITHIN)
+    }
+}
 
 /// How many kubelets a scan dials at once, unless `--dial-concurrency` says otherwise; the
 /// periodic audit's.
@@ -84,18 +87,34 @@ fn fail_on(text: &str) -> Result<FailOn, ValueError> {
 mod tests {
     #![allow(clippy::unwrap_used)]
 
+    use clap::{Command, FromArgMatches};
+
     use super::*;
-    use crate::audit::findings::DEFAULT_EXPIRING_WITHIN;
+    use crate::config::DEFAULT_EXPIRING_WITHIN_TEXT;
+
+    fn read(args: &[&str]) -> AuditArgs {
+        let command = AuditArgs::augment_args(Command::new("audit").no_binary_name(true));
+        AuditArgs::from_arg_matches(&command.try_get_matches_from(args).unwrap()).unwrap()
+    }
 
     #[test]
     fn fail_on_reads_findings_and_the_expiring_threshold() {
-        let fail_on = fail_on("expiring=12h,self-signed,non-compliant,unreachable").unwrap();
+        let args = read(&["--fail-on=expiring=12h,self-signed,non-compliant,unreachable"]);
         let expected = [Finding::Unreachable, Finding::SelfSigned, Finding::NonCompliant, Finding::Expiring];
-        assert_eq!(fail_on.findings, expected.into_iter().collect());
-        assert_eq!(fail_on.expiring_within(), Duration::from_secs(12 * 3600));
-        assert_eq!(super::fail_on("expiring").unwrap().expiring_within(), DEFAULT_EXPIRING_WITHIN);
+        assert_eq!(args.fail_on().findings, expected.into_iter().collect());
+        assert_eq!(args.expiring_within(), Duration::from_secs(12 * 3600));
+        assert_eq!(read(&["--fail-on=expiring"]).expiring_within(), DEFAULT_EXPIRING_WITHIN);
+        assert_eq!(read(&[]).expiring_within(), DEFAULT_EXPIRING_WITHIN);
         for bad in ["", "expiring=", "expiring=soon", "self-signed=7d", "Self-Signed", "expired,bogus", "expiring=0s"] {
             assert!(super::fail_on(bad).is_err(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn fail_on_says_the_default_expiring_threshold() {
+        let command = AuditArgs::augment_args(Command::new("audit"));
+        let fail_on = command.get_arguments().find(|arg| arg.get_id() == "fail_on").unwrap();
+        let help = fail_on.get_help().unwrap().to_string();
+        assert!(help.contains(&format!("{} when not given", *DEFAULT_EXPIRING_WITHIN_TEXT)), "{help}");
     }
 }

@@ -17,17 +17,13 @@ use super::scan::{Judge, ScanSettings};
 use crate::config::Settings;
 use crate::dns::{DnsError, HickoryResolver};
 use crate::kubelet_tls::KubeletServingCa;
-use crate::kubernetes::cluster::KubeCluster;
+use crate::kubernetes::cluster::{COMMAND_APISERVER_WAIT, KubeCluster};
 use crate::kubernetes::connect::{ConnectError, connect};
 use crate::kubernetes::csr_ledger::CsrLedger;
 use crate::kubernetes::decoded::{Decoded, Skipped};
 use crate::kubernetes::kubelet_endpoint::{dial_targets, read_node_target};
 use crate::kubernetes::node_object::NodeObject;
 use crate::policy::KubeletDialRules;
-
-/// How long the audit waits for the apiserver's addresses before dialling anyway (a kubelet whose
-/// address cannot be told apart from the apiserver's is then not dialled).
-const APISERVER_SYNC: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// The kubelet flags the audit reads whether machine mode is on or not.
 #[derive(Debug, Clone)]
@@ -77,7 +73,7 @@ pub async fn command(
         _ => None,
     };
     let cluster = KubeCluster::new(connection.client, machines, CsrLedger::without_csrs(), skipped.clone());
-    cluster.apiserver_first_answer(APISERVER_SYNC).await;
+    cluster.apiserver_first_answer(COMMAND_APISERVER_WAIT).await;
     let dial_rules = KubeletDialRules { prefixes: settings.policy.ip_prefixes.clone(), port: kubelet.port };
     let mut targets = Vec::new();
     if args.nodes.is_empty() {
@@ -92,7 +88,7 @@ pub async fn command(
         ca: kubelet.ca,
         dial_limit: args.dial_timeout.into(),
         concurrency: usize::from(args.dial_concurrency),
-        expiring_within: args.fail_on().expiring_within(),
+        expiring_within: args.expiring_within(),
     };
     let judge = Judge {
         settings: &scan,

@@ -65,16 +65,7 @@ pub struct FailOn {
     pub expiring_within: Option<Duration>,
 }
 
-/// How long before notAfter a certificate counts as expiring when `--fail-on` gives no
-/// `expiring=DURATION`.
-pub const DEFAULT_EXPIRING_WITHIN: Duration = Duration::from_secs(7 * 24 * 3600);
-
 impl FailOn {
-    /// The expiring threshold: `expiring=DURATION`'s, else [`DEFAULT_EXPIRING_WITHIN`].
-    pub fn expiring_within(&self) -> Duration {
-        self.expiring_within.unwrap_or(DEFAULT_EXPIRING_WITHIN)
-    }
-
     /// Whether `findings` hold one named (`expiring` also fails on `expired`).
     pub fn fails(&self, findings: &BTreeSet<Finding>) -> bool {
         findings.iter().any(|finding| {

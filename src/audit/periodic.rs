@@ -11,12 +11,13 @@ use std::time::{Duration, Instant};
 use jiff::Timestamp;
 
 use super::NodeAudit;
-use super::args::{DIAL_CONCURRENCY, DIAL_TIMEOUT};
+use super::args::DIAL_CONCURRENCY;
 use super::metrics::{AuditMetrics, AuditedNode};
 use super::scan::{Judge, ScanSettings};
 use super::states::StateMemory;
 use crate::config::AuditSchedule;
-use crate::events::Events;
+use crate::events::{Events, NodeChange};
+use crate::kubelet_tls::DIAL_LIMIT;
 use crate::kubernetes::decoded::{Decoded, Skipped};
 use crate::kubernetes::kubelet_endpoint::dial_targets;
 use crate::kubernetes::leader::Leadership;
@@ -124,7 +125,7 @@ async fn scan<H: Host>(
     let uids = targets.iter().filter_map(|target| Some((target.node.clone(), target.uid.clone()?))).collect();
     let settings = ScanSettings {
         ca: schedule.ca.clone(),
-        dial_limit: DIAL_TIMEOUT,
+        dial_limit: DIAL_LIMIT,
         concurrency: usize::from(DIAL_CONCURRENCY),
         expiring_within: schedule.expiring_within,
     };
@@ -165,6 +166,7 @@ async fn report<H: Host>(
     tracing::debug!(nodes = reports.len(), changed = changes.len(), took = ?took, "periodic audit: scan completed");
     for change in &changes {
         tracing::info!(node = %change.node, reason = change.reason, detail = %change.note, "periodic audit: state changed");
-        ctx.events().publish_audit(&change.node, uids.get(&change.node).cloned(), change).await;
+        let told = NodeChange { problem: change.problem, reason: change.reason, note: &change.note };
+        ctx.events().publish_audit(&change.node, uids.get(&change.node).cloned(), told).await;
     }
 }

@@ -17,7 +17,7 @@ use super::view::AuditView;
 use super::{Finding, NodeAudit, PolicyVerdict, state_name};
 use crate::kubelet_tls::KubeletServingCa;
 use crate::kubelet_tls::presented::{Presented, presented_chain};
-use crate::kubernetes::kubelet_endpoint::NodeTarget;
+use crate::kubernetes::node_target::NodeTarget;
 use crate::policy::{
     ClusterView, DecisionKind, KUBELET_SERVING_SIGNER, NODE_USER_PREFIX, NODES_GROUP, Outcome, PolicyConfig, Resolver,
     Submission, evaluate_names,
@@ -76,7 +76,9 @@ impl<R: Resolver, C: ClusterView> Judge<'_, R, C> {
     pub async fn scan_node(&self, target: &NodeTarget) -> NodeAudit {
         let address = match &target.target {
             Ok(address) => *address,
-            Err(why) => return NodeAudit::without_certificate(&target.node, None, Finding::NotDialled, why.clone()),
+            Err(why) => {
+                return NodeAudit::without_certificate(&target.node, None, Finding::NotDialled, why.to_string());
+            }
         };
         match presented_chain(address, self.settings.dial_limit).await {
             Presented::Unreachable(why) => NodeAudit::without_certificate(

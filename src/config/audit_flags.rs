@@ -1,6 +1,7 @@
 //! Flags of the controller's periodic audit: the `audit` scan run by the replica that writes, on a
 //! period, reported as metrics and as Events on the Nodes whose state changes.
 
+use std::sync::LazyLock;
 use std::time::Duration;
 
 use clap::Args;
@@ -17,7 +18,7 @@ pub struct AuditScanArgs {
     #[arg(long, env = "AUDIT_PERIOD", value_name = "DURATION", value_parser = Checked(audit_period))]
     pub audit_period: Option<Duration>,
     /// The periodic audit finds a serving certificate expiring when its notAfter is closer than this, 1m..=3650d
-    #[arg(long, env = "AUDIT_EXPIRING_WITHIN", value_name = "DURATION", default_value = "7d", value_parser = duration(MINUTE, TEN_YEARS))]
+    #[arg(long, env = "AUDIT_EXPIRING_WITHIN", value_name = "DURATION", default_value = DEFAULT_EXPIRING_WITHIN_TEXT.as_str(), value_parser = duration(MINUTE, TEN_YEARS))]
     pub audit_expiring_within: Duration,
     /// The periodic audit also exports one series per Node (its state, its certificate's notAfter)
     #[arg(long, env = "AUDIT_NODE_METRICS", default_value = "false")]
@@ -26,8 +27,17 @@ pub struct AuditScanArgs {
 
 const SECOND: Duration = Duration::from_secs(1);
 const MINUTE: Duration = Duration::from_secs(60);
+const DAY: Duration = Duration::from_secs(24 * 3600);
 const WEEK: Duration = Duration::from_secs(7 * 24 * 3600);
 const TEN_YEARS: Duration = Duration::from_secs(3650 * 24 * 3600);
+
+/// How long before notAfter a certificate counts as expiring unless `--audit-expiring-within`
+/// (or `audit --fail-on expiring=DURATION`) says otherwise.
+pub const DEFAULT_EXPIRING_WITHIN: Duration = WEEK;
+
+/// [`DEFAULT_EXPIRING_WITHIN`] as `--help` shows it, in whole days (`7d`).
+pub(crate) static DEFAULT_EXPIRING_WITHIN_TEXT: LazyLock<String> =
+    LazyLock::new(|| format!("{}d", DEFAULT_EXPIRING_WITHIN.as_secs() / DAY.as_secs()));
 
 /// The periodic audit, when `--audit-period` turns it on.
 #[derive(Debug, Clone)]
@@ -76,7 +86,10 @@ mod tests {
         assert!(schedule(&[]).unwrap().is_none());
         assert!(schedule(&["--audit-period="]).unwrap().is_none(), "empty is off");
         let on = schedule(&["--audit-period=6h"]).unwrap().unwrap();
-        assert_eq!((on.period, on.expiring_within, on.node_metrics), (Duration::from_secs(6 * 3600), WEEK, false));
+        assert_eq!(
+            (on.period, on.expiring_within, on.node_metrics),
+            (Duration::from_secs(6 * 3600), DEFAULT_EXPIRING_WITHIN, false)
+        );
         let tuned = schedule(&["--audit-period=10s", "--audit-expiring-within=30d", "--audit-node-metrics"]);
         let tuned = tuned.unwrap().unwrap();
         assert_eq!(

@@ -30,7 +30,7 @@ pub struct CheckArgs {
     #[arg(long, value_name = "RFC3339", value_parser = Checked(now))]
     pub now: Option<Timestamp>,
     /// Output format
-    #[arg(short, long, value_enum, default_value_t = Format::Text)]
+    #[arg(short, long, value_enum, default_value_t)]
     pub output: Format,
 }
 

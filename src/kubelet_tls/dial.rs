@@ -9,12 +9,9 @@ use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, Server
 use rustls::crypto::{verify_tls12_signature, verify_tls13_signature};
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::{ClientConfig, DigitallySignedStruct, SignatureScheme};
-use tokio::net::TcpStream;
-use tokio::time::error::Elapsed;
-use tokio_rustls::TlsConnector;
-use tokio_rustls::client::TlsStream;
 
 use super::KubeletServingCa;
+use super::handshake::{handshake, tls_error};
 
 /// What the dial found.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -57,24 +54,6 @@ pub async fn served_certificate(address: SocketAddr, ca: &KubeletServingCa, limi
             None => Served::Untrusted(format!("{address} presented no certificate")),
         },
     }
-}
-
-/// Connects to `address` and completes a TLS handshake under `config`, all within `limit`.
-pub(super) async fn handshake(
-    address: SocketAddr,
-    config: Arc<ClientConfig>,
-    limit: Duration,
-) -> Result<std::io::Result<TlsStream<TcpStream>>, Elapsed> {
-    let handshake = async {
-        let tcp = TcpStream::connect(address).await?;
-        TlsConnector::from(config).connect(ServerName::IpAddress(address.ip().into()), tcp).await
-    };
-    tokio::time::timeout(limit, handshake).await
-}
-
-/// The TLS error a failed handshake carries, if it failed in TLS.
-pub(super) fn tls_error(error: &std::io::Error) -> Option<&rustls::Error> {
-    error.get_ref().and_then(|inner| inner.downcast_ref::<rustls::Error>())
 }
 
 /// Accepts exactly the chains [`KubeletServingCa::verify`] accepts; the handshake's signatures are

@@ -12,7 +12,7 @@ use rustls::crypto::{CryptoProvider, ring, verify_tls12_signature, verify_tls13_
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::{ClientConfig, DigitallySignedStruct, SignatureScheme};
 
-use super::dial::{handshake, tls_error};
+use super::handshake::{handshake, tls_error};
 
 /// What a kubelet presented.
 #[derive(Debug, Clone, PartialEq, Eq)]

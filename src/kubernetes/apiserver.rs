@@ -30,8 +30,8 @@ use tokio::task::JoinHandle;
 
 use crate::kubernetes::decoded::{Decoded, Skipped};
 use crate::kubernetes::kube_watch;
-use crate::kubernetes::object_fields::{Meta, ObjectKind, resource_of};
-use crate::policy::{ApiserverAddresses, ClusterError};
+use crate::kubernetes::object_fields::{Meta, ObjectKind, UndecodableError, resource_of};
+use crate::policy::{ApiserverAddresses, ClusterError, RequestError, Unlisted};
 
 /// A Service as the approver reads it: its ClusterIPs.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
@@ -116,14 +116,14 @@ struct Part {
     /// The first list has completed.
     synced: bool,
     /// The last error, for the message while not synced.
-    error: Option<String>,
+    error: Option<RequestError>,
     objects: BTreeMap<String, Addresses>,
     /// A relist under way: it replaces `objects` when it completes.
     relist: Option<BTreeMap<String, Addresses>>,
 }
 
 /// The addresses of one object, or why they are unknown: it could not be decoded.
-type Addresses = Result<Vec<IpAddr>, String>;
+type Addresses = Result<Vec<IpAddr>, UndecodableError>;
 
 impl Part {
     fn apply<K: kube::Resource>(
@@ -135,7 +135,7 @@ impl Part {
     ) {
         let read = |object: &Decoded<K>| match object {
             Decoded::Object(object) => Ok(addresses(object)),
-            Decoded::Undecodable(undecodable) => Err(skipped.report(kind, undecodable).to_string()),
+            Decoded::Undecodable(undecodable) => Err(skipped.report(kind, undecodable)),
         };
         match event {
             Ok(watcher::Event::Init) => self.relist = Some(BTreeMap::new()),
@@ -155,7 +155,7 @@ impl Part {
             }
             Err(error) => {
                 tracing::warn!(%error, "watching the apiserver's Service or EndpointSlices in default");
-                self.error = Some(error.to_string());
+                self.error = Some(RequestError::new(error));
             }
         }
     }
@@ -165,13 +165,14 @@ impl Part {
         self.synced || self.error.is_some()
     }
 
-    fn addresses(&self, what: &str) -> Result<impl Iterator<Item = IpAddr> + '_, ClusterError> {
+    fn addresses(&self, what: &'static str) -> Result<impl Iterator<Item = IpAddr> + '_, ClusterError> {
         if !self.synced {
-            let why = self.error.as_deref().unwrap_or("the first list has not completed");
-            return Err(ClusterError::NotListed { what: what.to_owned(), why: why.to_owned() });
+            let why = self.error.clone().map_or(Unlisted::FirstList("the first list"), Unlisted::Failed);
+            return Err(ClusterError::NotListed { what, why });
         }
-        if let Some(Err(why)) = self.objects.values().find(|addresses| addresses.is_err()) {
-            return Err(ClusterError::NotListed { what: what.to_owned(), why: why.clone() });
+        if let Some(Err(undecodable)) = self.objects.values().find(|addresses| addresses.is_err()) {
+            let why = Unlisted::Failed(RequestError::new(undecodable.clone()));
+            return Err(ClusterError::NotListed { what, why });
         }
         Ok(self.objects.values().flatten().flatten().copied())
     }

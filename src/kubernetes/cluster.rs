@@ -16,7 +16,6 @@ use crate::kubernetes::machines::MachineCache;
 use crate::kubernetes::node_addresses::NodeAddresses;
 use crate::kubernetes::node_object::NodeObject;
 use crate::kubernetes::object_fields::ObjectKind;
-use crate::metrics::Metrics;
 use crate::policy::{
     AddressClaim, ApiserverAddresses, BrakeInputs, CONTROL_PLANE_LABEL, ClusterError, ClusterView, KubeletCertificate,
     KubeletDialRules, MachineInfo, NodeInfo, RequestError, ServingCsr, brake_limit, same_ip,
@@ -86,11 +85,12 @@ impl KubeCluster {
         self.apiserver.first_answer(limit).await;
     }
 
-    /// Keeps the pending-brake gauges current (machine mode), every second.
-    pub async fn report_pending_brake(self, delta: u32, metrics: Metrics) {
+    /// Keeps the pending-brake gauges current (machine mode), every second: `report` is given the
+    /// pending count and the brake's limit.
+    pub async fn report_pending_brake(self, delta: u32, report: impl Fn(usize, usize)) {
         loop {
             if let Ok(load) = self.load().await {
-                metrics.set_pending_brake(load.pending, brake_limit(&load, delta));
+                report(load.pending, brake_limit(&load, delta));
             }
             tokio::time::sleep(BRAKE_REPORT_PERIOD).await;
         }
@@ -105,6 +105,11 @@ fn failed(error: kube::Error) -> ClusterError {
 /// How long an evaluation waits for the apiserver's addresses to be first listed (right after
 /// start) before the CSR is retried as `ClusterUnavailable`.
 const APISERVER_FIRST_ANSWER: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// How long the one-shot commands (`check NAME`, `audit`) wait for the apiserver's addresses to be
+/// first listed before going on without them (a kubelet whose address cannot be told apart from
+/// the apiserver's is then not dialled).
+pub const COMMAND_APISERVER_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// How often the pending-brake gauges are brought up to date.
 const BRAKE_REPORT_PERIOD: std::time::Duration = std::time::Duration::from_secs(1);

@@ -17,7 +17,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Deserializer};
 
 use crate::display::Escaped;
-use crate::kubernetes::object_fields::ObjectKind;
+use crate::kubernetes::object_fields::{DecodeError, ObjectKind, UndecodableError};
 
 /// An object of a list or a watch: decoded, or the fact that it could not be.
 #[derive(Debug, Clone, PartialEq)]
@@ -34,7 +34,7 @@ pub struct Undecodable {
     /// Its name, namespace, uid and resourceVersion, as far as they could be read.
     pub metadata: ObjectMeta,
     /// Why it could not be decoded.
-    pub error: String,
+    pub error: DecodeError,
 }
 
 impl<K> Decoded<K> {
@@ -62,7 +62,7 @@ impl<'de, K: DeserializeOwned> Deserialize<'de> for Decoded<K> {
         Ok(match K::deserialize(&value) {
             Ok(object) => Decoded::Object(object),
             Err(error) => {
-                Decoded::Undecodable(Box::new(Undecodable { metadata: identity(&value), error: error.to_string() }))
+                Decoded::Undecodable(Box::new(Undecodable { metadata: identity(&value), error: error.into() }))
             }
         })
     }
@@ -119,18 +119,6 @@ impl<K: Resource> Resource for Decoded<K> {
     }
 }
 
-/// An object that could not be decoded, as the error of a read of it by name.
-#[derive(Debug, Clone, thiserror::Error)]
-#[error("{kind} {name} could not be decoded: {error}")]
-pub struct UndecodableError {
-    /// The object's kind.
-    pub kind: ObjectKind,
-    /// Its name, escaped and quoted.
-    pub name: String,
-    /// Why it could not be decoded.
-    pub error: String,
-}
-
 /// How many skipped objects are remembered as logged; past that the memory starts afresh (and an
 /// object seen again is logged again).
 const LOGGED_AT_MOST: usize = 1024;
@@ -179,7 +167,7 @@ impl Skipped {
         };
         let error = UndecodableError { kind, name: format!("\"{}\"", Escaped(&name)), error: object.error.clone() };
         if first {
-            tracing::warn!(kind = %kind, name = %Escaped(&name), resource_version = %Escaped(&version), error = %Escaped(&object.error), "skipped an object that could not be decoded");
+            tracing::warn!(kind = %kind, name = %Escaped(&name), resource_version = %Escaped(&version), error = %Escaped(&object.error.to_string()), "skipped an object that could not be decoded");
         } else {
             tracing::debug!(kind = %kind, name = %Escaped(&name), resource_version = %Escaped(&version), "skipped an object that could not be decoded, again");
         }
@@ -304,7 +292,7 @@ mod tests {
         let skipped = Skipped::logged();
         for version in 0..LOGGED_AT_MOST + 10 {
             let metadata = ObjectMeta { resource_version: Some(version.to_string()), ..ObjectMeta::default() };
-            skipped.report(ObjectKind::Lease, &Undecodable { metadata, error: String::new() });
+            skipped.report(ObjectKind::Lease, &Undecodable { metadata, error: "".into() });
         }
         assert!(skipped.logged.lock().unwrap().len() <= LOGGED_AT_MOST);
     }

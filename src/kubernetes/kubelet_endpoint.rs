@@ -10,32 +10,19 @@ use std::time::Duration;
 use kube::api::ListParams;
 use rustls::pki_types::{CertificateDer, UnixTime};
 
-use crate::kubelet_tls::KubeletServingCa;
 use crate::kubelet_tls::dial::{Served, served_certificate};
+use crate::kubelet_tls::{DIAL_LIMIT, KubeletServingCa};
 use crate::kubernetes::decoded::{Decoded, Skipped};
 use crate::kubernetes::node_object::NodeObject;
+use crate::kubernetes::node_target::{NodeTarget, NotDialled};
 use crate::kubernetes::object_fields::ObjectKind;
 use crate::policy::{
     ClusterError, ClusterView, KubeletCertificate, KubeletDialRules, NodeAddress, kubelet_dial_not_owned,
 };
 
-/// How long the connection and the TLS handshake with a kubelet may take together.
-pub const DIAL_LIMIT: Duration = Duration::from_secs(3);
-
 /// How many Nodes one list request of [`dial_targets`] reads: each page is reduced to the Nodes'
 /// names and dial targets before the next is read.
 const NODES_PAGE: u32 = 500;
-
-/// A Node to audit: its name and where its kubelet is dialled, or why it is not.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct NodeTarget {
-    /// The Node's name.
-    pub node: String,
-    /// The Node's uid, for Events about it.
-    pub uid: Option<String>,
-    /// The address the dial rules give, or why they give none.
-    pub target: Result<SocketAddr, String>,
-}
 
 /// The addresses of a Node's status.
 pub fn node_addresses(node: &NodeObject) -> Vec<NodeAddress> {
@@ -50,7 +37,7 @@ pub async fn node_target<C: ClusterView>(cluster: &C, node: &NodeObject, rules: 
     let addresses = node_addresses(node);
     let target = match undialled_apiserver_addresses(cluster, &name, &addresses).await {
         Ok(apiserver) => dial_target(node, &addresses, rules, &apiserver),
-        Err(error) => Err(format!("the kubelet is not dialled: the apiserver's addresses: {error}")),
+        Err(error) => Err(NotDialled::ApiserverAddresses(error)),
     };
     NodeTarget { node: name, uid: node_meta.uid.clone(), target }
 }
@@ -68,7 +55,7 @@ pub async fn read_node_target<C: ClusterView>(
         Decoded::Undecodable(undecodable) => NodeTarget {
             node: undecodable.metadata.name.clone().unwrap_or_default(),
             uid: undecodable.metadata.uid.clone(),
-            target: Err(skipped.report(ObjectKind::Node, undecodable).to_string()),
+            target: Err(NotDialled::Undecodable(skipped.report(ObjectKind::Node, undecodable))),
         },
     }
 }
@@ -96,13 +83,9 @@ pub async fn dial_targets<C: ClusterView>(
 }
 
 /// The first InternalIP of a Node's addresses.
-pub fn internal_ip(addresses: &[NodeAddress]) -> Result<IpAddr, String> {
-    let address = addresses.iter().find(|a| a.kind == "InternalIP").ok_or("the Node has no InternalIP address")?;
-    address
-        .address
-        .trim()
-        .parse()
-        .map_err(|_| format!("the Node's InternalIP {:?} is not an IP address", address.address))
+pub fn internal_ip(addresses: &[NodeAddress]) -> Result<IpAddr, NotDialled> {
+    let address = addresses.iter().find(|a| a.kind == "InternalIP").ok_or(NotDialled::NoInternalIp)?;
+    address.address.trim().parse().map_err(|_| NotDialled::InternalIpNotIp(address.address.clone()))
 }
 
 /// Where the kubelet of `node` is dialled, when `rules` allow its address and port (`apiserver`
@@ -112,14 +95,14 @@ pub fn dial_target(
     addresses: &[NodeAddress],
     rules: &KubeletDialRules,
     apiserver: &[IpAddr],
-) -> Result<SocketAddr, String> {
+) -> Result<SocketAddr, NotDialled> {
     let port = node.status.as_ref().and_then(|s| s.daemon_endpoints.as_ref()).and_then(|d| d.kubelet_endpoint.as_ref());
     let port = match port.map(|endpoint| u16::try_from(endpoint.port)) {
         Some(Ok(port)) if port > 0 => port,
-        _ => return Err("the Node has no kubelet port in status.daemonEndpoints".into()),
+        _ => return Err(NotDialled::NoKubeletPort),
     };
     let ip = internal_ip(addresses)?;
-    rules.target(ip, port, apiserver).map_err(|why| format!("the kubelet is not dialled: {why}"))
+    rules.target(ip, port, apiserver).map_err(NotDialled::Refused)
 }
 
 /// The apiserver's addresses the kubelet of Node `name` (listing `addresses`) may not be dialled
@@ -151,7 +134,7 @@ pub async fn served_by(
 ) -> KubeletCertificate {
     let target = match dial_target(node, addresses, rules, apiserver) {
         Ok(target) => target,
-        Err(why) => return KubeletCertificate::Unusable(why),
+        Err(why) => return KubeletCertificate::Unusable(why.to_string()),
     };
     match served_certificate(target, ca, DIAL_LIMIT).await {
         Served::Verified(leaf) => KubeletCertificate::Verified(leaf),
@@ -170,7 +153,7 @@ pub fn served_offline(
 ) -> KubeletCertificate {
     let ip = match internal_ip(addresses) {
         Ok(ip) => ip,
-        Err(why) => return KubeletCertificate::Unusable(why),
+        Err(why) => return KubeletCertificate::Unusable(why.to_string()),
     };
     let now = UnixTime::since_unix_epoch(Duration::from_secs(now.as_second().max(0).unsigned_abs()));
     match (ca.verify(chain, ip, now), chain.first()) {

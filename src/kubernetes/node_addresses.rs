@@ -21,8 +21,11 @@ use tokio::task::JoinHandle;
 use crate::kubernetes::decoded::{Decoded, Skipped};
 use crate::kubernetes::kube_watch;
 use crate::kubernetes::node_object::NodeObject;
-use crate::kubernetes::object_fields::ObjectKind;
-use crate::policy::{AddressClaim, CONTROL_PLANE_LABEL, ClusterError};
+use crate::kubernetes::object_fields::{ObjectKind, UndecodableError};
+use crate::policy::{AddressClaim, CONTROL_PLANE_LABEL, ClusterError, RequestError, Unlisted};
+
+/// What the watch lists, as an error names it.
+const NODE_ADDRESSES: &str = "the Nodes' addresses";
 
 /// How long a first question waits for the first list.
 const FIRST_LIST: Duration = Duration::from_secs(5);
@@ -35,7 +38,7 @@ enum Kept {
     /// Its addresses (canonical) and whether it carries the control-plane role label.
     Read { addresses: Vec<IpAddr>, control_plane: bool },
     /// It could not be decoded: its addresses are unknown.
-    Undecodable(String),
+    Undecodable(UndecodableError),
 }
 
 /// The Nodes by name, the names of those listing each address, and why each Node that could not
@@ -44,7 +47,7 @@ enum Kept {
 struct Index {
     nodes: HashMap<Arc<str>, Kept>,
     by_address: HashMap<IpAddr, BTreeSet<Arc<str>>>,
-    undecodable: BTreeMap<Arc<str>, String>,
+    undecodable: BTreeMap<Arc<str>, UndecodableError>,
 }
 
 impl Index {
@@ -77,7 +80,7 @@ impl Index {
     }
 
     /// The claims of `ips`, or why they are unknown.
-    fn claims(&self, ips: &[IpAddr]) -> Result<Vec<AddressClaim>, String> {
+    fn claims(&self, ips: &[IpAddr]) -> Result<Vec<AddressClaim>, UndecodableError> {
         if let Some(why) = self.undecodable.values().next() {
             return Err(why.clone());
         }
@@ -101,7 +104,7 @@ struct State {
     index: Index,
     relist: Option<Index>,
     synced: bool,
-    error: Option<String>,
+    error: Option<RequestError>,
 }
 
 impl State {
@@ -124,7 +127,7 @@ impl State {
             Ok(watcher::Event::Delete(node)) => self.index.remove(&name_of(&node)),
             Err(error) => {
                 tracing::warn!(%error, "watching Nodes for the addresses they claim");
-                self.error = Some(error.to_string());
+                self.error = Some(RequestError::new(error));
             }
         }
     }
@@ -149,9 +152,7 @@ fn kept(node: &Decoded<NodeObject>, skipped: &Skipped) -> (Arc<str>, Kept) {
             let control_plane = labels.is_some_and(|labels| labels.contains_key(CONTROL_PLANE_LABEL));
             Kept::Read { addresses: addresses.collect(), control_plane }
         }
-        Decoded::Undecodable(undecodable) => {
-            Kept::Undecodable(skipped.report(ObjectKind::Node, undecodable).to_string())
-        }
+        Decoded::Undecodable(undecodable) => Kept::Undecodable(skipped.report(ObjectKind::Node, undecodable)),
     };
     (name_of(node), kept)
 }
@@ -190,12 +191,14 @@ impl NodeAddresses {
             {
                 let state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
                 if state.synced {
-                    let claims = state.index.claims(ips);
-                    return claims.map_err(|why| ClusterError::NotListed { what: "the Nodes' addresses".into(), why });
+                    let unlisted = |undecodable| Unlisted::Failed(RequestError::new(undecodable));
+                    let claims = state.index.claims(ips).map_err(unlisted);
+                    return claims.map_err(|why| ClusterError::NotListed { what: NODE_ADDRESSES, why });
                 }
                 if tokio::time::Instant::now() >= deadline {
-                    let why = state.error.clone().unwrap_or_else(|| "the first list of Nodes has not completed".into());
-                    return Err(ClusterError::NotListed { what: "the Nodes' addresses".into(), why });
+                    let why =
+                        state.error.clone().map_or(Unlisted::FirstList("the first list of Nodes"), Unlisted::Failed);
+                    return Err(ClusterError::NotListed { what: NODE_ADDRESSES, why });
                 }
             }
             tokio::time::sleep(FIRST_LIST_POLL).await;
@@ -234,7 +237,7 @@ mod tests {
         })
     }
 
-    fn claims(state: &State, ip: &str) -> Result<(Vec<String>, Vec<String>), String> {
+    fn claims(state: &State, ip: &str) -> Result<(Vec<String>, Vec<String>), UndecodableError> {
         let claims = state.index.claims(&[ip.parse().unwrap()])?;
         Ok((claims[0].nodes.clone(), claims[0].control_plane.clone()))
     }
@@ -322,7 +325,7 @@ mod tests {
         state.apply(Ok(watcher::Event::InitApply(node("cp", &["10.0.0.5"], true))), &skipped);
         state.apply(Ok(watcher::Event::InitApply(undecodable())), &skipped);
         state.apply(Ok(watcher::Event::InitDone), &skipped);
-        let unknown = claims(&state, "10.0.0.5").unwrap_err();
+        let unknown = claims(&state, "10.0.0.5").unwrap_err().to_string();
         assert!(unknown.contains("could not be decoded: a time out of range"), "{unknown}");
         state.apply(Ok(watcher::Event::Apply(node("bad", &["10.0.0.9"], false))), &skipped);
         assert_eq!(claims(&state, "10.0.0.5"), Ok((names(&["cp"]), names(&["cp"]))));

@@ -3,13 +3,14 @@
 //! requester or a node may fill with times the apiserver serves with a five-digit year), and a
 //! CertificateSigningRequest as a [`Csr`], whose conditions keep their times as the text the
 //! apiserver served, unread, so the approval write sends them back exactly as they were. The
-//! kinds of object read ([`ObjectKind`]) and [`resource_of!`], which makes such a type a
-//! [`kube::Resource`].
+//! kinds of object read ([`ObjectKind`]), the error of one that cannot be decoded
+//! ([`UndecodableError`]), and [`resource_of!`], which makes such a type a [`kube::Resource`].
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::marker::PhantomData;
+use std::sync::Arc;
 
 use k8s_openapi::ByteString;
 use k8s_openapi::api::certificates::v1::{CertificateSigningRequest, CertificateSigningRequestCondition};
@@ -64,6 +65,46 @@ impl fmt::Display for ObjectKind {
         f.write_str(self.as_str())
     }
 }
+
+/// An object that could not be decoded, as the error of a read of it by name.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{kind} {name} could not be decoded: {error}")]
+pub struct UndecodableError {
+    /// The object's kind.
+    pub kind: ObjectKind,
+    /// Its name, escaped and quoted.
+    pub name: String,
+    /// Why it could not be decoded.
+    pub error: DecodeError,
+}
+
+/// The decoder's error of an object that could not be read into the approver's type, kept whole;
+/// two are equal when they read the same.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error(transparent)]
+pub struct DecodeError(Arc<serde_json::Error>);
+
+impl From<serde_json::Error> for DecodeError {
+    fn from(error: serde_json::Error) -> DecodeError {
+        DecodeError(Arc::new(error))
+    }
+}
+
+/// A decoder's error saying `text`, for the tests' undecodable objects.
+#[cfg(test)]
+impl From<&str> for DecodeError {
+    fn from(text: &str) -> DecodeError {
+        DecodeError::from(<serde_json::Error as serde::de::Error>::custom(text))
+    }
+}
+
+impl PartialEq for DecodeError {
+    fn eq(&self, other: &DecodeError) -> bool {
+        self.0.to_string() == other.0.to_string()
+    }
+}
+
+impl Eq for DecodeError {}
 
 /// The metadata the approver reads of any object: name, namespace, uid, resourceVersion,
 /// creationTimestamp, labels and annotations. Every other field (`managedFields` above all) is

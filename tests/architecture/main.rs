@@ -3,8 +3,8 @@
 //!
 //! - the decision core's crate depends on no Kubernetes client, async runtime or DNS library, even
 //!   indirectly;
-//! - the modules of the shell and of the core import each other in no cycle and at most seven levels
-//!   deep;
+//! - the modules of the shell and of the core import each other in no cycle and at most six levels
+//!   deep, and their features (top-level modules) in no cycle either;
 //! - every module of the shell sits in a row of ARCHITECTURE.md's layer table and imports only what
 //!   its row says it may;
 //! - outside `kubernetes/`, only the files ARCHITECTURE.md names use the Kubernetes client crates;

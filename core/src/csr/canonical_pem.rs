@@ -17,37 +17,105 @@ const END: &[u8] = b"-----END";
 /// Go writes base64 lines of this many characters, the last one shorter.
 const LINE_WIDTH: usize = 64;
 
+/// Why `spec.request` is not one canonical `CERTIFICATE REQUEST` PEM block; the parts quoted are
+/// the request's own.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NotCanonical {
+    /// No BEGIN line.
+    #[error("no -----BEGIN line")]
+    NoBegin,
+    /// BEGIN or END other than once each.
+    #[error("-----BEGIN occurs {begins} and -----END {ends} times; each must occur exactly once")]
+    Delimiters {
+        /// How many times `-----BEGIN` occurs.
+        begins: usize,
+        /// How many times `-----END` occurs.
+        ends: usize,
+    },
+    /// Something other than whitespace before the block.
+    #[error("bytes other than whitespace come before -----BEGIN")]
+    BytesBefore,
+    /// Whitespace before the block that does not end with a line feed.
+    #[error("the whitespace before -----BEGIN does not end with a line feed")]
+    NoLineFeedBefore,
+    /// Something other than whitespace after the block.
+    #[error("bytes other than whitespace come after the -----END line")]
+    BytesAfter,
+    /// Bytes that are not text.
+    #[error("the block is not ASCII")]
+    NotAscii,
+    /// CR LF line ends.
+    #[error("lines end in CR LF; only LF is accepted")]
+    CrLf,
+    /// A BEGIN or END line with another label.
+    #[error("the {which} label is {label:?}, expected {LABEL:?}")]
+    Label {
+        /// `BEGIN` or `END`.
+        which: &'static str,
+        /// The label found.
+        label: String,
+    },
+    /// A BEGIN or END line that is not one.
+    #[error("the {which} line {line:?} is not -----{which} {LABEL}-----")]
+    LabelLine {
+        /// `BEGIN` or `END`.
+        which: &'static str,
+        /// The line found.
+        line: String,
+    },
+    /// Nothing between BEGIN and END.
+    #[error("the block has no body")]
+    NoBody,
+    /// A header line.
+    #[error("PEM headers are not accepted")]
+    Headers,
+    /// A body line with other characters than base64.
+    #[error("the body line {0:?} holds characters other than base64")]
+    NotBase64Line(String),
+    /// A body line, not the last, of another width.
+    #[error("a body line has {0} characters; every line but the last has {LINE_WIDTH}")]
+    LineWidth(usize),
+    /// A last body line of another width.
+    #[error("the last body line has {0} characters, expected 1 to {LINE_WIDTH}")]
+    LastLineWidth(usize),
+    /// The body does not decode as canonical base64.
+    #[error("the body is not canonical base64: {0}")]
+    Base64(base64::DecodeError),
+    /// The block is not what encoding its contents gives.
+    #[error("the block differs from the canonical encoding of its contents")]
+    NotReencoded,
+}
+
 /// Returns the DER inside a canonical `CERTIFICATE REQUEST` PEM block.
 pub(super) fn decode(pem: &[u8]) -> Result<Vec<u8>, CsrError> {
     if pem.len() > MAX_REQUEST_BYTES {
         return Err(CsrError::TooLarge);
     }
-    let not_canonical = |why: String| CsrError::NotCanonicalPem(why);
+    block(pem).map_err(CsrError::NotCanonicalPem)
+}
+
+/// The DER of `pem`, a canonical block, or why it is not one.
+fn block(pem: &[u8]) -> Result<Vec<u8>, NotCanonical> {
     match (occurrences(pem, BEGIN), occurrences(pem, END)) {
-        (0, _) => return Err(not_canonical("no -----BEGIN line".into())),
+        (0, _) => return Err(NotCanonical::NoBegin),
         (1, 1) => {}
-        (begins, ends) => {
-            return Err(not_canonical(format!(
-                "-----BEGIN occurs {begins} and -----END {ends} times; each must occur exactly once"
-            )));
-        }
+        (begins, ends) => return Err(NotCanonical::Delimiters { begins, ends }),
     }
-    let block = surrounded_by_whitespace(pem).map_err(not_canonical)?;
-    let text = std::str::from_utf8(block).map_err(|_| not_canonical("the block is not ASCII".into()))?;
+    let block = surrounded_by_whitespace(pem)?;
+    let text = std::str::from_utf8(block).map_err(|_| NotCanonical::NotAscii)?;
     if text.contains('\r') {
-        return Err(not_canonical("lines end in CR LF; only LF is accepted".into()));
+        return Err(NotCanonical::CrLf);
     }
     let mut lines = text.split('\n');
     let begin = lines.next().unwrap_or_default();
     let end = lines.next_back().unwrap_or_default();
-    check_label_line(begin, "BEGIN").map_err(not_canonical)?;
-    check_label_line(end, "END").map_err(not_canonical)?;
+    check_label_line(begin, "BEGIN")?;
+    check_label_line(end, "END")?;
     let body: Vec<&str> = lines.collect();
-    check_body_lines(&body).map_err(not_canonical)?;
-    let der =
-        STANDARD.decode(body.concat()).map_err(|e| not_canonical(format!("the body is not canonical base64: {e}")))?;
+    check_body_lines(&body)?;
+    let der = STANDARD.decode(body.concat()).map_err(NotCanonical::Base64)?;
     if encode(&der).trim_end_matches('\n') != text {
-        return Err(not_canonical("the block differs from the canonical encoding of its contents".into()));
+        return Err(NotCanonical::NotReencoded);
     }
     Ok(der)
 }
@@ -70,26 +138,26 @@ fn occurrences(haystack: &[u8], needle: &[u8]) -> usize {
 
 /// The block without the whitespace around it. Leading whitespace must end with a line feed: Go
 /// finds a BEGIN line only at the start of the input or right after a `\n`.
-fn surrounded_by_whitespace(pem: &[u8]) -> Result<&[u8], String> {
+fn surrounded_by_whitespace(pem: &[u8]) -> Result<&[u8], NotCanonical> {
     let is_space = |b: &u8| matches!(b, b' ' | b'\t' | b'\r' | b'\n');
     let start = pem.iter().position(|b| !is_space(b)).unwrap_or(pem.len());
     let end = pem.iter().rposition(|b| !is_space(b)).map_or(start, |i| i + 1);
     if !pem[start..].starts_with(BEGIN) {
-        return Err("bytes other than whitespace come before -----BEGIN".into());
+        return Err(NotCanonical::BytesBefore);
     }
     if start > 0 && pem[start - 1] != b'\n' {
-        return Err("the whitespace before -----BEGIN does not end with a line feed".into());
+        return Err(NotCanonical::NoLineFeedBefore);
     }
     let block = &pem[start..end];
     let last_line = block.rsplit(|b| *b == b'\n').next().unwrap_or_default();
     if !last_line.starts_with(END) {
-        return Err("bytes other than whitespace come after the -----END line".into());
+        return Err(NotCanonical::BytesAfter);
     }
     Ok(block)
 }
 
 /// `-----BEGIN CERTIFICATE REQUEST-----` or `-----END CERTIFICATE REQUEST-----`, nothing else.
-fn check_label_line(line: &str, which: &str) -> Result<(), String> {
+fn check_label_line(line: &str, which: &'static str) -> Result<(), NotCanonical> {
     let label = line
         .strip_prefix("-----")
         .and_then(|rest| rest.strip_prefix(which))
@@ -97,27 +165,27 @@ fn check_label_line(line: &str, which: &str) -> Result<(), String> {
         .and_then(|rest| rest.strip_suffix("-----"));
     match label {
         Some(LABEL) => Ok(()),
-        Some(other) => Err(format!("the {which} label is {other:?}, expected {LABEL:?}")),
-        None => Err(format!("the {which} line {line:?} is not -----{which} {LABEL}-----")),
+        Some(other) => Err(NotCanonical::Label { which, label: other.to_owned() }),
+        None => Err(NotCanonical::LabelLine { which, line: line.to_owned() }),
     }
 }
 
 /// Base64 lines of exactly [`LINE_WIDTH`] characters, the last one 1 to [`LINE_WIDTH`]; no headers.
-fn check_body_lines(body: &[&str]) -> Result<(), String> {
+fn check_body_lines(body: &[&str]) -> Result<(), NotCanonical> {
     let Some((last, full)) = body.split_last() else {
-        return Err("the block has no body".into());
+        return Err(NotCanonical::NoBody);
     };
     if body.iter().any(|line| line.contains(':')) {
-        return Err("PEM headers are not accepted".into());
+        return Err(NotCanonical::Headers);
     }
     if let Some(line) = body.iter().find(|line| !line.bytes().all(is_base64_char)) {
-        return Err(format!("the body line {line:?} holds characters other than base64"));
+        return Err(NotCanonical::NotBase64Line((*line).to_owned()));
     }
     if let Some(line) = full.iter().find(|line| line.len() != LINE_WIDTH) {
-        return Err(format!("a body line has {} characters; every line but the last has {LINE_WIDTH}", line.len()));
+        return Err(NotCanonical::LineWidth(line.len()));
     }
     if last.is_empty() || last.len() > LINE_WIDTH {
-        return Err(format!("the last body line has {} characters, expected 1 to {LINE_WIDTH}", last.len()));
+        return Err(NotCanonical::LastLineWidth(last.len()));
     }
     Ok(())
 }

@@ -7,6 +7,7 @@ use x509_cert::der::Decode;
 use x509_cert::ext::pkix::SubjectAltName;
 use x509_cert::time::Time;
 
+use super::causes::{Ambiguity, NotStrict};
 use super::strict_der::read_subject;
 use super::{CsrError, CsrFacts};
 
@@ -26,14 +27,12 @@ pub struct CertificateFacts {
 impl CertificateFacts {
     /// Reads a DER-encoded X.509 certificate; its chain is not verified here.
     pub fn from_der(der: &[u8]) -> Result<CertificateFacts, CsrError> {
-        let certificate =
-            Certificate::from_der(der).map_err(|e| CsrError::NotStrictDer(format!("certificate: {e}")))?;
+        let certificate = Certificate::from_der(der).map_err(|e| CsrError::NotStrictDer(NotStrict::Certificate(e)))?;
         let tbs = certificate.tbs_certificate();
         let mut names = CsrFacts::default();
         read_subject(tbs.subject(), &mut names)?;
-        let sans = tbs
-            .get_extension::<SubjectAltName>()
-            .map_err(|e| CsrError::Ambiguous(format!("the SubjectAltName extension: {e}")))?;
+        let sans =
+            tbs.get_extension::<SubjectAltName>().map_err(|e| CsrError::Ambiguous(Ambiguity::SubjectAltName(e)))?;
         for name in sans.iter().flat_map(|(_, sans)| sans.0.iter()) {
             names.add_san(name)?;
         }
@@ -52,5 +51,5 @@ fn timestamp(time: Time) -> Result<Timestamp, CsrError> {
     i64::try_from(since_epoch.as_secs())
         .ok()
         .and_then(|seconds| Timestamp::from_second(seconds).ok())
-        .ok_or_else(|| CsrError::NotStrictDer(format!("a validity time {since_epoch:?} after the epoch")))
+        .ok_or(CsrError::NotStrictDer(NotStrict::ValidityTime(since_epoch)))
 }

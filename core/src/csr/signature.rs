@@ -12,6 +12,7 @@ use x509_cert::request::CertReq;
 use x509_cert::spki::AlgorithmIdentifier;
 
 use super::CsrError;
+use super::causes::{NotStrict, Unsupported};
 
 const RSA_ENCRYPTION: ObjectIdentifier = ObjectIdentifier::new_unwrap("1.2.840.113549.1.1.1");
 const SHA256_WITH_RSA: ObjectIdentifier = ObjectIdentifier::new_unwrap("1.2.840.113549.1.1.11");
@@ -39,7 +40,7 @@ pub(super) fn verify(request: &CertReq) -> Result<(), CsrError> {
     let algorithm = verification_algorithm(key_type, &request.algorithm)?;
     let key = whole_bytes(&request.info.public_key.subject_public_key, "public key")?;
     let signature = whole_bytes(&request.signature, "signature")?;
-    let message = request.info.to_der().map_err(|e| CsrError::NotStrictDer(e.to_string()))?;
+    let message = request.info.to_der().map_err(|e| CsrError::NotStrictDer(NotStrict::Der(e)))?;
     UnparsedPublicKey::new(algorithm, key).verify(&message, signature).map_err(|_| CsrError::BadSignature)
 }
 
@@ -52,9 +53,7 @@ fn key_type(algorithm: &AlgorithmIdentifier<Any>) -> Result<KeyType, CsrError> {
         (EC_PUBLIC_KEY, _, Some(P256)) => Ok(KeyType::EcdsaP256),
         (EC_PUBLIC_KEY, _, Some(P384)) => Ok(KeyType::EcdsaP384),
         (ED25519, None, _) => Ok(KeyType::Ed25519),
-        (oid, _, _) => Err(CsrError::UnsupportedSignature(format!(
-            "public key algorithm {oid} with these parameters (accepted: RSA, ECDSA P-256/P-384, Ed25519)"
-        ))),
+        (oid, _, _) => Err(CsrError::UnsupportedSignature(Unsupported::KeyAlgorithm(oid))),
     }
 }
 
@@ -77,17 +76,12 @@ fn verification_algorithm(
         (KeyType::Ed25519, ED25519) if no_params => Some(&signature::ED25519),
         _ => None,
     };
-    chosen.ok_or_else(|| {
-        CsrError::UnsupportedSignature(format!(
-            "signature algorithm {} with these parameters for this key",
-            algorithm.oid
-        ))
-    })
+    chosen.ok_or(CsrError::UnsupportedSignature(Unsupported::SignatureAlgorithm(algorithm.oid)))
 }
 
 /// The contents of a BIT STRING that has no unused bits.
-fn whole_bytes<'a>(bits: &'a BitString, what: &str) -> Result<&'a [u8], CsrError> {
-    bits.as_bytes().ok_or_else(|| CsrError::NotStrictDer(format!("the {what} BIT STRING has unused bits")))
+fn whole_bytes<'a>(bits: &'a BitString, what: &'static str) -> Result<&'a [u8], CsrError> {
+    bits.as_bytes().ok_or(CsrError::NotStrictDer(NotStrict::UnusedBits(what)))
 }
 
 #[cfg(test)]

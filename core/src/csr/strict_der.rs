@@ -13,6 +13,7 @@ use x509_cert::ext::pkix::name::GeneralName;
 use x509_cert::name::Name;
 use x509_cert::request::CertReq;
 
+use super::causes::{Ambiguity, NotStrict};
 use super::{CsrError, CsrFacts};
 
 const COMMON_NAME: ObjectIdentifier = ObjectIdentifier::new_unwrap("2.5.4.3");
@@ -31,12 +32,12 @@ pub(super) fn decode(der: &[u8]) -> Result<CertReq, CsrError> {
 /// Every OBJECT IDENTIFIER in `der` (at any depth of constructed values) has minimal
 /// subidentifiers: Go refuses a subidentifier starting with 0x80, which `der` keeps as written.
 fn minimal_oids(der: &[u8]) -> Result<(), CsrError> {
-    let not_strict = |e: x509_cert::der::Error| CsrError::NotStrictDer(e.to_string());
+    let not_strict = |e: x509_cert::der::Error| CsrError::NotStrictDer(NotStrict::Der(e));
     let mut reader = SliceReader::new(der).map_err(not_strict)?;
     while !reader.is_finished() {
         let value = AnyRef::decode(&mut reader).map_err(not_strict)?;
         if value.tag() == Tag::ObjectIdentifier && !is_minimal_oid(value.value()) {
-            return Err(CsrError::NotStrictDer("an OBJECT IDENTIFIER is not minimally encoded".into()));
+            return Err(CsrError::NotStrictDer(NotStrict::OidNotMinimal));
         }
         if value.tag().is_constructed() {
             minimal_oids(value.value())?;
@@ -59,14 +60,15 @@ fn is_minimal_oid(bytes: &[u8]) -> bool {
 
 /// Decodes `der` as `T` and requires the re-encoding to be the very same bytes, so that nothing
 /// (an explicit DEFAULT value, a non-canonical form the decoder tolerates) is read in two ways.
-fn canonical<T>(der: &[u8], what: &str) -> Result<T, CsrError>
+fn canonical<T>(der: &[u8], what: &'static str) -> Result<T, CsrError>
 where
     T: for<'a> Decode<'a, Error = x509_cert::der::Error> + Encode,
 {
-    let value = T::from_der(der).map_err(|e| CsrError::NotStrictDer(format!("{what}: {e}")))?;
-    let encoded = value.to_der().map_err(|e| CsrError::NotStrictDer(format!("{what}: {e}")))?;
+    let part = |error| CsrError::NotStrictDer(NotStrict::Part { part: what, error });
+    let value = T::from_der(der).map_err(part)?;
+    let encoded = value.to_der().map_err(part)?;
     if encoded != der {
-        return Err(CsrError::NotStrictDer(format!("{what} does not re-encode to the same bytes")));
+        return Err(CsrError::NotStrictDer(NotStrict::NotReencoded(what)));
     }
     Ok(value)
 }
@@ -87,7 +89,7 @@ pub(super) fn facts(request: &CertReq) -> Result<CsrFacts, CsrError> {
 pub(super) fn read_subject(subject: &Name, facts: &mut CsrFacts) -> Result<(), CsrError> {
     for rdn in subject.iter_rdn() {
         if rdn.len() != 1 {
-            return Err(CsrError::Ambiguous(format!("a subject RDN holds {} attributes, expected one", rdn.len())));
+            return Err(CsrError::Ambiguous(Ambiguity::RdnAttributes(rdn.len())));
         }
     }
     for attribute in subject.iter() {
@@ -95,9 +97,7 @@ pub(super) fn read_subject(subject: &Name, facts: &mut CsrFacts) -> Result<(), C
         match attribute.oid {
             COMMON_NAME => facts.common_names.push(value),
             ORGANIZATION => facts.organizations.push(value),
-            other => {
-                return Err(CsrError::Ambiguous(format!("subject attribute {other} is not accepted (only CN and O)")));
-            }
+            other => return Err(CsrError::Ambiguous(Ambiguity::SubjectAttribute(other))),
         }
     }
     Ok(())
@@ -108,36 +108,29 @@ fn directory_string(value: &Any) -> Result<String, CsrError> {
     let text = match value.tag() {
         Tag::Utf8String => Utf8StringRef::new(value.value()).map(|s| s.as_str().to_owned()),
         Tag::PrintableString => PrintableStringRef::new(value.value()).map(|s| s.as_str().to_owned()),
-        other => {
-            return Err(CsrError::Ambiguous(format!(
-                "a subject value is tagged {other}, expected UTF8String or PrintableString"
-            )));
-        }
+        other => return Err(CsrError::Ambiguous(Ambiguity::SubjectValueTag(other))),
     };
-    text.map_err(|e| CsrError::NotStrictDer(format!("a subject value: {e}")))
+    text.map_err(|e| CsrError::NotStrictDer(NotStrict::SubjectValue(e)))
 }
 
 /// The single SubjectAltName extension of the single extensionRequest attribute, if any.
 fn subject_alt_names(request: &CertReq) -> Result<Option<SubjectAltName>, CsrError> {
     let mut extension_requests = request.info.attributes.iter().filter(|attribute| attribute.oid == EXTENSION_REQUEST);
     if let Some(other) = request.info.attributes.iter().find(|attribute| attribute.oid != EXTENSION_REQUEST) {
-        return Err(CsrError::Ambiguous(format!("attribute {} is not accepted (only extensionRequest)", other.oid)));
+        return Err(CsrError::Ambiguous(Ambiguity::Attribute(other.oid)));
     }
     let Some(attribute) = extension_requests.next() else { return Ok(None) };
     if extension_requests.next().is_some() {
-        return Err(CsrError::Ambiguous("more than one extensionRequest attribute".into()));
+        return Err(CsrError::Ambiguous(Ambiguity::ExtensionRequests));
     }
     let [value] = attribute.values.as_slice() else {
-        return Err(CsrError::Ambiguous(format!(
-            "the extensionRequest attribute holds {} values, expected one",
-            attribute.values.len()
-        )));
+        return Err(CsrError::Ambiguous(Ambiguity::ExtensionRequestValues(attribute.values.len())));
     };
     let extensions: Vec<Extension> = reencoded(value, "the extensionRequest")?;
     let mut seen = Vec::new();
     for extension in &extensions {
         if seen.contains(&extension.extn_id) {
-            return Err(CsrError::Ambiguous(format!("extension {} appears more than once", extension.extn_id)));
+            return Err(CsrError::Ambiguous(Ambiguity::RepeatedExtension(extension.extn_id)));
         }
         seen.push(extension.extn_id);
     }
@@ -149,11 +142,11 @@ fn subject_alt_names(request: &CertReq) -> Result<Option<SubjectAltName>, CsrErr
 }
 
 /// Decodes `value` as `T`, checking its tag as well as its contents, canonically.
-fn reencoded<T>(value: &Any, what: &str) -> Result<T, CsrError>
+fn reencoded<T>(value: &Any, what: &'static str) -> Result<T, CsrError>
 where
     T: for<'a> Decode<'a, Error = x509_cert::der::Error> + Encode,
 {
-    let der = value.to_der().map_err(|e| CsrError::NotStrictDer(format!("{what}: {e}")))?;
+    let der = value.to_der().map_err(|error| CsrError::NotStrictDer(NotStrict::Part { part: what, error }))?;
     canonical(&der, what)
 }
 
@@ -178,9 +171,7 @@ fn ip_from_bytes(bytes: &[u8]) -> Result<IpAddr, CsrError> {
     if let Ok(v4) = <[u8; 4]>::try_from(bytes) {
         return Ok(IpAddr::from(v4));
     }
-    <[u8; 16]>::try_from(bytes)
-        .map(IpAddr::from)
-        .map_err(|_| CsrError::Ambiguous(format!("an IP SAN of {} bytes", bytes.len())))
+    <[u8; 16]>::try_from(bytes).map(IpAddr::from).map_err(|_| CsrError::Ambiguous(Ambiguity::IpSanLength(bytes.len())))
 }
 
 #[cfg(test)]
@@ -281,7 +272,7 @@ mod reading {
 
     fn ambiguous(result: Result<CsrFacts, CsrError>, says: &str) {
         match result {
-            Err(CsrError::Ambiguous(why)) => assert!(why.contains(says), "{why:?} does not say {says:?}"),
+            Err(CsrError::Ambiguous(why)) => assert!(why.to_string().contains(says), "{why:?} does not say {says:?}"),
             other => panic!("expected an ambiguity about {says:?}, got {other:?}"),
         }
     }

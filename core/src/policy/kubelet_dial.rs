@@ -12,7 +12,7 @@ use ipnet::IpNet;
 
 use super::cluster_identity::{Ownership, ownership};
 use super::ports::{AddressClaim, ApiserverAddresses};
-use super::reserved::{host, reserved_address};
+use super::reserved::{ReservedKind, host, reserved_address};
 
 /// The addresses and the port a kubelet may be dialled at.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -23,27 +23,51 @@ pub struct KubeletDialRules {
     pub port: u16,
 }
 
+/// Why a kubelet is not dialled at the address and port its Node gives.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NotDialable {
+    /// The Node's kubelet port is not `--kubelet-port`.
+    #[error("the Node's kubelet port {port} is not the kubelet port {kubelet_port} (--kubelet-port)")]
+    OtherPort {
+        /// The port the Node gives.
+        port: u16,
+        /// `--kubelet-port`.
+        kubelet_port: u16,
+    },
+    /// The address is reserved (`reserved.rs`).
+    #[error("the Node's InternalIP {ip} is {kind}")]
+    Reserved {
+        /// The address.
+        ip: IpAddr,
+        /// The kind of reserved address.
+        kind: ReservedKind,
+    },
+    /// The address is one of the apiserver's that the node does not own.
+    #[error("the Node's InternalIP {0} is an address of the apiserver (default/kubernetes)")]
+    Apiserver(IpAddr),
+    /// The address is outside `--provider-ip-prefixes`.
+    #[error("the Node's InternalIP {0} is outside --provider-ip-prefixes")]
+    OutsidePrefixes(IpAddr),
+}
+
 impl KubeletDialRules {
     /// The address to dial for a kubelet its Node places at `ip` and `port`, or why it is not
     /// dialled. `apiserver` holds the apiserver's addresses the node does not own, each refused in
     /// every spelling (an IPv6 address embedding it, `reserved::host`); an IPv4-mapped address is
     /// read as the IPv4 address it maps.
-    pub fn target(&self, ip: IpAddr, port: u16, apiserver: &[IpAddr]) -> Result<SocketAddr, String> {
+    pub fn target(&self, ip: IpAddr, port: u16, apiserver: &[IpAddr]) -> Result<SocketAddr, NotDialable> {
         let ip = ip.to_canonical();
         if port != self.port {
-            return Err(format!(
-                "the Node's kubelet port {port} is not the kubelet port {} (--kubelet-port)",
-                self.port
-            ));
+            return Err(NotDialable::OtherPort { port, kubelet_port: self.port });
         }
         if let Some(kind) = reserved_address(ip) {
-            return Err(format!("the Node's InternalIP {ip} is {kind}"));
+            return Err(NotDialable::Reserved { ip, kind });
         }
         if apiserver.iter().any(|address| host(*address) == host(ip)) {
-            return Err(format!("the Node's InternalIP {ip} is an address of the apiserver (default/kubernetes)"));
+            return Err(NotDialable::Apiserver(ip));
         }
         if !self.prefixes.iter().any(|net| net.contains(&ip)) {
-            return Err(format!("the Node's InternalIP {ip} is outside --provider-ip-prefixes"));
+            return Err(NotDialable::OutsidePrefixes(ip));
         }
         Ok(SocketAddr::new(ip, port))
     }
@@ -94,19 +118,21 @@ mod tests {
         let target = |ip: &str, port| rules.target(ip.parse().unwrap(), port, &["10.0.0.1".parse().unwrap()]);
         assert_eq!(target("10.0.0.7", 10250), Ok("10.0.0.7:10250".parse().unwrap()));
         assert_eq!(target("::ffff:10.0.0.7", 10250), Ok("10.0.0.7:10250".parse().unwrap()));
-        assert!(target("10.0.0.7", 10255).unwrap_err().contains("port 10255 is not the kubelet port 10250"));
-        assert!(target("10.0.0.1", 10250).unwrap_err().contains("address of the apiserver"));
-        assert!(target("::ffff:10.0.0.1", 10250).unwrap_err().contains("address of the apiserver"));
-        assert!(target("10.1.0.7", 10250).unwrap_err().contains("outside --provider-ip-prefixes"));
+        assert!(
+            target("10.0.0.7", 10255).unwrap_err().to_string().contains("port 10255 is not the kubelet port 10250")
+        );
+        assert!(target("10.0.0.1", 10250).unwrap_err().to_string().contains("address of the apiserver"));
+        assert!(target("::ffff:10.0.0.1", 10250).unwrap_err().to_string().contains("address of the apiserver"));
+        assert!(target("10.1.0.7", 10250).unwrap_err().to_string().contains("outside --provider-ip-prefixes"));
         let anywhere = KubeletDialRules { prefixes: vec!["::/0".parse().unwrap()], port: 10250 };
         let cluster_ip = ["10.96.0.1".parse().unwrap()];
         for spelling in ["2002:a60:1::", "2002:a60:1:ffff::7", "::ffff:0:a60:1"] {
-            let refused = anywhere.target(spelling.parse().unwrap(), 10250, &cluster_ip).unwrap_err();
+            let refused = anywhere.target(spelling.parse().unwrap(), 10250, &cluster_ip).unwrap_err().to_string();
             assert!(refused.contains("address of the apiserver"), "{spelling}: {refused}");
         }
         assert!(anywhere.target("2002:a60:2::".parse().unwrap(), 10250, &cluster_ip).is_ok());
         let open = KubeletDialRules { prefixes: vec!["0.0.0.0/0".parse().unwrap()], port: 10250 };
-        let refused = open.target("169.254.169.254".parse().unwrap(), 10250, &[]).unwrap_err();
+        let refused = open.target("169.254.169.254".parse().unwrap(), 10250, &[]).unwrap_err().to_string();
         assert!(refused.contains("link-local"), "{refused}");
     }
 }

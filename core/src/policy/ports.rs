@@ -58,13 +58,24 @@ pub enum ClusterError {
     #[error("{what} not read yet: {why}")]
     NotListed {
         /// What is not listed, e.g. `the default/kubernetes Service`.
-        what: String,
-        /// Why: the watch's last error, or that the first list has not completed.
-        why: String,
+        what: &'static str,
+        /// Why.
+        why: Unlisted,
     },
     /// A request to the apiserver failed.
     #[error("cluster read failed: {0}")]
     Request(RequestError),
+}
+
+/// Why a watched cache has not listed what was asked.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Unlisted {
+    /// The first list, named (e.g. `the first list of Nodes`), has not completed.
+    #[error("{0} has not completed")]
+    FirstList(&'static str),
+    /// The watch's last error, or why an object it listed could not be decoded.
+    #[error("{0}")]
+    Failed(RequestError),
 }
 
 /// The client's error of a failed request, kept whole with its sources; two are equal when they

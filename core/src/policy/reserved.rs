@@ -103,13 +103,38 @@ const V6: [(Ipv6Addr, u8, &str); 11] = [
 
 /// What kind of address no node may hold `ip` is, or `None`. An IPv6 address that embeds an IPv4
 /// address (mapped, translated, compatible, 6to4) is reserved when the embedded one is.
-pub fn reserved_address(ip: IpAddr) -> Option<String> {
+pub fn reserved_address(ip: IpAddr) -> Option<ReservedKind> {
     match ip {
-        IpAddr::V4(v4) => v4_kind(v4).map(str::to_owned),
-        IpAddr::V6(v6) => v6_kind(v6).map(str::to_owned).or_else(|| {
+        IpAddr::V4(v4) => v4_kind(v4).map(ReservedKind::Range),
+        IpAddr::V6(v6) => v6_kind(v6).map(ReservedKind::Range).or_else(|| {
             let (how, v4) = embedded_ipv4(v6)?;
-            v4_kind(v4).map(|kind| format!("{how} embedding {v4}, {kind}"))
+            v4_kind(v4).map(|kind| ReservedKind::Embedding { how, v4, kind })
         }),
+    }
+}
+
+/// What kind of address no node may hold an address is ([`reserved_address`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReservedKind {
+    /// An address of a reserved range, named as the table names it.
+    Range(&'static str),
+    /// An IPv6 address that embeds a reserved IPv4 address.
+    Embedding {
+        /// How it embeds it, e.g. `6to4 (2002::/16)`.
+        how: &'static str,
+        /// The IPv4 address embedded.
+        v4: Ipv4Addr,
+        /// The embedded address's range, named.
+        kind: &'static str,
+    },
+}
+
+impl std::fmt::Display for ReservedKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ReservedKind::Range(kind) => f.write_str(kind),
+            ReservedKind::Embedding { how, v4, kind } => write!(f, "{how} embedding {v4}, {kind}"),
+        }
     }
 }
 
@@ -264,11 +289,11 @@ mod tests {
     #[test]
     fn embedded_addresses_are_read_where_each_form_puts_them() {
         let kind = |ip: &str| reserved_address(ip.parse().unwrap());
-        assert!(kind("2002:7f00:1::1").unwrap().contains("6to4 (2002::/16) embedding 127.0.0.1"));
+        assert!(kind("2002:7f00:1::1").unwrap().to_string().contains("6to4 (2002::/16) embedding 127.0.0.1"));
         assert!(kind("2002:a00:1::1").is_none());
-        assert!(kind("::ffff:0:a9fe:a9fe").unwrap().contains("embedding 169.254.169.254"));
+        assert!(kind("::ffff:0:a9fe:a9fe").unwrap().to_string().contains("embedding 169.254.169.254"));
         assert!(kind("::ffff:0:a00:1").is_none());
-        assert!(kind("::7f00:1").unwrap().contains("IPv4-compatible"));
+        assert!(kind("::7f00:1").unwrap().to_string().contains("IPv4-compatible"));
         assert!(kind("1::ffff:7f00:1").is_none());
     }
 

@@ -16,7 +16,7 @@ use super::user_rules::{self, UserRule, UserRules};
 /// the inputs could not be given (`inputs` is `Err`), else a failure for each rule that does not
 /// evaluate to `true`.
 pub(crate) fn record(rules: &UserRules, inputs: Result<RuleInputs, Failure>, report: &mut Report) {
-    let env = user_rules::env().map_err(|error| Failure::deny(Reason::RuleFailed, error));
+    let env = user_rules::env().map_err(|error| Failure::deny(Reason::RuleFailed, error.to_string()));
     let context = inputs.and_then(|inputs| Ok(inputs.context(env?)));
     for rule in rules.iter() {
         let result = match &context {

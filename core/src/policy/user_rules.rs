@@ -7,18 +7,20 @@ mod node_fields;
 
 use std::sync::{Arc, LazyLock};
 
-use cel::{Context, Env, Program, ResolveResult};
+use cel::{Context, DeclarationError, Env, ParseErrors, Program, ResolveResult};
+
+pub use bounds::RuleBound;
 
 /// The environment every rule is compiled and evaluated with: CEL's standard library and macros,
 /// and the IP and CIDR functions of Kubernetes ([`net`]).
-static ENV: LazyLock<Result<Arc<Env>, String>> = LazyLock::new(|| {
+static ENV: LazyLock<Result<Arc<Env>, NotCompiled>> = LazyLock::new(|| {
     let mut env = Env::stdlib();
-    env.add_extension(net::library).map_err(|e| format!("the IP and CIDR functions cannot be declared: {e}"))?;
+    env.add_extension(net::library).map_err(NotCompiled::Library)?;
     Ok(Arc::new(env))
 });
 
 /// The environment to evaluate rules in, or why it could not be built.
-pub(crate) fn env() -> Result<Arc<Env>, String> {
+pub(crate) fn env() -> Result<Arc<Env>, NotCompiled> {
     ENV.clone()
 }
 
@@ -37,17 +39,36 @@ pub enum RuleError {
         /// The rule.
         name: String,
         /// Which bound, and by how much.
-        problem: String,
+        problem: RuleBound,
     },
     /// The expression does not parse.
     #[error("rule {name:?} does not compile: {error}")]
     Compile {
         /// The rule.
         name: String,
-        /// The parser's message, on one line.
-        error: String,
+        /// Why.
+        error: NotCompiled,
     },
 }
+
+/// Why an expression does not compile.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum NotCompiled {
+    /// The environment's IP and CIDR functions cannot be declared.
+    #[error("the IP and CIDR functions cannot be declared: {0}")]
+    Library(DeclarationError),
+    /// The parser's errors, said on one line.
+    #[error("{}", .0.to_string().split_whitespace().collect::<Vec<_>>().join(" "))]
+    Parse(Arc<ParseErrors>),
+}
+
+impl PartialEq for NotCompiled {
+    fn eq(&self, other: &NotCompiled) -> bool {
+        self.to_string() == other.to_string()
+    }
+}
+
+impl Eq for NotCompiled {}
 
 /// One compiled rule.
 #[derive(Debug, Clone)]
@@ -67,13 +88,12 @@ impl UserRule {
         if !valid_name {
             return Err(RuleError::Name(name.to_owned()));
         }
-        let bound = |problem: String| RuleError::Bound { name: name.to_owned(), problem };
+        let bound = |problem: RuleBound| RuleError::Bound { name: name.to_owned(), problem };
         bounds::source(expression).map_err(bound)?;
         let env = env().map_err(|error| RuleError::Compile { name: name.to_owned(), error })?;
-        let program = env.compile(expression).map_err(|e| RuleError::Compile {
-            name: name.to_owned(),
-            error: e.to_string().split_whitespace().collect::<Vec<_>>().join(" "),
-        })?;
+        let program = env
+            .compile(expression)
+            .map_err(|e| RuleError::Compile { name: name.to_owned(), error: NotCompiled::Parse(Arc::new(e)) })?;
         bounds::tree(program.expression()).map_err(bound)?;
         let node_writable = node_fields::node_writable_reads(program.expression());
         Ok(UserRule { name: name.to_owned(), message: message.to_owned(), program: Arc::new(program), node_writable })

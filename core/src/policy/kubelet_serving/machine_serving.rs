@@ -7,7 +7,7 @@ use std::net::IpAddr;
 
 use jiff::Timestamp;
 
-use crate::csr::{CertificateFacts, CsrFacts};
+use crate::csr::{CertificateFacts, CsrError, CsrFacts};
 
 use super::super::Reason;
 use super::super::evidence::Evidence;
@@ -53,7 +53,7 @@ fn renewal(
     now: Timestamp,
 ) -> Result<String, Failure> {
     let node = &parsed.node;
-    let not_a_renewal = |why: String| {
+    let not_a_renewal = |why: &dyn std::fmt::Display| {
         Failure::retry(
             Reason::MachineNotFound,
             format!("{}, and the request renews no certificate: {why}", not_found.message),
@@ -68,39 +68,67 @@ fn renewal(
             Reason::KubeletUnreachable,
             format!("{}, and node {node:?}'s kubelet could not be reached: {why}", not_found.message),
         )),
-        Some(Ok(KubeletCertificate::Unusable(why))) => Err(not_a_renewal(why.clone())),
-        Some(Ok(KubeletCertificate::Verified(der))) => renews(node, &parsed.facts, der, now).map_err(not_a_renewal),
+        Some(Ok(KubeletCertificate::Unusable(why))) => Err(not_a_renewal(why)),
+        Some(Ok(KubeletCertificate::Verified(der))) => {
+            renews(node, &parsed.facts, der, now).map_err(|why| not_a_renewal(&why))
+        }
     }
+}
+
+/// Why the served certificate is not one the request renews; the serial and the names are the
+/// certificate's and the request's own.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum NotRenewal {
+    /// The certificate cannot be read.
+    #[error("the served certificate cannot be read: {0}")]
+    Unreadable(CsrError),
+    /// Issued to someone else.
+    #[error("the served certificate {serial} has CN {common_names:?}, not {expected:?}")]
+    CommonName { serial: String, common_names: Vec<String>, expected: String },
+    /// Not valid at the time of the decision.
+    #[error("the served certificate {serial} is not valid now: notBefore {not_before}, notAfter {not_after}")]
+    NotValidNow { serial: String, not_before: Timestamp, not_after: Timestamp },
+    /// SANs other than DNS and IP.
+    #[error("the served certificate {0} carries SANs other than DNS and IP")]
+    OtherSans(String),
+    /// Other DNS SANs than the request's.
+    #[error("DNS SANs {asked:?} are not those of the served certificate {serial}: {served:?}")]
+    DnsSans { asked: BTreeSet<String>, serial: String, served: BTreeSet<String> },
+    /// Other IP SANs than the request's.
+    #[error("IP SANs {asked:?} are not those of the served certificate {serial}: {served:?}")]
+    IpSans { asked: BTreeSet<IpAddr>, serial: String, served: BTreeSet<IpAddr> },
 }
 
 /// The request renews the served certificate `der`: issued to `system:node:<node>`, valid at
 /// `now`, with exactly the request's DNS SANs (case-insensitively) and IP SANs (canonically),
 /// as sets, and no SAN of another type.
-pub(crate) fn renews(node: &str, request: &CsrFacts, der: &[u8], now: Timestamp) -> Result<String, String> {
-    let served = CertificateFacts::from_der(der).map_err(|e| format!("the served certificate cannot be read: {e}"))?;
+pub(crate) fn renews(node: &str, request: &CsrFacts, der: &[u8], now: Timestamp) -> Result<String, NotRenewal> {
+    let served = CertificateFacts::from_der(der).map_err(NotRenewal::Unreadable)?;
     let (names, serial) = (&served.names, &served.serial);
     let expected = format!("{NODE_USER_PREFIX}{node}");
     if names.common_names != [expected.as_str()] {
-        return Err(format!("the served certificate {serial} has CN {:?}, not {expected:?}", names.common_names));
+        return Err(NotRenewal::CommonName {
+            serial: serial.clone(),
+            common_names: names.common_names.clone(),
+            expected,
+        });
     }
     if now < served.not_before || now > served.not_after {
-        return Err(format!(
-            "the served certificate {serial} is not valid now: notBefore {}, notAfter {}",
-            served.not_before, served.not_after
-        ));
+        let (not_before, not_after) = (served.not_before, served.not_after);
+        return Err(NotRenewal::NotValidNow { serial: serial.clone(), not_before, not_after });
     }
     if !(names.emails.is_empty() && names.uris.is_empty() && names.other_sans.is_empty()) {
-        return Err(format!("the served certificate {serial} carries SANs other than DNS and IP"));
+        return Err(NotRenewal::OtherSans(serial.clone()));
     }
     let dns = |names: &[String]| names.iter().map(|n| n.to_ascii_lowercase()).collect::<BTreeSet<_>>();
     let ips = |ips: &[IpAddr]| ips.iter().map(IpAddr::to_canonical).collect::<BTreeSet<_>>();
     let (asked_dns, served_dns) = (dns(&request.dns_names), dns(&names.dns_names));
     if asked_dns != served_dns {
-        return Err(format!("DNS SANs {asked_dns:?} are not those of the served certificate {serial}: {served_dns:?}"));
+        return Err(NotRenewal::DnsSans { asked: asked_dns, serial: serial.clone(), served: served_dns });
     }
     let (asked_ips, served_ips) = (ips(&request.ip_addresses), ips(&names.ip_addresses));
     if asked_ips != served_ips {
-        return Err(format!("IP SANs {asked_ips:?} are not those of the served certificate {serial}: {served_ips:?}"));
+        return Err(NotRenewal::IpSans { asked: asked_ips, serial: serial.clone(), served: served_ips });
     }
     Ok(format!(
         "renews the certificate node {node:?}'s kubelet serves (serial {serial}, notAfter {}): the same {} DNS and {} IP SANs",

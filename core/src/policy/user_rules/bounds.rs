@@ -16,26 +16,39 @@ pub const MAX_NODES: usize = 1000;
 /// The deepest nesting of comprehension bodies: a loop inside a loop, no deeper.
 pub const MAX_LOOP_DEPTH: usize = 2;
 
+/// Which bound an expression breaks, and by how much.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RuleBound {
+    /// The source has this many bytes.
+    #[error("the expression has {0} bytes, at most {MAX_SOURCE_BYTES} allowed")]
+    SourceBytes(usize),
+    /// The tree has this many nodes.
+    #[error("the expression has {0} nodes, at most {MAX_NODES} allowed")]
+    Nodes(usize),
+    /// Comprehension bodies are nested this deep.
+    #[error(
+        "comprehensions (all, exists, exists_one, map, filter) are nested {0} deep, at most {MAX_LOOP_DEPTH} allowed"
+    )]
+    LoopDepth(usize),
+}
+
 /// Refuses a source longer than [`MAX_SOURCE_BYTES`].
-pub(super) fn source(expression: &str) -> Result<(), String> {
+pub(super) fn source(expression: &str) -> Result<(), RuleBound> {
     if expression.len() > MAX_SOURCE_BYTES {
-        return Err(format!("the expression has {} bytes, at most {MAX_SOURCE_BYTES} allowed", expression.len()));
+        return Err(RuleBound::SourceBytes(expression.len()));
     }
     Ok(())
 }
 
 /// Refuses a tree of more than [`MAX_NODES`] nodes or loops nested deeper than [`MAX_LOOP_DEPTH`].
-pub(super) fn tree(root: &Expression) -> Result<(), String> {
+pub(super) fn tree(root: &Expression) -> Result<(), RuleBound> {
     let mut shape = Shape::default();
     shape.visit(root, 0);
     if shape.nodes > MAX_NODES {
-        return Err(format!("the expression has {} nodes, at most {MAX_NODES} allowed", shape.nodes));
+        return Err(RuleBound::Nodes(shape.nodes));
     }
     if shape.loop_depth > MAX_LOOP_DEPTH {
-        return Err(format!(
-            "comprehensions (all, exists, exists_one, map, filter) are nested {} deep, at most {MAX_LOOP_DEPTH} allowed",
-            shape.loop_depth
-        ));
+        return Err(RuleBound::LoopDepth(shape.loop_depth));
     }
     Ok(())
 }
@@ -95,7 +108,7 @@ mod tests {
 
     fn bound(expression: &str) -> String {
         match compile(expression) {
-            Err(RuleError::Bound { problem, .. }) => problem,
+            Err(RuleError::Bound { problem, .. }) => problem.to_string(),
             other => panic!("{expression:.60}: {other:?}"),
         }
     }

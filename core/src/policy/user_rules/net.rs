@@ -31,31 +31,68 @@ pub(crate) struct Cidr {
 
 /// Parses an address as Go's `netip.ParseAddr` does, refusing IPv4-mapped IPv6 addresses.
 /// Rust's parser, like Go's, refuses leading zeros in IPv4 octets and zones.
-fn parse_ip(text: &str) -> Result<IpAddr, String> {
-    let addr: IpAddr =
-        text.parse().map_err(|_| format!("IP Address {text:?} parse error during conversion from string"))?;
+fn parse_ip(text: &str) -> Result<IpAddr, NotIp> {
+    let addr: IpAddr = text.parse().map_err(|_| NotIp::Syntax(text.to_owned()))?;
     if let IpAddr::V6(v6) = addr
         && v6.to_ipv4_mapped().is_some()
     {
-        return Err(format!("IPv4-mapped IPv6 address {text:?} is not allowed"));
+        return Err(NotIp::Ipv4Mapped(text.to_owned()));
     }
     Ok(addr)
 }
 
+/// Why a text is not an IP address for the rules, as Kubernetes says it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+enum NotIp {
+    /// Not an address.
+    #[error("IP Address {0:?} parse error during conversion from string")]
+    Syntax(String),
+    /// An IPv4-mapped IPv6 address.
+    #[error("IPv4-mapped IPv6 address {0:?} is not allowed")]
+    Ipv4Mapped(String),
+}
+
+/// Why a text is not a prefix for the rules, as Kubernetes says it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("network address parse error during conversion from string: {text:?}: {why}")]
+struct NotCidr {
+    /// The text.
+    text: String,
+    /// What is wrong with it.
+    why: CidrProblem,
+}
+
+/// What is wrong with a prefix.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+enum CidrProblem {
+    /// No slash.
+    #[error("no '/'")]
+    NoSlash,
+    /// The address before the slash.
+    #[error("{0}")]
+    Address(NotIp),
+    /// The length is not decimal digits without a leading zero.
+    #[error("bad bits after slash")]
+    BadBits,
+    /// The length is longer than the address.
+    #[error("prefix length out of range")]
+    LengthOutOfRange,
+}
+
 /// Parses a prefix as Go's `netip.ParsePrefix` does: the address, then a length of decimal
 /// digits without a sign or a leading zero, at most 32 or 128.
-fn parse_cidr(text: &str) -> Result<Cidr, String> {
-    let error = |why: &str| format!("network address parse error during conversion from string: {text:?}: {why}");
-    let (address, bits) = text.rsplit_once('/').ok_or_else(|| error("no '/'"))?;
-    let addr = parse_ip(address).map_err(|e| error(&e))?;
+fn parse_cidr(text: &str) -> Result<Cidr, NotCidr> {
+    let error = |why| NotCidr { text: text.to_owned(), why };
+    let (address, bits) = text.rsplit_once('/').ok_or_else(|| error(CidrProblem::NoSlash))?;
+    let addr = parse_ip(address).map_err(|e| error(CidrProblem::Address(e)))?;
     let digits = !bits.is_empty() && bits.bytes().all(|b| b.is_ascii_digit());
     if !digits || (bits.len() > 1 && bits.starts_with('0')) {
-        return Err(error("bad bits after slash"));
+        return Err(error(CidrProblem::BadBits));
     }
     let max = if addr.is_ipv4() { 32 } else { 128 };
     match bits.parse::<u8>() {
         Ok(bits) if bits <= max => Ok(Cidr { addr, bits }),
-        _ => Err(error("prefix length out of range")),
+        _ => Err(error(CidrProblem::LengthOutOfRange)),
     }
 }
 
@@ -133,7 +170,7 @@ macro_rules! opaque_val {
 opaque_val!(Ip, IP_TYPE);
 opaque_val!(Cidr, CIDR_TYPE);
 
-fn failed(function: &str, why: String) -> ExecutionError {
+fn failed(function: &str, why: impl std::fmt::Display) -> ExecutionError {
     ExecutionError::function_error(function, why)
 }
 
