@@ -19,8 +19,8 @@ use axum::routing::get;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-use crate::config::BindAddress;
 use crate::metrics::Metrics;
+use crate::values::BindAddress;
 
 mod serve;
 mod slots;

@@ -5,13 +5,14 @@
 //!
 //! [`scan`] scans Nodes (kube-free: the Nodes, where to dial them and the policy's ports come in
 //! as values), [`NodeAudit`] is one Node's report, [`output`] prints reports and [`command`] is the
-//! `audit` subcommand around them; [`states`] is what the controller's periodic audit remembers of
-//! each Node between scans.
+//! `audit` subcommand around them; [`flags`] are the controller's flags of its periodic audit,
+//! [`periodic`] runs it, and [`states`] is what it remembers of each Node between scans.
 
 pub mod args;
 pub mod certificate;
 pub mod command;
 pub mod findings;
+pub mod flags;
 pub mod metrics;
 pub mod output;
 pub mod periodic;

@@ -10,7 +10,7 @@ use jiff::Timestamp;
 use rustls::pki_types::CertificateDer;
 use serde::Serialize;
 
-use crate::config::{CheckArgs, Format, MachineSource, Settings};
+use crate::config::{CheckArgs, Settings};
 use crate::display::Escaped;
 use crate::dns::{DnsError, HickoryResolver};
 use crate::kubelet_tls::read_chain;
@@ -22,7 +22,7 @@ use crate::kubernetes::connect::{ConnectError, connect};
 use crate::kubernetes::csr_ledger::CsrLedger;
 use crate::kubernetes::csr_object::CsrObject;
 use crate::kubernetes::decoded::Skipped;
-use crate::kubernetes::machines::{machine_from_json, pending_in};
+use crate::kubernetes::machines::{MachineSource, machine_from_json, pending_in};
 use crate::kubernetes::node_object::NodeObject;
 use crate::kubernetes::object_fields::Csr;
 use crate::object_files::{DocumentProblem, Input, InputError, NotApiserver, Object, read_objects};
@@ -30,6 +30,7 @@ use crate::policy::{
     ApiserverAddresses, ClusterView, Evaluation, Outcome, PolicyConfig, Resolver, Submission, evaluate,
     issued_client_node,
 };
+use crate::values::Format;
 
 /// The kinds `--objects` may hold.
 const CLUSTER_OBJECTS: &str = "Node, a Machine, the default/kubernetes Service or its EndpointSlices";

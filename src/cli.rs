@@ -8,6 +8,7 @@ use clap::{Arg, CommandFactory, FromArgMatches, Parser, Subcommand};
 
 use crate::audit::args::AuditArgs;
 use crate::config::{CheckArgs, MachineArgs, PolicyArgs, RunArgs};
+use crate::values::without_env;
 
 /// What `--version` prints after the name: the version, the commit it was built from (`unknown`
 /// without git) and the target, e.g. `0.1.0 (commit 0123456789ab, x86_64-unknown-linux-musl)`.
@@ -51,7 +52,7 @@ impl Cli {
         let args = go_flags::normalize(&command, args);
         let given = go_flags::given_long_flags(&args);
         let unset_env = |arg: Arg| match arg.get_long() {
-            Some(long) if given.contains(long) => arg.env(None),
+            Some(long) if given.contains(long) => without_env(arg),
             _ => arg,
         };
         let matches = command.mut_args(unset_env).get_matches_from(args);

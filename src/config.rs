@@ -3,37 +3,29 @@
 //! is produced here and names the flag, its env var and the value; the rules themselves are the
 //! policy's types ([`crate::policy::PolicyConfig`]).
 
-mod audit_flags;
-mod bind_address;
 mod check_args;
-mod format;
 mod machine_flags;
 mod policy_flags;
 mod regex_anchoring;
 mod rules_file;
 mod run_flags;
-mod values;
 
 use std::fmt::Display;
 use std::sync::LazyLock;
-use std::time::Duration;
 
 use clap::{Arg, Args, Command, ValueEnum};
 
-#[cfg(test)]
-pub(crate) use audit_flags::DEFAULT_EXPIRING_WITHIN_TEXT;
-pub use audit_flags::{AuditScanArgs, AuditSchedule, DEFAULT_EXPIRING_WITHIN};
-pub use bind_address::{BindAddress, BindAddressError};
 pub use check_args::CheckArgs;
-pub use format::Format;
-pub use machine_flags::{MachineApi, MachineArgs, MachineSource};
+pub use machine_flags::MachineArgs;
 pub use policy_flags::{DnsConfig, PolicyArgs, Warning};
 use rules_file::RulesFileError;
-pub use run_flags::{EventLevel, LeaderConfig, LogFormat, RunArgs};
-pub(crate) use values::Checked;
-pub use values::go_bool;
+pub use run_flags::{LogFormat, RunArgs};
 
+use crate::audit::flags::AuditSchedule;
+use crate::kubernetes::leader::LeaderConfig;
+use crate::kubernetes::machines::MachineSource;
 use crate::policy::PolicyConfig;
+use crate::values::ValueError;
 
 /// Everything `run` and `check` need, validated.
 #[derive(Debug, Clone)]
@@ -109,88 +101,21 @@ pub struct ConfigError {
     pub value: String,
     /// What is wrong with it.
     #[source]
-    pub(crate) problem: ValueError,
+    pub(crate) problem: Problem,
 }
 
-/// What is wrong with a flag's or an argument's value; each variant's message says it (an
-/// argument's names the value too: clap's line of a command's own argument does not).
+/// What is wrong with a flag's value: what reading it found, or what a check across flags or
+/// of a file it names found after clap read every value.
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum ValueError {
-    #[error("not UTF-8")]
-    NotUtf8,
-    #[error("expected a boolean as Go reads it: 1, t, T, TRUE, true, True, 0, f, F, FALSE, false or False")]
-    NotBoolean,
-    #[error("expected a whole number from {0} to {1}")]
-    Number(i64, i64),
-    #[error("expected a duration such as 500ms, 2s or 5m, from {} to {}", humantime::format_duration(*.0), humantime::format_duration(*.1))]
-    Duration(Duration, Duration),
-    #[error("whole seconds only")]
-    NotWholeSeconds,
-    #[error("expected {}", one_of(.0))]
-    Keyword(Vec<&'static str>),
-    #[error("empty entry in the comma-separated list")]
-    EmptyEntry,
-    #[error("empty entry in the list")]
-    EmptyServer,
-    #[error("expected a namespace name")]
-    NotNamespace,
-    #[error("expected a lowercase DNS subdomain name")]
-    NotLeaseName,
-    #[error("not a DNS name such as cluster.local")]
-    NotDomain,
-    #[error("{0:?} is not ip[:port], e.g. 10.96.0.10 or [fd00::a]:53")]
-    NotServer(String),
-    #[error("{0:?} is not a CIDR prefix such as 10.0.0.0/8 or fd00::/8")]
-    NotPrefix(String),
-    #[error("{0:?} is not machine.openshift.io/v1beta1 or cluster.x-k8s.io/v1beta1")]
-    NotMachineApi(String),
-    #[error("required, and must not be empty")]
-    Required,
-    #[error("{}", one_line(&.0.to_string()))]
-    Regex(#[from] regex::Error),
-    #[error("must not match node identities (system:node:<name>)")]
-    NodeIdentity,
-    #[error(
-        "the prefix {0:?} also matches node identities (system:node:<name>); name the bootstrap identity more \
-         narrowly, e.g. system:bootstrap:*"
-    )]
-    NodePrefix(String),
-    #[error("a prefix must end with ':' before the '*', e.g. system:bootstrap:*")]
-    PrefixWithoutColon,
-    #[error("expected a username or a prefix ending in :*")]
-    NotBootstrapper,
+pub(crate) enum Problem {
     #[error(transparent)]
-    KubeletServingCa(#[from] crate::kubelet_tls::PemError),
-    #[error(transparent)]
-    BindAddress(#[from] BindAddressError),
-    #[error("the health endpoints cannot be disabled")]
-    HealthOff,
-    #[error(transparent)]
-    LogFilter(#[from] tracing_subscriber::filter::ParseError),
-    #[error("cannot read: {0}")]
-    Unreadable(#[from] std::io::Error),
-    #[error("{0}")]
-    ApproverConfig(Box<serde_saphyr::Error>),
+    Value(#[from] ValueError),
     #[error(transparent)]
     RulesFile(#[from] RulesFileError),
     #[error("must be shorter than {0}")]
     NotShorterThan(Flag),
-    #[error("required with --leader-election outside a pod")]
-    OutsidePod,
     #[error("{} holds no namespace name", run_flags::POD_NAMESPACE_FILE)]
     PodNamespace,
-    #[error("{0:?} is not NODE=PEMFILE")]
-    NotNodeCertificate(String),
-    #[error("{0:?} is not an RFC 3339 time such as 2026-01-02T15:04:05Z")]
-    NotTime(String, #[source] jiff::Error),
-    #[error(
-        "{0:?} is not a finding (unreachable, not-dialled, malformed, self-signed, untrusted, non-compliant, undetermined, expired, expiring[=DURATION])"
-    )]
-    NotFinding(String),
-    #[error("only expiring takes a duration, not {0:?}")]
-    DurationNotAllowed(String),
-    #[error("{0:?} is not a duration from {1:?} to {2:?} such as 7d or 12h")]
-    NotDurationWithin(String, Duration, Duration),
 }
 
 /// Every argument the flag groups declare, as clap sees them.
@@ -200,32 +125,16 @@ static ARGUMENTS: LazyLock<Command> = LazyLock::new(|| {
 });
 
 /// The one line of a bad `value` of `--long`: it names the flag and its env var as the flag
-/// groups declare them (also when the command line at hand dropped the env var: see
-/// `Cli::parse_go_style`).
+/// groups declare them.
 fn described(long: &str, value: &str, problem: &dyn Display) -> String {
     let env = ARGUMENTS.get_arguments().find(|arg| arg.get_long() == Some(long)).and_then(Arg::get_env);
-    let env = env.map(|env| env.to_string_lossy()).unwrap_or_default();
-    format!("invalid value {value:?} for --{long} (env {env}): {problem}")
-}
-
-/// `a`, `a or b`, `a, b or c`.
-fn one_of(names: &[&str]) -> String {
-    match names.split_last() {
-        Some((last, [])) => (*last).to_owned(),
-        Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
-        None => String::new(),
-    }
-}
-
-/// `text` with every run of blanks and line breaks made one space.
-fn one_line(text: &str) -> String {
-    text.split_whitespace().collect::<Vec<_>>().join(" ")
+    crate::values::described(long, &env.map(|env| env.to_string_lossy()).unwrap_or_default(), value, problem)
 }
 
 #[cfg(test)]
 mod tests {
-    use super::values::reading::read;
     use super::*;
+    use crate::values::reading::read;
 
     /// testkit's configuration is "the documented defaults": it must be what the flags give.
     #[test]
@@ -243,8 +152,11 @@ mod tests {
             let arg = ARGUMENTS.get_arguments().find(|arg| arg.get_long() == Some(&flag.long()));
             assert!(arg.is_some_and(|arg| arg.get_env().is_some()), "{flag}");
         }
-        let error =
-            ConfigError { flag: Flag::LeaderElectionNamespace, value: "x".into(), problem: ValueError::OutsidePod };
+        let error = ConfigError {
+            flag: Flag::LeaderElectionNamespace,
+            value: "x".into(),
+            problem: ValueError::OutsidePod.into(),
+        };
         assert!(
             error.to_string().starts_with(r#"invalid value "x" for --leader-election-namespace (env POD_NAMESPACE): "#)
         );
@@ -255,5 +167,23 @@ mod tests {
         for arg in ARGUMENTS.get_arguments().filter(|arg| arg.get_id() != "help") {
             assert!(arg.get_long().is_some() && arg.get_env().is_some(), "{}", arg.get_id());
         }
+    }
+
+    #[test]
+    fn errors_name_the_flag_and_env_var_clap_declares() {
+        let error = read::<PolicyArgs>(&["--dns-server=x"]).unwrap_err();
+        assert!(error.contains("--dns-server (env DNS_SERVERS)"), "{error}");
+        let error = described("leader-election-namespace", "x", &"bad");
+        assert!(error.contains("--leader-election-namespace (env POD_NAMESPACE)"), "{error}");
+    }
+
+    #[test]
+    fn booleans_are_read_as_go_reads_them_and_only_after_an_equals_sign() {
+        let skip = |args: &[&str]| read::<PolicyArgs>(args).map(|args| args.skip_deny_step);
+        assert_eq!(skip(&[]), Ok(false));
+        assert_eq!(skip(&["--skip-deny-step"]), Ok(true));
+        assert_eq!(skip(&["--skip-deny-step=F"]), Ok(false));
+        assert!(skip(&["--skip-deny-step", "true"]).is_err(), "a boolean takes a value only after =");
+        assert!(skip(&["--skip-deny-step=yes"]).unwrap_err().contains("expected a boolean as Go reads it"));
     }
 }

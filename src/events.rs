@@ -16,9 +16,48 @@ use kube::runtime::events::Reporter;
 use kube::{Api, Client};
 use tokio::sync::{mpsc, oneshot};
 
-use crate::config::EventLevel;
 use crate::display::{cut_message, short_name};
-use crate::policy::{Decision, DecisionKind, is_dns_subdomain};
+use crate::policy::{Decision, DecisionKind, Reason, is_dns_subdomain};
+
+/// Which decisions are also published as Events (logs and metrics record every one).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventLevel {
+    /// Every decision.
+    All,
+    /// Every decision but approvals and a node's older serving CSRs denied `Superseded` or waiting
+    /// for its newer one (`NewerServingCSRPending`): none is a problem to act on, their condition
+    /// (or the decision that follows) carries reason and message, and their Events would double
+    /// the writes of a burst or a renewal storm.
+    Problems,
+    /// None.
+    None,
+}
+
+impl EventLevel {
+    /// Whether a decision of `kind` for `reason` is published.
+    pub fn publishes(self, kind: DecisionKind, reason: Reason) -> bool {
+        match self {
+            EventLevel::All => true,
+            EventLevel::Problems => !matches!(
+                (kind, reason),
+                (DecisionKind::Approve, _)
+                    | (DecisionKind::Deny, Reason::Superseded)
+                    | (DecisionKind::Retry, Reason::NewerServingCSRPending)
+            ),
+            EventLevel::None => false,
+        }
+    }
+
+    /// Whether a change of a Node's audit state is published: to a finding (a `problem`), or
+    /// back to compliant (only with `all`).
+    pub fn publishes_audit(self, problem: bool) -> bool {
+        match self {
+            EventLevel::All => true,
+            EventLevel::Problems => problem,
+            EventLevel::None => false,
+        }
+    }
+}
 
 /// Events published at once by the background publisher: low, so that during a burst the
 /// approval writes (the required calls) get most of the apiserver and events trail them.

@@ -24,6 +24,7 @@ pub mod kubernetes;
 pub mod logging;
 pub mod metrics;
 pub mod runner;
+pub mod values;
 
 mod object_files;
 mod shutdown;

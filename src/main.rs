@@ -2,7 +2,7 @@
 
 use std::process::ExitCode;
 
-use node_csr_approver::audit::command::{self as audit, AuditError, KubeletFlags};
+use node_csr_approver::audit::command::{self as audit, AuditError, KubeletFlags, Reach};
 use node_csr_approver::check::{self, CheckError};
 use node_csr_approver::cli::{Cli, Command};
 use node_csr_approver::config::{self, LogFormat};
@@ -59,7 +59,14 @@ fn main() -> ExitCode {
         }
         Some(Command::Audit(args)) => {
             let out = &mut std::io::stdout().lock();
-            match runtime.block_on(audit::command(&args, &settings, kubelet, out)) {
+            let reach = Reach {
+                policy: &settings.policy,
+                dns_servers: settings.dns.servers.as_deref(),
+                dns_timeout: settings.dns.timeout,
+                kubeconfig: settings.run.kubeconfig.as_deref(),
+                machines: settings.machines.as_ref(),
+            };
+            match runtime.block_on(audit::command(&args, reach, kubelet, out)) {
                 Ok(reports) => {
                     let fail_on = args.fail_on();
                     let failing: Vec<&str> =

@@ -16,7 +16,7 @@ use clap::builder::ValueParser;
 use clap::parser::ValueSource;
 use clap::{Arg, CommandFactory};
 use node_csr_approver::cli::{Cli, go_flags};
-use node_csr_approver::config::go_bool;
+use node_csr_approver::values::go_bool;
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 use serde_json::json;

@@ -6,8 +6,9 @@ use std::time::Duration;
 use clap::{Args, ValueEnum};
 
 use super::findings::{FailOn, Finding};
-use crate::config::{Checked, DEFAULT_EXPIRING_WITHIN, Format, ValueError};
+use super::flags::{DEFAULT_EXPIRING_WITHIN, DIAL_CONCURRENCY};
 use crate::kubelet_tls::DIAL_LIMIT;
+use crate::values::{Checked, Format, ValueError};
 
 /// Arguments of `audit`.
 #[derive(Debug, Clone, Args)]
@@ -41,10 +42,6 @@ impl AuditArgs {
         self.fail_on.as_ref().and_then(|fail_on| fail_on.expiring_within).unwrap_or(DEFAULT_EXPIRING_WITHIN)
     }
 }
-
-/// How many kubelets a scan dials at once, unless `--dial-concurrency` says otherwise; the
-/// periodic audit's.
-pub const DIAL_CONCURRENCY: u16 = 16;
 
 /// The longest expiring threshold: about ten years.
 const MAX_EXPIRING_WITHIN: Duration = Duration::from_secs(3_660 * 24 * 3600);
@@ -90,7 +87,7 @@ mod tests {
     use clap::{Command, FromArgMatches};
 
     use super::*;
-    use crate::config::DEFAULT_EXPIRING_WITHIN_TEXT;
+    use crate::audit::flags::DEFAULT_EXPIRING_WITHIN_TEXT;
 
     fn read(args: &[&str]) -> AuditArgs {
         let command = AuditArgs::augment_args(Command::new("audit").no_binary_name(true));

@@ -7,6 +7,9 @@
 //! certificate's names reads one: `AuditView`).
 
 use std::io::Write;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
 
 use jiff::Timestamp;
 
@@ -14,7 +17,6 @@ use super::NodeAudit;
 use super::args::AuditArgs;
 use super::output;
 use super::scan::{Judge, ScanSettings};
-use crate::config::Settings;
 use crate::dns::{DnsError, HickoryResolver};
 use crate::kubelet_tls::KubeletServingCa;
 use crate::kubernetes::cluster::{COMMAND_APISERVER_WAIT, KubeCluster};
@@ -22,8 +24,9 @@ use crate::kubernetes::connect::{ConnectError, connect};
 use crate::kubernetes::csr_ledger::CsrLedger;
 use crate::kubernetes::decoded::{Decoded, Skipped};
 use crate::kubernetes::kubelet_endpoint::{dial_targets, read_node_target};
+use crate::kubernetes::machines::MachineSource;
 use crate::kubernetes::node_object::NodeObject;
-use crate::policy::KubeletDialRules;
+use crate::policy::{KubeletDialRules, PolicyConfig};
 
 /// The kubelet flags the audit reads whether machine mode is on or not.
 #[derive(Debug, Clone)]
@@ -32,6 +35,21 @@ pub struct KubeletFlags {
     pub ca: Option<KubeletServingCa>,
     /// `--kubelet-port`.
     pub port: u16,
+}
+
+/// What `audit` reads of the controller's settings: the policy, the resolver, the cluster.
+#[derive(Debug, Clone, Copy)]
+pub struct Reach<'a> {
+    /// The rules a served certificate's names are judged by.
+    pub policy: &'a PolicyConfig,
+    /// `--dns-server`, when given.
+    pub dns_servers: Option<&'a [SocketAddr]>,
+    /// `--dns-timeout`.
+    pub dns_timeout: Duration,
+    /// `--kubeconfig`, when given.
+    pub kubeconfig: Option<&'a Path>,
+    /// Where Machines are read from, in machine mode.
+    pub machines: Option<&'a MachineSource>,
 }
 
 /// Why `audit` could not report.
@@ -57,15 +75,15 @@ pub enum AuditError {
 /// Runs `audit`: scans the Nodes and writes the reports to `out`; returns them, for the exit code.
 pub async fn command(
     args: &AuditArgs,
-    settings: &Settings,
+    settings: Reach<'_>,
     kubelet: KubeletFlags,
     out: &mut impl Write,
 ) -> Result<Vec<NodeAudit>, AuditError> {
-    let resolver = HickoryResolver::new(settings.dns.servers.as_deref(), settings.dns.timeout)?;
+    let resolver = HickoryResolver::new(settings.dns_servers, settings.dns_timeout)?;
     let skipped = Skipped::logged();
-    let connection = connect(settings.run.kubeconfig.as_deref(), settings.machines.as_ref(), &skipped).await?;
+    let connection = connect(settings.kubeconfig, settings.machines, &skipped).await?;
     let nodes_api: kube::Api<Decoded<NodeObject>> = kube::Api::all(connection.client.clone());
-    let machines = match (connection.machines, settings.machines.as_ref()) {
+    let machines = match (connection.machines, settings.machines) {
         (Some(cache), Some(_)) => {
             cache.synced().await;
             Some(cache)
@@ -92,7 +110,7 @@ pub async fn command(
     };
     let judge = Judge {
         settings: &scan,
-        policy: &settings.policy,
+        policy: settings.policy,
         resolver: &resolver,
         cluster: &cluster,
         now: Timestamp::now(),

@@ -4,8 +4,8 @@
 use std::io::Write;
 
 use super::NodeAudit;
-use crate::config::Format;
 use crate::display::Escaped;
+use crate::values::Format;
 
 /// Writes `reports` to `out` in `format`.
 pub fn write(out: &mut impl Write, reports: &[NodeAudit], format: Format) -> std::io::Result<()> {

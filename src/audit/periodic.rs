@@ -11,11 +11,10 @@ use std::time::{Duration, Instant};
 use jiff::Timestamp;
 
 use super::NodeAudit;
-use super::args::DIAL_CONCURRENCY;
+use super::flags::{AuditSchedule, DIAL_CONCURRENCY};
 use super::metrics::{AuditMetrics, AuditedNode};
 use super::scan::{Judge, ScanSettings};
 use super::states::StateMemory;
-use crate::config::AuditSchedule;
 use crate::events::{Events, NodeChange};
 use crate::kubelet_tls::DIAL_LIMIT;
 use crate::kubernetes::decoded::{Decoded, Skipped};

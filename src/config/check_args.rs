@@ -6,9 +6,7 @@ use std::path::PathBuf;
 use clap::Args;
 use jiff::Timestamp;
 
-use super::ValueError;
-use super::format::Format;
-use super::values::Checked;
+use crate::values::{Checked, Format, ValueError};
 
 /// Arguments of `check`.
 #[derive(Debug, Clone, Args)]

@@ -6,10 +6,11 @@ use std::path::PathBuf;
 
 use clap::Args;
 
-use super::values::{Checked, given, list, namespace_or_empty, number, path, shared};
-use super::{ConfigError, Flag, ValueError};
+use super::{ConfigError, Flag};
 use crate::kubelet_tls::KubeletServingCa;
-use crate::policy::{Bootstrapper, KubeletDialRules, MachinePolicy, NODE_USER_PREFIX, PolicyConfig};
+use crate::kubernetes::machines::{MachineApi, MachineSource};
+use crate::policy::{Bootstrapper, MachinePolicy, NODE_USER_PREFIX};
+use crate::values::{Checked, ValueError, given, list, namespace_or_empty, number, path, shared};
 
 /// OpenShift's node-bootstrapper ServiceAccount.
 const DEFAULT_BOOTSTRAPPER: &str = "system:serviceaccount:openshift-machine-config-operator:node-bootstrapper";
@@ -53,64 +54,6 @@ pub struct MachineArgs {
     pub kubelet_port: u16,
 }
 
-/// A Machine API the controller reads.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum MachineApi {
-    /// OpenShift's `machine.openshift.io/v1beta1`.
-    OpenShift,
-    /// Cluster API's `cluster.x-k8s.io/v1beta1`.
-    ClusterApi,
-}
-
-impl MachineApi {
-    /// Every supported API.
-    pub const ALL: [MachineApi; 2] = [MachineApi::OpenShift, MachineApi::ClusterApi];
-
-    /// The API group.
-    pub fn group(self) -> &'static str {
-        match self {
-            MachineApi::OpenShift => "machine.openshift.io",
-            MachineApi::ClusterApi => "cluster.x-k8s.io",
-        }
-    }
-
-    /// `GROUP/VERSION`.
-    pub fn api_version(self) -> &'static str {
-        match self {
-            MachineApi::OpenShift => "machine.openshift.io/v1beta1",
-            MachineApi::ClusterApi => "cluster.x-k8s.io/v1beta1",
-        }
-    }
-}
-
-/// Where Machines are read from.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct MachineSource {
-    /// The APIs to read.
-    pub apis: Vec<MachineApi>,
-    /// Their namespace; `None` reads all.
-    pub namespace: Option<String>,
-    /// The cluster holding them, if not the CSRs' cluster.
-    pub kubeconfig: Option<PathBuf>,
-    /// The machine-mode rules, which the pending brake's count reads.
-    pub rules: MachinePolicy,
-    /// The bundle kubelets' serving certificates are verified against, for renewals.
-    pub kubelet_ca: Option<KubeletServingCa>,
-    /// The one port a kubelet is dialled at (`--kubelet-port`).
-    pub kubelet_port: u16,
-    /// Keep each Machine's whole object: a rule of `--rules` reads `machine`.
-    pub keep_objects: bool,
-}
-
-impl MachineSource {
-    /// The bundle renewals verify against and where they may dial, when renewals are on: the
-    /// node addresses of `policy` (`--provider-ip-prefixes`) at `--kubelet-port`.
-    pub fn kubelet_dial(&self, policy: &PolicyConfig) -> Option<(KubeletServingCa, KubeletDialRules)> {
-        let rules = KubeletDialRules { prefixes: policy.ip_prefixes.clone(), port: self.kubelet_port };
-        self.kubelet_ca.clone().map(|ca| (ca, rules))
-    }
-}
-
 /// The part of OpenShift's machine-approver-config this approver reads.
 #[derive(Debug, Default, serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -139,7 +82,7 @@ impl MachineArgs {
             client_approval &= !node_client_cert_disabled(&path).map_err(|problem| ConfigError {
                 flag: Flag::MachineApproverConfig,
                 value: path.display().to_string(),
-                problem,
+                problem: problem.into(),
             })?;
         }
         let rules = MachinePolicy {
@@ -207,8 +150,8 @@ fn groups(text: &str) -> Result<BTreeSet<String>, ValueError> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::values::reading::read;
     use super::*;
+    use crate::values::reading::read;
 
     #[test]
     fn bootstrapper_prefixes_need_a_colon_and_never_match_nodes() {

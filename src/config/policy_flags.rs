@@ -8,9 +8,9 @@ use std::time::Duration;
 use clap::Args;
 use ipnet::IpNet;
 
-use super::values::{Checked, duration, given, keyword, list, number, path, shared};
-use super::{ConfigError, Flag, ValueError, regex_anchoring, rules_file};
+use super::{ConfigError, Flag, regex_anchoring, rules_file};
 use crate::policy::{HostnameMatch, PolicyConfig, UserRules, is_dns_subdomain};
+use crate::values::{Checked, ValueError, duration, given, keyword, list, number, path, shared};
 
 /// The hard cap on a certificate lifetime this approver accepts: 367 days, in seconds (also the
 /// default of `--max-expiration-sec`).
@@ -102,8 +102,9 @@ impl PolicyArgs {
     /// `--provider-regex` and the `--rules` file are the errors left after clap has read every value.
     pub fn validate(self) -> Result<(PolicyConfig, DnsConfig, Vec<Warning>), ConfigError> {
         let error = |flag, value: String, problem| ConfigError { flag, value, problem };
-        let provider_regex =
-            self.provider_regex.ok_or_else(|| error(Flag::ProviderRegex, String::new(), ValueError::Required))?;
+        let provider_regex = self
+            .provider_regex
+            .ok_or_else(|| error(Flag::ProviderRegex, String::new(), ValueError::Required.into()))?;
         let mut warnings: Vec<Warning> = regex_anchoring::unanchored_alternatives(provider_regex.as_str())
             .into_iter()
             .map(|alternative| {
@@ -200,8 +201,8 @@ fn server(entry: &str) -> Option<SocketAddr> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::values::reading::read;
     use super::*;
+    use crate::values::reading::read;
 
     #[test]
     fn servers_accept_ip_with_optional_port() {

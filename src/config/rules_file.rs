@@ -38,7 +38,7 @@ pub(crate) enum RulesFileError {
     #[error("the file has {0} bytes, at most {MAX_FILE_BYTES} allowed")]
     TooLarge(u64),
     /// Not YAML of the file's shape (the message on one line).
-    #[error("{}", super::one_line(&.0.to_string()))]
+    #[error("{}", crate::values::one_line(&.0.to_string()))]
     Yaml(Box<serde_saphyr::Error>),
     /// More than [`MAX_RULES`] rules.
     #[error("{0} rules, at most {MAX_RULES} allowed")]

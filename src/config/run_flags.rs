@@ -6,10 +6,14 @@ use std::time::Duration;
 
 use clap::Args;
 
-use super::audit_flags::AuditScanArgs;
-use super::values::{Checked, duration, given, is_dns_label, keyword, namespace_or_empty, number, path, shared};
-use super::{BindAddress, ConfigError, Flag, ValueError};
-use crate::policy::{DecisionKind, Reason, is_dns_subdomain};
+use super::{ConfigError, Flag, Problem};
+use crate::audit::flags::AuditScanArgs;
+use crate::events::EventLevel;
+use crate::kubernetes::leader::LeaderConfig;
+use crate::policy::is_dns_subdomain;
+use crate::values::{
+    BindAddress, Checked, ValueError, duration, given, is_dns_label, keyword, namespace_or_empty, number, path, shared,
+};
 
 /// Where the service account's namespace is mounted in a pod.
 pub(super) const POD_NAMESPACE_FILE: &str = "/var/run/secrets/kubernetes.io/serviceaccount/namespace";
@@ -109,61 +113,6 @@ pub enum LogFormat {
     Text,
 }
 
-/// Which decisions are also published as Events (logs and metrics record every one).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum EventLevel {
-    /// Every decision.
-    All,
-    /// Every decision but approvals and a node's older serving CSRs denied `Superseded` or waiting
-    /// for its newer one (`NewerServingCSRPending`): none is a problem to act on, their condition
-    /// (or the decision that follows) carries reason and message, and their Events would double
-    /// the writes of a burst or a renewal storm.
-    Problems,
-    /// None.
-    None,
-}
-
-impl EventLevel {
-    /// Whether a decision of `kind` for `reason` is published.
-    pub fn publishes(self, kind: DecisionKind, reason: Reason) -> bool {
-        match self {
-            EventLevel::All => true,
-            EventLevel::Problems => !matches!(
-                (kind, reason),
-                (DecisionKind::Approve, _)
-                    | (DecisionKind::Deny, Reason::Superseded)
-                    | (DecisionKind::Retry, Reason::NewerServingCSRPending)
-            ),
-            EventLevel::None => false,
-        }
-    }
-
-    /// Whether a change of a Node's audit state is published: to a finding (a `problem`), or
-    /// back to compliant (only with `all`).
-    pub fn publishes_audit(self, problem: bool) -> bool {
-        match self {
-            EventLevel::All => true,
-            EventLevel::Problems => problem,
-            EventLevel::None => false,
-        }
-    }
-}
-
-/// Leader-election settings, checked together.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LeaderConfig {
-    /// Lease name.
-    pub lease_name: String,
-    /// Lease namespace.
-    pub namespace: String,
-    /// Lease validity without renewal.
-    pub lease_duration: Duration,
-    /// The holder stops writing when it could not renew for this long.
-    pub renew_deadline: Duration,
-    /// Interval between renewals and acquisition attempts.
-    pub retry_period: Duration,
-}
-
 impl RunArgs {
     /// The log filter directive: `--log-level` when given, else what `--level` stands for.
     pub fn log_filter(&self) -> &str {
@@ -198,7 +147,7 @@ impl LeaderArgs {
         ] {
             if duration >= longest {
                 let value = humantime::format_duration(duration).to_string();
-                return Err(ConfigError { flag, value, problem: ValueError::NotShorterThan(limit) });
+                return Err(ConfigError { flag, value, problem: Problem::NotShorterThan(limit) });
             }
         }
         let lease_name = self.leader_election_id.clone();
@@ -211,9 +160,9 @@ impl LeaderArgs {
 fn pod_namespace(mounted: std::io::Result<String>) -> Result<String, ConfigError> {
     let error =
         |value: &str, problem| ConfigError { flag: Flag::LeaderElectionNamespace, value: value.into(), problem };
-    let mounted = mounted.map_err(|_| error("", ValueError::OutsidePod))?;
+    let mounted = mounted.map_err(|_| error("", ValueError::OutsidePod.into()))?;
     let namespace = mounted.trim();
-    if is_dns_label(namespace) { Ok(namespace.to_owned()) } else { Err(error(namespace, ValueError::PodNamespace)) }
+    if is_dns_label(namespace) { Ok(namespace.to_owned()) } else { Err(error(namespace, Problem::PodNamespace)) }
 }
 
 /// A Lease name: a lowercase DNS subdomain.
@@ -265,8 +214,9 @@ fn log_filter(text: &str) -> Result<String, ValueError> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::values::reading::read;
     use super::*;
+    use crate::policy::{DecisionKind, Reason};
+    use crate::values::reading::read;
 
     #[test]
     fn events_default_to_problems_and_approvals_are_published_only_with_all() {

@@ -281,7 +281,7 @@ mod tests {
     use testkit::request::legit;
 
     use super::*;
-    use crate::config::EventLevel;
+    use crate::events::EventLevel;
     use crate::events::{Events, PendingEvent};
     use crate::kubernetes::csr_cache::{self, CacheWriter};
     use crate::kubernetes::csr_ledger::CsrLedger;

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use kube::Client;
 use kube::config::{InferConfigError, KubeConfigOptions, Kubeconfig, KubeconfigError};
 
-use crate::config::MachineSource;
+use super::machines::MachineSource;
 use crate::kubernetes::decoded::Skipped;
 use crate::kubernetes::machines::MachineCache;
 

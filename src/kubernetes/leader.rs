@@ -28,12 +28,26 @@ use kube::{Api, Client};
 use kube_lease_manager::{LeaseCreateMode, LeaseManager, LeaseManagerError, LeaseParams};
 use tokio::task::JoinHandle;
 
-use crate::config::LeaderConfig;
 use crate::kubernetes::decoded::{Decoded, Skipped};
 use crate::kubernetes::kube_watch;
 use crate::kubernetes::object_fields::{Meta, ObjectKind, resource_of};
 pub use fence::Leadership;
 use fence::WriteFence;
+
+/// Leader-election settings, checked together.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaderConfig {
+    /// Lease name.
+    pub lease_name: String,
+    /// Lease namespace.
+    pub namespace: String,
+    /// Lease validity without renewal.
+    pub lease_duration: Duration,
+    /// The holder stops writing when it could not renew for this long.
+    pub renew_deadline: Duration,
+    /// Interval between renewals and acquisition attempts.
+    pub retry_period: Duration,
+}
 
 /// Leader election could not start or its task ended.
 #[derive(Debug, thiserror::Error)]

@@ -3,6 +3,7 @@
 //! as [`Meta`], the rest as plain JSON), a Node as its metadata only; one that still cannot be
 //! decoded is reported and held as such, so it replaces its earlier version and is read by nobody.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -18,11 +19,72 @@ use kube::{Api, Client, ResourceExt};
 use serde::Deserialize;
 use tokio::sync::watch;
 
-use crate::config::{MachineApi, MachineSource};
+use crate::kubelet_tls::KubeletServingCa;
 use crate::kubernetes::decoded::{Decoded, Skipped};
 use crate::kubernetes::kube_watch;
 use crate::kubernetes::object_fields::{Meta, MetadataOnly, ObjectKind};
-use crate::policy::{AwaitedNodes, MachineInfo, NodeAddress, Submission, object_for_rules, pending_count};
+use crate::policy::{
+    AwaitedNodes, KubeletDialRules, MachineInfo, MachinePolicy, NodeAddress, PolicyConfig, Submission,
+    object_for_rules, pending_count,
+};
+
+/// A Machine API the controller reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum MachineApi {
+    /// OpenShift's `machine.openshift.io/v1beta1`.
+    OpenShift,
+    /// Cluster API's `cluster.x-k8s.io/v1beta1`.
+    ClusterApi,
+}
+
+impl MachineApi {
+    /// Every supported API.
+    pub const ALL: [MachineApi; 2] = [MachineApi::OpenShift, MachineApi::ClusterApi];
+
+    /// The API group.
+    pub fn group(self) -> &'static str {
+        match self {
+            MachineApi::OpenShift => "machine.openshift.io",
+            MachineApi::ClusterApi => "cluster.x-k8s.io",
+        }
+    }
+
+    /// `GROUP/VERSION`.
+    pub fn api_version(self) -> &'static str {
+        match self {
+            MachineApi::OpenShift => "machine.openshift.io/v1beta1",
+            MachineApi::ClusterApi => "cluster.x-k8s.io/v1beta1",
+        }
+    }
+}
+
+/// Where Machines are read from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MachineSource {
+    /// The APIs to read.
+    pub apis: Vec<MachineApi>,
+    /// Their namespace; `None` reads all.
+    pub namespace: Option<String>,
+    /// The cluster holding them, if not the CSRs' cluster.
+    pub kubeconfig: Option<PathBuf>,
+    /// The machine-mode rules, which the pending brake's count reads.
+    pub rules: MachinePolicy,
+    /// The bundle kubelets' serving certificates are verified against, for renewals.
+    pub kubelet_ca: Option<KubeletServingCa>,
+    /// The one port a kubelet is dialled at (`--kubelet-port`).
+    pub kubelet_port: u16,
+    /// Keep each Machine's whole object: a rule of `--rules` reads `machine`.
+    pub keep_objects: bool,
+}
+
+impl MachineSource {
+    /// The bundle renewals verify against and where they may dial, when renewals are on: the
+    /// node addresses of `policy` (`--provider-ip-prefixes`) at `--kubelet-port`.
+    pub fn kubelet_dial(&self, policy: &PolicyConfig) -> Option<(KubeletServingCa, KubeletDialRules)> {
+        let rules = KubeletDialRules { prefixes: policy.ip_prefixes.clone(), port: self.kubelet_port };
+        self.kubelet_ca.clone().map(|ca| (ca, rules))
+    }
+}
 
 /// How often readiness of the caches is re-checked.
 const SYNC_POLL: Duration = Duration::from_millis(100);

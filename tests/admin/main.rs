@@ -15,11 +15,11 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use node_csr_approver::admin::{self, AdminError, OPENMETRICS_CONTENT_TYPE, Readiness};
-use node_csr_approver::config::BindAddress;
 use node_csr_approver::dns::HickoryResolver;
 use node_csr_approver::metrics::{MeteredResolver, Metrics, WriteResult};
 use node_csr_approver::policy::{DecisionKind, Reason};
 use node_csr_approver::policy::{DnsFailure, Resolution, Resolver};
+use node_csr_approver::values::BindAddress;
 use support::Request;
 use support::cluster::{Approver, Csrs, PREFIXES, REGEX, SERIAL, control_plane, create_serving_csr, http_get};
 use support::cluster::{unique, wait_decided};

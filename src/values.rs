@@ -1,20 +1,29 @@
-//! How clap reads one flag's value into its type: [`Checked`] runs a reading function and prints
-//! its [`ValueError`] as the one line that names the flag, its env var and the value (a command's
-//! own argument, which has no env var, as clap's line); [`shared`]
-//! gives every flag of the groups its common shape (global, booleans as Go's `flag` reads them);
-//! and the readings the flag groups share (bounded numbers and durations, keywords, lists).
+//! How clap reads one flag's or argument's value into its type, shared by the configuration and
+//! the audit: [`Checked`] runs a reading function and prints its [`ValueError`] as the one line
+//! that names the flag, its env var and the value (a command's own argument, which has no env var,
+//! as clap's line); [`shared`] gives every flag of the groups its common shape (global, booleans
+//! as Go's `flag` reads them); and the readings the flag groups share (bounded numbers and
+//! durations, keywords, lists), the bind address and the reports' [`Format`].
 //! Each default is written once, as the flag's `default_value`; clap shows it in `--help`.
 
-use std::ffi::OsStr;
+mod bind_address;
+mod error;
+mod format;
+
+use std::ffi::{OsStr, OsString};
+use std::fmt::Display;
 use std::ops::RangeInclusive;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::builder::TypedValueParser;
+use clap::builder::{ArgExt, TypedValueParser};
 use clap::error::ErrorKind;
 use clap::{Arg, ArgAction, Command};
 
-use super::{ValueError, described};
+pub use bind_address::{BindAddress, BindAddressError};
+pub(crate) use error::{ValueError, one_line};
+pub use format::Format;
+
 use crate::policy::is_dns_subdomain;
 
 /// A value parser for clap made of a reading function: what it returns is the flag's value, and
@@ -36,18 +45,43 @@ where
             return TypedValueParser::parse_ref(&self.0, command, arg, value);
         }
         let long = arg.and_then(Arg::get_long).unwrap_or_default();
+        let env = arg.and_then(env_of).map(OsStr::to_string_lossy).unwrap_or_default();
         let error = |text: &str, problem: ValueError| {
-            clap::Error::raw(ErrorKind::ValueValidation, format!("{}\n", described(long, text, &problem)))
+            clap::Error::raw(ErrorKind::ValueValidation, format!("{}\n", described(long, &env, text, &problem)))
         };
         let text = value.to_str().ok_or_else(|| error(&value.to_string_lossy(), ValueError::NotUtf8))?;
         (self.0)(text).map_err(|problem| error(text, problem))
     }
 }
 
+/// The env var a flag reads, also when the command line at hand dropped it ([`without_env`]).
+fn env_of(arg: &Arg) -> Option<&OsStr> {
+    arg.get_env().or_else(|| arg.get::<DroppedEnv>().map(|dropped| dropped.0.as_os_str()))
+}
+
+/// The env var of a flag whose env var is not read, kept for its error line.
+#[derive(Debug, Clone)]
+struct DroppedEnv(OsString);
+
+impl ArgExt for DroppedEnv {}
+
+/// `arg` without its env var, which is then not read; its errors still name it.
+pub(crate) fn without_env(arg: Arg) -> Arg {
+    match arg.get_env().map(OsStr::to_owned) {
+        Some(env) => arg.env(None).add(DroppedEnv(env)),
+        None => arg,
+    }
+}
+
+/// The one line of a bad `value` of `--long`, whose env var is `env`.
+pub(crate) fn described(long: &str, env: &str, value: &str, problem: &dyn Display) -> String {
+    format!("invalid value {value:?} for --{long} (env {env}): {problem}")
+}
+
 /// The shape every flag of the groups shares: global, so it may follow a subcommand; and a
 /// boolean (a `bool` field) read as Go's `flag` reads one: `--flag` alone, or a value after `=`
 /// spelled as [`go_bool`] reads it.
-pub(super) fn shared(arg: Arg) -> Arg {
+pub(crate) fn shared(arg: Arg) -> Arg {
     let arg = arg.global(true);
     if arg.get_value_parser().type_id() != clap::builder::ValueParser::bool().type_id() {
         return arg;
@@ -71,7 +105,7 @@ pub fn go_bool(text: &str) -> Option<bool> {
 }
 
 /// A whole number within `range`, as a `T` (which holds every number of the range).
-pub(super) fn number<T: TryFrom<i64>>(
+pub(crate) fn number<T: TryFrom<i64>>(
     range: RangeInclusive<i64>,
 ) -> Checked<impl Fn(&str) -> Result<T, ValueError> + Clone> {
     Checked(move |text: &str| {
@@ -85,7 +119,7 @@ pub(super) fn number<T: TryFrom<i64>>(
 }
 
 /// A duration such as `500ms` or `5m` from `min` to `max`.
-pub(super) fn duration(min: Duration, max: Duration) -> Checked<impl Fn(&str) -> Result<Duration, ValueError> + Clone> {
+pub(crate) fn duration(min: Duration, max: Duration) -> Checked<impl Fn(&str) -> Result<Duration, ValueError> + Clone> {
     Checked(move |text: &str| match humantime::parse_duration(text.trim()) {
         Ok(duration) if (min..=max).contains(&duration) => Ok(duration),
         _ => Err(ValueError::Duration(min, max)),
@@ -93,7 +127,7 @@ pub(super) fn duration(min: Duration, max: Duration) -> Checked<impl Fn(&str) ->
 }
 
 /// One of `choices` (a keyword and its value), in any case and with surrounding blanks.
-pub(super) fn keyword<T: Clone + Send + Sync + 'static>(
+pub(crate) fn keyword<T: Clone + Send + Sync + 'static>(
     choices: &'static [(&'static str, T)],
 ) -> Checked<impl Fn(&str) -> Result<T, ValueError> + Clone> {
     Checked(move |text: &str| {
@@ -104,17 +138,17 @@ pub(super) fn keyword<T: Clone + Send + Sync + 'static>(
 }
 
 /// A file path as given; an empty one is read as not given (see [`given`]).
-pub(super) fn path(text: &str) -> Result<PathBuf, ValueError> {
+pub(crate) fn path(text: &str) -> Result<PathBuf, ValueError> {
     Ok(PathBuf::from(text))
 }
 
 /// `value` unless it is empty: an empty path or name counts as not given, as Go's flag defaults do.
-pub(super) fn given<T: AsRef<OsStr>>(value: Option<T>) -> Option<T> {
+pub(crate) fn given<T: AsRef<OsStr>>(value: Option<T>) -> Option<T> {
     value.filter(|value| !value.as_ref().is_empty())
 }
 
 /// A namespace name (one lowercase DNS label), trimmed; empty when given empty.
-pub(super) fn namespace_or_empty(text: &str) -> Result<String, ValueError> {
+pub(crate) fn namespace_or_empty(text: &str) -> Result<String, ValueError> {
     let namespace = text.trim();
     if namespace.is_empty() || is_dns_label(namespace) {
         Ok(namespace.to_owned())
@@ -124,7 +158,7 @@ pub(super) fn namespace_or_empty(text: &str) -> Result<String, ValueError> {
 }
 
 /// A comma-separated list, each entry trimmed and read by `entry`; an empty entry is an error.
-pub(super) fn list<T>(text: &str, entry: impl Fn(&str) -> Result<T, ValueError>) -> Result<Vec<T>, ValueError> {
+pub(crate) fn list<T>(text: &str, entry: impl Fn(&str) -> Result<T, ValueError>) -> Result<Vec<T>, ValueError> {
     text.split(',')
         .map(str::trim)
         .map(|item| if item.is_empty() { Err(ValueError::EmptyEntry) } else { entry(item) })
@@ -132,22 +166,24 @@ pub(super) fn list<T>(text: &str, entry: impl Fn(&str) -> Result<T, ValueError>)
 }
 
 /// Whether `name` is a DNS label, as namespace names must be.
-pub(super) fn is_dns_label(name: &str) -> bool {
+pub(crate) fn is_dns_label(name: &str) -> bool {
     name.len() <= 63 && !name.contains('.') && is_dns_subdomain(name)
 }
 
 /// Test support: the flag groups read from a command line and an environment, as the binary
 /// reads them.
 #[cfg(test)]
-pub(super) mod reading {
+pub(crate) mod reading {
     use clap::{Args, FromArgMatches};
+
+    use super::without_env;
 
     /// `A` read from `args` alone: the env vars are not read, so the environment the tests run
     /// in cannot change what they see (errors still name them); the error is the line clap
     /// would print.
     pub fn read<A: Args + FromArgMatches>(args: &[&str]) -> Result<A, String> {
         let command = A::augment_args(clap::Command::new("node-csr-approver").no_binary_name(true));
-        let command = command.mut_args(|arg| arg.env(None));
+        let command = command.mut_args(without_env);
         let matches = command.try_get_matches_from(args).map_err(|e| e.to_string())?;
         A::from_arg_matches(&matches).map_err(|e| e.to_string())
     }
@@ -155,17 +191,7 @@ pub(super) mod reading {
 
 #[cfg(test)]
 mod tests {
-    use super::super::PolicyArgs;
-    use super::reading::read;
     use super::*;
-
-    #[test]
-    fn errors_name_the_flag_and_env_var_clap_declares() {
-        let error = read::<PolicyArgs>(&["--dns-server=x"]).unwrap_err();
-        assert!(error.contains("--dns-server (env DNS_SERVERS)"), "{error}");
-        let error = described("leader-election-namespace", "x", &"bad");
-        assert!(error.contains("--leader-election-namespace (env POD_NAMESPACE)"), "{error}");
-    }
 
     #[test]
     fn an_empty_path_counts_as_not_given() {
@@ -198,15 +224,5 @@ mod tests {
     fn lists_refuse_empty_entries() {
         assert_eq!(list("a, b", |s| Ok(s.to_owned())).unwrap(), vec!["a".to_owned(), "b".to_owned()]);
         assert!(list("a,,b", |s| Ok(s.to_owned())).is_err());
-    }
-
-    #[test]
-    fn booleans_are_read_as_go_reads_them_and_only_after_an_equals_sign() {
-        let skip = |args: &[&str]| read::<PolicyArgs>(args).map(|args| args.skip_deny_step);
-        assert_eq!(skip(&[]), Ok(false));
-        assert_eq!(skip(&["--skip-deny-step"]), Ok(true));
-        assert_eq!(skip(&["--skip-deny-step=F"]), Ok(false));
-        assert!(skip(&["--skip-deny-step", "true"]).is_err(), "a boolean takes a value only after =");
-        assert!(skip(&["--skip-deny-step=yes"]).unwrap_err().contains("expected a boolean as Go reads it"));
     }
 }

@@ -6,9 +6,8 @@ use std::time::Duration;
 
 use clap::Args;
 
-use super::ValueError;
-use super::values::{Checked, duration, shared};
 use crate::kubelet_tls::KubeletServingCa;
+use crate::values::{Checked, ValueError, duration, shared};
 
 /// Periodic-audit flags; every flag also reads an env var. Setting `--audit-period` turns it on.
 #[derive(Debug, Clone, Args)]
@@ -35,6 +34,10 @@ const TEN_YEARS: Duration = Duration::from_secs(3650 * 24 * 3600);
 /// (or `audit --fail-on expiring=DURATION`) says otherwise.
 pub const DEFAULT_EXPIRING_WITHIN: Duration = WEEK;
 
+/// How many kubelets a scan dials at once, unless `--dial-concurrency` says otherwise; the
+/// periodic audit's.
+pub const DIAL_CONCURRENCY: u16 = 16;
+
 /// [`DEFAULT_EXPIRING_WITHIN`] as `--help` shows it, in whole days (`7d`).
 pub(crate) static DEFAULT_EXPIRING_WITHIN_TEXT: LazyLock<String> =
     LazyLock::new(|| format!("{}d", DEFAULT_EXPIRING_WITHIN.as_secs() / DAY.as_secs()));
@@ -57,7 +60,7 @@ pub struct AuditSchedule {
 impl AuditScanArgs {
     /// The schedule, when `--audit-period` is given and not empty; the kubelet flags are machine
     /// mode's, read whether it is on or not.
-    pub(super) fn schedule(&self, ca: Option<KubeletServingCa>, kubelet_port: u16) -> Option<AuditSchedule> {
+    pub(crate) fn schedule(&self, ca: Option<KubeletServingCa>, kubelet_port: u16) -> Option<AuditSchedule> {
         let period = self.audit_period.filter(|period| !period.is_zero())?;
         let (expiring_within, node_metrics) = (self.audit_expiring_within, self.audit_node_metrics);
         Some(AuditSchedule { period, expiring_within, node_metrics, ca, kubelet_port })
@@ -74,8 +77,8 @@ fn audit_period(text: &str) -> Result<Duration, ValueError> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::values::reading::read;
     use super::*;
+    use crate::values::reading::read;
 
     fn schedule(args: &[&str]) -> Result<Option<AuditSchedule>, String> {
         read::<AuditScanArgs>(args).map(|flags| flags.schedule(None, 10250))
