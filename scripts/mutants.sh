@@ -3,8 +3,8 @@
 # (core/src/), of src/kubernetes/csr_object.rs (what the cache keeps of a CSR, its decided and
 # approved states), of src/kubernetes/csr_name.rs (a CSR's name as kept), of
 # src/kubernetes/csr_cache.rs (the CSR cache the controller reads) and of the controller's
-# src/controller/memory.rs, work_queue.rs and reconcile.rs (the per-CSR memory, the queue, the
-# reconcile against fakes of its apiserver calls) must be caught by the fast tests of its package
+# src/controller/memory.rs, work_queue.rs and reconcile.rs (the table of what it knows of each
+# CSR, the queue's order and its workers, the reconcile against fakes of its apiserver calls) must be caught by the fast tests of its package
 # (mutants.toml). Installs cargo-mutants when missing; fails on any missed mutant.
 #
 # Usage: scripts/mutants.sh                 every mutant

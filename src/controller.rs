@@ -29,11 +29,11 @@ mod oldest;
 mod read;
 mod reconcile;
 mod room;
-mod tell;
 mod triggers;
 mod work_queue;
 
 pub(crate) use context::Context;
+pub(crate) use memory::Memory;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -47,7 +47,6 @@ use crate::kubernetes::csr_cache::CacheWriter;
 use crate::kubernetes::csr_object::{CsrObject, RequestRoom};
 use crate::kubernetes::machines::MachineCache;
 use crate::policy::{ClusterView, Resolver};
-use memory::Memory;
 use reconcile::Reconciler;
 use triggers::Sources;
 
@@ -71,8 +70,11 @@ pub(crate) struct Schedule {
 /// CSR watch fills `csrs`, the cache whose reader the runner also gave the cluster view. In machine
 /// mode `machines` re-triggers the CSRs waiting on a Machine or Node whenever one changes.
 /// `on_synced` runs once the first list of the CSR watch (and the machine caches) are complete.
+/// `memory` is what the controller knows of each CSR (the runner hands its written approvals to
+/// the ledger too).
 pub(crate) async fn run<R, C>(
     ctx: Arc<Context<R, C>>,
+    memory: Arc<Memory>,
     schedule: Schedule,
     csrs: CacheWriter<CsrObject>,
     machines: Option<MachineCache>,
@@ -95,7 +97,6 @@ pub(crate) async fn run<R, C>(
         }
         on_synced();
     }));
-    let memory = Arc::new(Memory::new(ctx.metrics.clone()));
     // These tasks hold the context, and with it a handle on the event queue: they end with the
     // controller.
     let _prune = AbortOnDropHandle::new(tokio::spawn(memory.clone().keep_pruned(store.clone())));
@@ -117,6 +118,7 @@ pub(crate) async fn run<R, C>(
         machines,
         waiting_on_cluster: Box::new(move || waiting.anyone_waiting_on_cluster()),
     });
-    let reconciler = Arc::new(Reconciler { api: ctx.api.clone().into_client(), ctx, memory, csrs: store });
-    work_queue::dispatch(triggers, reconciler, usize::from(schedule.concurrency), shutdown).await;
+    let reconciler =
+        Arc::new(Reconciler { api: ctx.api.clone().into_client(), ctx, memory: memory.clone(), csrs: store });
+    work_queue::dispatch(triggers, reconciler, &memory, usize::from(schedule.concurrency), shutdown).await;
 }

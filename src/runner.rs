@@ -64,10 +64,12 @@ pub async fn run(settings: Settings) -> Result<(), RunError> {
         Skipped::counting(move |kind| metrics.record_undecodable(kind))
     };
     let Connection { client, machines } = connect(cfg.kubeconfig.as_deref(), machine_source.as_ref(), &skipped).await?;
-    // The CSR cache: the controller's watch fills it, the ledger reads it.
+    // The CSR cache: the controller's watch fills it, the ledger reads it, and the approvals the
+    // controller wrote from what it knows of each CSR.
     let (csr_cache, csrs) = csr_cache::cache();
     let kubelet_dial = machine_source.as_ref().and_then(|source| source.kubelet_dial(&policy));
-    let ledger = CsrLedger::new(csr_cache, machine_source.map(|source| source.rules));
+    let memory = Arc::new(controller::Memory::new(metrics.clone()));
+    let ledger = CsrLedger::new(csr_cache, machine_source.map(|source| source.rules), Some(memory.clone()));
     let readiness = Readiness::new();
     let servers = admin::Servers::start(
         cfg.health_probe_bind_address,
@@ -91,9 +93,8 @@ pub async fn run(settings: Settings) -> Result<(), RunError> {
         api: Api::all(client.clone()),
         policy,
         resolver,
-        cluster: KubeCluster::new(client.clone(), machines.clone(), ledger.clone(), skipped.clone())
+        cluster: KubeCluster::new(client.clone(), machines.clone(), ledger, skipped.clone())
             .with_kubelet_dial(kubelet_dial),
-        ledger,
         leadership,
         events,
         metrics,
@@ -139,7 +140,7 @@ pub async fn run(settings: Settings) -> Result<(), RunError> {
         writable,
         shutdown: stopped.boxed(),
     };
-    let controller = controller::run(ctx, schedule, csrs, machines, on_synced);
+    let controller = controller::run(ctx, memory, schedule, csrs, machines, on_synced);
     tracing::info!(
         concurrency = cfg.concurrency,
         dry_run = cfg.dry_run,

@@ -1,10 +1,9 @@
 //! What every reconcile of the controller shares ([`Context`]): the clients and ports it reads
-//! and writes through, the policy, leadership, Events, metrics and the CSR ledger.
+//! and writes through, the policy, leadership, Events and metrics.
 
 use kube::Api;
 
 use crate::events::Events;
-use crate::kubernetes::csr_ledger::CsrLedger;
 use crate::kubernetes::decoded::{Decoded, Skipped};
 use crate::kubernetes::leader::Leadership;
 use crate::kubernetes::object_fields::Csr;
@@ -31,8 +30,4 @@ pub(crate) struct Context<R, C> {
     pub skipped: Skipped,
     /// Evaluate and record, but write nothing.
     pub dry_run: bool,
-    /// The CSR ledger: the CSRs of one node (its serving CSRs; in machine mode the client CSRs of
-    /// its name) are decided one at a time, and a client approval counts there as soon as it is
-    /// written.
-    pub ledger: CsrLedger,
 }

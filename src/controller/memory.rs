@@ -1,19 +1,28 @@
-//! What the controller remembers of each CSR from one reconcile to the next: a state machine of
-//! [`Phase`]s per CSR, changed only by [`Memory::settle`] with what a reconcile did (one
-//! [`Outcome`]), and the one place of the controller's backoffs of a CSR: it answers when to
-//! reconcile the CSR again.
+//! What the controller knows of each CSR, in one table ([`Memory`]): where it is in the work
+//! queue (and the [`Order`] in which the queued ones run), the [`Phase`] its last reconcile left it in (the one place of a reconcile's backoffs:
+//! it answers when to reconcile the CSR again), the decisions told, the read kept, the client
+//! approval written; and each node's turn.
+//!
+//! One `std` mutex guards the table, taken for one step and never across an await. Each part has
+//! one writer: the queue's moves ([`Queued::after`]) come from the dispatch loop, a CSR's phase and
+//! what goes with it ([`Phase::after`]) from [`Memory::settle`], once per reconcile. Entries are
+//! forgotten in one place, [`Memory::prune`]: what was learned of a CSR once the cache shows it
+//! decided or gone, the entry once nothing is left of it.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
+use tokio::time::Instant;
+
 use super::room::sparse;
 use crate::kubernetes::csr_cache::Cache;
+use crate::kubernetes::csr_ledger::WrittenApprovals;
 use crate::kubernetes::csr_object::CsrObject;
 use crate::kubernetes::csr_uid::Uid;
 use crate::kubernetes::kube_watch::Doubling;
 use crate::metrics::{Metrics, WriteResult};
-use crate::policy::{DecisionKind, Reason};
+use crate::policy::{DecisionKind, Reason, client_node, serving_node};
 
 /// The backoff of a CSR evaluated to retry: 2 s, 4 s, 8 s, … at most 60 s.
 const RETRY: Doubling = Doubling { first: Duration::from_secs(2), cap: Duration::from_secs(60) };
@@ -22,18 +31,58 @@ const RETRY: Doubling = Doubling { first: Duration::from_secs(2), cap: Duration:
 const WRITE_RETRY: Doubling = Doubling { first: Duration::from_millis(500), cap: Duration::from_secs(8) };
 /// The backoff after a conflict, so a CSR that keeps conflicting is never written in a tight loop.
 const CONFLICT_RETRY: Doubling = Doubling { first: Duration::from_millis(200), cap: Duration::from_secs(30) };
-/// How often the memory drops the CSRs that are decided or gone.
+/// How often the table forgets the CSRs that are decided or gone.
 const PRUNE_PERIOD: Duration = Duration::from_secs(5);
 
 /// A decision as told (logged and published): its kind and reason.
 type Announced = (DecisionKind, Reason);
 
+/// Where a CSR is in the work queue (none: not queued).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Queued {
+    /// Waiting for its requester's turn.
+    Ready,
+    /// Waiting until its retry is due.
+    Delayed(Instant),
+    /// Taken by a worker; `again` when it was triggered since.
+    Running { again: bool },
+}
+
+/// What moves a CSR in the work queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Move {
+    /// A trigger.
+    Triggered,
+    /// Taken by a worker ([`Memory::next`]).
+    Taken,
+    /// Its retry came due.
+    Due,
+    /// Its run ended, to run again at the instant given, if any.
+    Finished(Option<Instant>),
+}
+
+impl Queued {
+    /// Where a CSR queued as `before` is after `event`: the queue's transitions, all of them.
+    fn after(before: Option<Queued>, event: Move) -> Option<Queued> {
+        match (before, event) {
+            (None | Some(Queued::Delayed(_)), Move::Triggered)
+            | (Some(Queued::Delayed(_)), Move::Due)
+            | (Some(Queued::Running { again: true }), Move::Finished(_)) => Some(Queued::Ready),
+            (Some(Queued::Running { .. }), Move::Triggered) => Some(Queued::Running { again: true }),
+            (Some(Queued::Ready), Move::Taken) => Some(Queued::Running { again: false }),
+            (Some(Queued::Running { again: false }), Move::Finished(due)) => due.map(Queued::Delayed),
+            (before, _) => before,
+        }
+    }
+}
+
 /// What one reconcile did, as the [`Memory`] records it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Outcome {
     /// Evaluated to retry; `on_cluster` when a Machine or Node change can resolve it,
-    /// `announced` the decision when it was told this time.
-    Retried { on_cluster: bool, announced: Option<Announced> },
+    /// `announced` the decision when it was told this time, `read` when the CSR settled is as
+    /// read from the apiserver (kept for its next reconcile).
+    Retried { on_cluster: bool, announced: Option<Announced>, read: bool },
     /// Held for a human, not the approver's, or a dry run's decision: nothing of ours is
     /// outstanding; `announced` as for a retry.
     Excused { announced: Option<Announced> },
@@ -42,12 +91,21 @@ pub(super) enum Outcome {
     /// Reading it from the apiserver before deciding it failed (no answer, or an error other than
     /// not found): retried as a failed write is.
     ReadFailed,
-    /// The decision's write ended so.
-    Write(WriteResult),
+    /// The decision's write ended so; `approval` when the decision was an approval.
+    Write { result: WriteResult, approval: bool },
 }
 
-/// Where a CSR is between two reconciles (no entry at all: nothing to remember). Every
-/// [`Outcome`] but a CSR found gone moves it, whatever the phase before:
+/// Why a reconcile has nothing to do ([`Memory::done_with`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Done {
+    /// No request can name the CSR: told once, never evaluated again.
+    Unaddressable,
+    /// Our decision was written on this version: the watch brings it.
+    Written,
+}
+
+/// Where a CSR is between two reconciles (nothing learned of it: no phase). Every [`Outcome`]
+/// but a CSR found gone moves it, whatever the phase before:
 ///
 /// ```text
 /// Retried           → Retrying { attempts: n + 1 if it was Retrying (n), else 1 }   after 2 s … 60 s
@@ -59,7 +117,7 @@ pub(super) enum Outcome {
 /// Write(NotFound)  → as it was (the CSR is gone)
 /// ```
 ///
-/// A CSR of another uid under the same name starts afresh; decided and gone CSRs are dropped by
+/// A CSR of another uid under the same name starts afresh; decided and gone CSRs are forgotten by
 /// [`Memory::prune`]. The three retrying phases are `csrs_waiting_retry`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Phase {
@@ -84,22 +142,25 @@ impl Phase {
     /// The phase after `outcome` when the CSR was in `before`; `None` when nothing changes.
     fn after(before: Option<&Phase>, outcome: Outcome, csr: &CsrObject) -> Option<Phase> {
         let phase = match (outcome, before) {
-            (Outcome::Write(WriteResult::NotFound), _) => return None,
+            (Outcome::Write { result: WriteResult::NotFound, .. }, _) => return None,
             (Outcome::Retried { on_cluster, .. }, Some(Phase::Retrying { attempts, .. })) => {
                 Phase::Retrying { attempts: attempts.saturating_add(1), on_cluster }
             }
             (Outcome::Retried { on_cluster, .. }, _) => Phase::Retrying { attempts: 1, on_cluster },
-            (Outcome::Write(WriteResult::Error) | Outcome::ReadFailed, Some(Phase::WriteFailing { failures })) => {
-                Phase::WriteFailing { failures: failures.saturating_add(1) }
+            (
+                Outcome::Write { result: WriteResult::Error, .. } | Outcome::ReadFailed,
+                Some(Phase::WriteFailing { failures }),
+            ) => Phase::WriteFailing { failures: failures.saturating_add(1) },
+            (Outcome::Write { result: WriteResult::Error, .. } | Outcome::ReadFailed, _) => {
+                Phase::WriteFailing { failures: 1 }
             }
-            (Outcome::Write(WriteResult::Error) | Outcome::ReadFailed, _) => Phase::WriteFailing { failures: 1 },
-            (Outcome::Write(WriteResult::Conflict), Some(Phase::Conflicting { conflicts })) => {
+            (Outcome::Write { result: WriteResult::Conflict, .. }, Some(Phase::Conflicting { conflicts })) => {
                 Phase::Conflicting { conflicts: conflicts.saturating_add(1) }
             }
-            (Outcome::Write(WriteResult::Conflict), _) => Phase::Conflicting { conflicts: 1 },
+            (Outcome::Write { result: WriteResult::Conflict, .. }, _) => Phase::Conflicting { conflicts: 1 },
             (Outcome::Excused { .. }, _) => Phase::Excused,
             (Outcome::Unaddressable, _) => Phase::Unaddressable,
-            (Outcome::Write(WriteResult::Success), _) => {
+            (Outcome::Write { result: WriteResult::Success, .. }, _) => {
                 Phase::Written { resource_version: csr.resource_version.clone().unwrap_or_default() }
             }
         };
@@ -123,113 +184,208 @@ impl Phase {
     }
 }
 
-/// What is remembered of one CSR.
+/// Everything the table holds of one CSR name.
 #[derive(Debug)]
 struct Entry {
+    /// spec.username: whose turn in the queue's ring it takes.
+    requester: Arc<str>,
+    /// Where it is in the work queue; none when not queued.
+    queued: Option<Queued>,
+    /// What its reconciles learned; none before one settled, and once forgotten.
+    known: Option<Known>,
+}
+
+/// What the reconciles of one CSR learned of it, kept from one to the next.
+#[derive(Debug)]
+struct Known {
     /// metadata.uid: a CSR re-created under the same name starts afresh.
     uid: Uid,
     phase: Phase,
     /// The decisions told for it, each told once (at most a few): forgotten once a decision is
-    /// written. A list, not a hash set: 24 bytes in the entry, not 48.
+    /// written. A list, not a hash set: 24 bytes, not 48.
     announced: Vec<Announced>,
-    /// The CSR as read from the apiserver by the reconcile that retried it last
-    /// ([`Memory::keep_read`]): its next reconcile decides on it while the cached version is the
-    /// one read. Forgotten at the next settle.
+    /// The CSR as read from the apiserver by the reconcile that retried it last: its next
+    /// reconcile decides on it while the cached version is the one read. Forgotten at the next
+    /// settle.
     read: Option<Box<CsrObject>>,
+    /// The node name of the client certificate whose approval was written on it (or perhaps
+    /// written: no answer), counted by the ledger ([`WrittenApprovals`]) until the cache shows it.
+    approved_for: Option<Box<str>>,
 }
 
-/// The entries by CSR name, and how many of them wait on a retry.
+/// The table behind the one lock.
 #[derive(Debug, Default)]
-struct Entries {
+struct Table {
     by_name: HashMap<Arc<str>, Entry>,
+    /// The order in which the queued CSRs run.
+    order: Order,
+    /// How many entries' phases wait on a retry.
     waiting: usize,
+    /// One lock per node whose client CSR or serving CSR is being decided.
+    turns: HashMap<Box<str>, Arc<tokio::sync::Mutex<()>>>,
 }
 
-/// What the controller remembers of each CSR it has not finished with, shared by every reconcile:
-/// its [`Phase`] and the decisions announced. It is changed only by [`Memory::settle`], once per
-/// reconcile, and [`Memory::prune`]; both keep `csrs_waiting_retry` up to date.
+/// What the controller knows of each CSR, shared by the dispatch loop and every reconcile.
 #[derive(Debug)]
-pub(super) struct Memory {
-    entries: Mutex<Entries>,
+pub(crate) struct Memory {
+    table: Mutex<Table>,
     metrics: Metrics,
 }
 
+/// The turn of one node's CSR decision: while it is held, no other client CSR for the same node
+/// name, and no other serving CSR of the same node, is decided.
+pub(super) struct NodeTurn {
+    memory: Arc<Memory>,
+    node: Box<str>,
+    guard: Option<tokio::sync::OwnedMutexGuard<()>>,
+}
+
+impl Drop for NodeTurn {
+    fn drop(&mut self) {
+        drop(self.guard.take());
+        let turns = &mut self.memory.lock().turns;
+        // Only the table holds the lock now: no one waits for it.
+        if turns.get(&self.node).is_some_and(|lock| Arc::strong_count(lock) == 1) {
+            turns.remove(&self.node);
+        }
+    }
+}
+
 impl Memory {
-    /// An empty memory that reports to `metrics`.
-    pub(super) fn new(metrics: Metrics) -> Memory {
-        Memory { entries: Mutex::default(), metrics }
+    /// An empty table that reports to `metrics`.
+    pub(crate) fn new(metrics: Metrics) -> Memory {
+        Memory { table: Mutex::default(), metrics }
+    }
+
+    /// Queues `name` (created by `requester`) to run as soon as its turn comes: a delayed CSR is
+    /// made ready, a running one runs again when it finishes, a ready one keeps its place.
+    pub(super) fn trigger(&self, name: Arc<str>, requester: Arc<str>) {
+        self.lock().queue(name, Some(requester), Move::Triggered);
+    }
+
+    /// The next ready CSR, the next requester's first, now running; `None` when none is ready.
+    pub(super) fn next(&self) -> Option<Arc<str>> {
+        let mut table = self.lock();
+        while let Some(name) = table.order.pop_ready() {
+            if table.queue(name.clone(), None, Move::Taken) == Some(Queued::Running { again: false }) {
+                return Some(name);
+            }
+        }
+        None
+    }
+
+    /// Ends the run of `name`: ready again if it was triggered while it ran, else delayed by
+    /// `retry_after` from `now`, else out of the queue.
+    pub(super) fn finish(&self, name: Arc<str>, retry_after: Option<Duration>, now: Instant) {
+        self.lock().queue(name, None, Move::Finished(retry_after.map(|delay| now + delay)));
+    }
+
+    /// Makes every delayed CSR due by `now` ready.
+    pub(super) fn promote_due(&self, now: Instant) {
+        let mut table = self.lock();
+        while let Some(name) = table.order.pop_due(now) {
+            table.queue(name, None, Move::Due);
+        }
+    }
+
+    /// When the first delayed CSR is due.
+    pub(super) fn next_due(&self) -> Option<Instant> {
+        self.lock().order.next_due()
+    }
+
+    /// Whether `name` is queued in any state.
+    pub(super) fn is_queued(&self, name: &str) -> bool {
+        self.lock().by_name.get(name).is_some_and(|entry| entry.queued.is_some())
+    }
+
+    /// How many CSRs are queued, in any state.
+    pub(super) fn queued(&self) -> usize {
+        self.lock().by_name.values().filter(|entry| entry.queued.is_some()).count()
     }
 
     /// Records what a reconcile of `csr` did, and answers when to reconcile it again by itself
-    /// ([`Phase::retry_after`]); `None` also for a CSR found gone.
+    /// ([`Phase::retry_after`]); `None` also for a CSR found gone. The one writer of a CSR's phase,
+    /// its decisions told, the read kept for its next reconcile and its client approval written.
     pub(super) fn settle(&self, csr: &CsrObject, outcome: Outcome) -> Option<Duration> {
-        let mut entries = self.lock();
-        let Entries { by_name, waiting } = &mut *entries;
-        let before = by_name.get(&csr.name);
-        let was_waiting = before.is_some_and(|entry| entry.phase.waits());
-        let before = before.filter(|entry| entry.uid == csr.uid).map(|entry| &entry.phase);
+        let read = matches!(outcome, Outcome::Retried { read: true, .. }).then(|| Box::new(csr.clone()));
+        let approved_for = match outcome {
+            Outcome::Write { result: WriteResult::Success | WriteResult::Error, approval: true } => {
+                client_node(&csr.submission()).map(Box::from)
+            }
+            _ => None,
+        };
+        let mut table = self.lock();
+        let Table { by_name, waiting, .. } = &mut *table;
+        let before = by_name.get(&csr.name).and_then(|entry| entry.known.as_ref());
+        let was_waiting = before.is_some_and(|known| known.phase.waits());
+        let before = before.filter(|known| known.uid == csr.uid).map(|known| &known.phase);
         let phase = Phase::after(before, outcome, csr)?;
         let retry_after = phase.retry_after();
         *waiting = (*waiting + usize::from(phase.waits())).saturating_sub(usize::from(was_waiting));
-        let fresh = || Entry { uid: csr.uid.clone(), phase: Phase::Excused, announced: Vec::new(), read: None };
-        let entry = by_name.entry(csr.name.clone()).or_insert_with(fresh);
-        if entry.uid != csr.uid {
-            *entry = fresh();
-        }
+        let entry = by_name.entry(csr.name.clone()).or_insert_with(|| Entry {
+            requester: csr.username.clone(),
+            queued: None,
+            known: None,
+        });
+        entry.known.take_if(|known| known.uid != csr.uid);
+        let known = entry.known.get_or_insert_with(|| Known {
+            uid: csr.uid.clone(),
+            phase: Phase::Excused,
+            announced: Vec::new(),
+            read: None,
+            approved_for: None,
+        });
         match outcome {
-            Outcome::Retried { announced: Some(told), .. } | Outcome::Excused { announced: Some(told) }
-                if !entry.announced.contains(&told) =>
-            {
-                entry.announced.push(told);
+            Outcome::Retried { announced: Some(told), .. } | Outcome::Excused { announced: Some(told) } => {
+                known.announced.push(told);
             }
-            Outcome::Write(WriteResult::Success) => entry.announced = Vec::new(),
+            Outcome::Write { result: WriteResult::Success, .. } => known.announced = Vec::new(),
             _ => {}
         }
-        entry.phase = phase;
-        entry.read = None;
+        if approved_for.is_some() {
+            known.approved_for = approved_for;
+        }
+        known.phase = phase;
+        known.read = read;
         self.metrics.set_waiting_retry(*waiting);
         retry_after
     }
 
-    /// Keeps `read` (a CSR as read from the apiserver, just settled as retried) for its next
-    /// reconcile ([`Memory::kept_read`]).
-    pub(super) fn keep_read(&self, read: &CsrObject) {
-        if let Some(entry) = self.lock().by_name.get_mut(&read.name).filter(|entry| entry.uid == read.uid) {
-            entry.read = Some(Box::new(read.clone()));
-        }
-    }
-
-    /// The CSR kept as read for `cached` ([`Memory::keep_read`]), when it is the same CSR at the
-    /// same version: its request and everything else as the apiserver holds it now.
+    /// The CSR kept as read for `cached` (settled as retried on what was read), when it is the
+    /// same CSR at the same version: its request and everything else as the apiserver holds it.
     pub(super) fn kept_read(&self, cached: &CsrObject) -> Option<CsrObject> {
-        let entries = self.lock();
-        let entry = entries.by_name.get(&cached.name).filter(|entry| entry.uid == cached.uid)?;
-        let read = entry.read.as_deref().filter(|read| read.resource_version == cached.resource_version)?;
+        let table = self.lock();
+        let known = table.known(cached)?;
+        let read = known.read.as_deref().filter(|read| read.resource_version == cached.resource_version)?;
         Some(read.clone())
     }
 
-    /// Drops every CSR that `csrs` does not hold undecided (under the same uid), once `csrs` holds
-    /// a complete list.
+    /// Forgets what was learned of every CSR that `csrs` does not hold undecided (under the same
+    /// uid), once `csrs` holds a complete list, and every entry with nothing left: not queued,
+    /// nothing learned. Then gives back the room a drained burst took.
     pub(super) fn prune(&self, csrs: &Cache<CsrObject>) {
         if !csrs.is_ready() {
             return;
         }
-        let mut entries = self.lock();
-        let Entries { by_name, waiting } = &mut *entries;
+        let mut table = self.lock();
+        let Table { by_name, order, waiting, .. } = &mut *table;
         by_name.retain(|name, entry| {
-            let keep = csrs.get(name).is_some_and(|csr| csr.uid == entry.uid && !csr.is_decided());
-            if !keep && entry.phase.waits() {
+            let undecided = |known: &Known| csrs.get(name).is_some_and(|csr| csr.uid == known.uid && !csr.is_decided());
+            if let Some(known) = entry.known.take_if(|known| !undecided(known))
+                && known.phase.waits()
+            {
                 *waiting = waiting.saturating_sub(1);
             }
-            keep
+            entry.queued.is_some() || entry.known.is_some()
         });
         if sparse(by_name.len(), by_name.capacity()) {
             by_name.shrink_to(by_name.len() * 2);
         }
+        order.give_back_room();
         self.metrics.set_waiting_retry(*waiting);
     }
 
-    /// Prunes the memory against `csrs` every [`PRUNE_PERIOD`], for as long as it runs.
+    /// Prunes the table against `csrs` every [`PRUNE_PERIOD`], for as long as it runs.
     pub(super) async fn keep_pruned(self: Arc<Self>, csrs: Cache<CsrObject>) {
         loop {
             tokio::time::sleep(PRUNE_PERIOD).await;
@@ -237,54 +393,196 @@ impl Memory {
         }
     }
 
+    /// Waits for the turn to decide `csr` when it is a client CSR for a node name
+    /// ([`client_node`]) or a serving CSR of a node ([`serving_node`]): one such CSR per node
+    /// at a time, so the one client certificate per Machine cannot be given twice, nor two
+    /// serving CSRs of one node be judged against each other, by reconciles running at once.
+    /// `None` (no wait) for any other CSR. The table's lock is not held while waiting.
+    pub(super) async fn node_turn(self: &Arc<Self>, csr: &CsrObject) -> Option<NodeTurn> {
+        let node: Box<str> = {
+            let sub = csr.submission();
+            serving_node(&sub).map(Box::from).or_else(|| client_node(&sub).map(Box::from))?
+        };
+        let turn = self.lock().turns.entry(node.clone()).or_default().clone();
+        let guard = turn.lock_owned().await;
+        Some(NodeTurn { memory: self.clone(), node, guard: Some(guard) })
+    }
+
     /// Whether the decision `told` was already announced for `csr`.
     pub(super) fn announced(&self, csr: &CsrObject, told: Announced) -> bool {
-        self.read(csr, |entry| entry.announced.contains(&told))
+        self.read(csr, |known| known.announced.contains(&told))
     }
 
-    /// True when our decision was written on exactly this version of `csr`, so a cache still
-    /// holding it is behind: evaluating it again could only conflict.
-    pub(super) fn written_at(&self, csr: &CsrObject) -> bool {
-        self.read(csr, |entry| match &entry.phase {
-            Phase::Written { resource_version } => csr.resource_version.as_ref() == Some(resource_version),
-            _ => false,
-        })
-    }
-
-    /// Whether no request can name `csr` (and that was told).
-    pub(super) fn is_unaddressable(&self, csr: &CsrObject) -> bool {
-        self.read(csr, |entry| entry.phase == Phase::Unaddressable)
+    /// Why a reconcile of `csr` has nothing to do, if it has not: no request can name it (and
+    /// that was told), or our decision was written on exactly this version, so a cache still
+    /// holding it is behind (evaluating it again could only conflict).
+    pub(super) fn done_with(&self, csr: &CsrObject) -> Option<Done> {
+        match &self.lock().known(csr)?.phase {
+            Phase::Unaddressable => Some(Done::Unaddressable),
+            Phase::Written { resource_version } if csr.resource_version.as_ref() == Some(resource_version) => {
+                Some(Done::Written)
+            }
+            _ => None,
+        }
     }
 
     /// Whether no decision of ours is outstanding for `csr`: held for a human, not the
     /// approver's, a dry run's, or unaddressable.
     pub(super) fn is_excused(&self, csr: &CsrObject) -> bool {
-        self.read(csr, |entry| matches!(entry.phase, Phase::Excused | Phase::Unaddressable))
+        self.read(csr, |known| matches!(known.phase, Phase::Excused | Phase::Unaddressable))
     }
 
     /// True when some CSR's last evaluation waits on a Machine, a Node or the pending brake.
     pub(super) fn anyone_waiting_on_cluster(&self) -> bool {
-        self.lock().by_name.values().any(|entry| matches!(entry.phase, Phase::Retrying { on_cluster: true, .. }))
+        let table = self.lock();
+        let mut phases = table.by_name.values().filter_map(|entry| entry.known.as_ref().map(|known| &known.phase));
+        phases.any(|phase| matches!(phase, Phase::Retrying { on_cluster: true, .. }))
     }
 
-    /// `read` of `csr`'s entry; false when there is none.
-    fn read(&self, csr: &CsrObject, read: impl FnOnce(&Entry) -> bool) -> bool {
-        self.lock().by_name.get(&csr.name).filter(|entry| entry.uid == csr.uid).is_some_and(read)
+    /// `read` of what was learned of `csr`; false when nothing was.
+    fn read(&self, csr: &CsrObject, read: impl FnOnce(&Known) -> bool) -> bool {
+        self.lock().known(csr).is_some_and(read)
     }
 
-    /// The entries, also after a reconcile panicked while holding them: each change is made whole
-    /// before anything can panic, so they stay consistent.
-    fn lock(&self) -> MutexGuard<'_, Entries> {
-        self.entries.lock().unwrap_or_else(PoisonError::into_inner)
+    /// The table, also after a reconcile panicked while holding it: each change is made whole
+    /// before anything can panic, so it stays consistent.
+    fn lock(&self) -> MutexGuard<'_, Table> {
+        self.table.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl Table {
+    /// What was learned of `csr`, under its uid.
+    fn known(&self, csr: &CsrObject) -> Option<&Known> {
+        self.by_name.get(&csr.name)?.known.as_ref().filter(|known| known.uid == csr.uid)
+    }
+
+    /// Moves `name` in the queue by `event` ([`Queued::after`]) and keeps the order in step; an
+    /// entry is made for it only by a trigger, which gives its `requester`. Answers where it is now.
+    fn queue(&mut self, name: Arc<str>, requester: Option<Arc<str>>, event: Move) -> Option<Queued> {
+        let entry = match requester {
+            Some(requester) => {
+                self.by_name.entry(name.clone()).or_insert_with(|| Entry { requester, queued: None, known: None })
+            }
+            None => self.by_name.get_mut(&name)?,
+        };
+        let (before, after) = (entry.queued, Queued::after(entry.queued, event));
+        entry.queued = after;
+        if before == after {
+            return after;
+        }
+        if let Some(Queued::Delayed(due)) = before {
+            self.order.undelay(due, &name);
+        }
+        match after {
+            Some(Queued::Ready) => self.order.push_ready(entry.requester.clone(), name),
+            Some(Queued::Delayed(due)) => self.order.delay(due, name),
+            Some(Queued::Running { .. }) | None => {}
+        }
+        after
+    }
+}
+
+/// The order in which the queued CSRs run: the ready ones in a ring of requesters, the delayed
+/// ones by when they are due. It holds names only; where each CSR is in the queue is its entry's,
+/// and [`Table::queue`] keeps the order in step.
+#[derive(Debug, Default)]
+struct Order {
+    /// Each requester with ready CSRs, and its ready CSRs after the one its place in the ring
+    /// holds, in arrival order: none for most requesters (one CSR each), held as a null pointer,
+    /// so a slot of the table is 24 bytes.
+    ready: HashMap<Arc<str>, ReadyAfter>,
+    /// The requesters with ready CSRs and each one's first, in the order their turn comes.
+    ring: VecDeque<(Arc<str>, Arc<str>)>,
+    /// The delayed CSRs by when they are due.
+    delayed: BTreeSet<(Instant, Arc<str>)>,
+}
+
+/// A requester's ready CSRs after its first: none (most requesters) held as a null pointer.
+type ReadyAfter = Option<Box<VecDeque<Arc<str>>>>;
+
+impl Order {
+    /// Puts `name` last in `requester`'s ready CSRs, and the requester last in the ring when it
+    /// had none.
+    fn push_ready(&mut self, requester: Arc<str>, name: Arc<str>) {
+        match self.ready.get_mut(&requester) {
+            Some(rest) => rest.get_or_insert_default().push_back(name),
+            None => {
+                self.ready.insert(requester.clone(), None);
+                self.ring.push_back((requester, name));
+            }
+        }
+    }
+
+    /// Takes the next ready CSR: the first of the requester whose turn it is, which goes last in
+    /// the ring if it has more.
+    fn pop_ready(&mut self) -> Option<Arc<str>> {
+        let (requester, name) = self.ring.pop_front()?;
+        match self.ready.get_mut(&requester).map(|rest| rest.as_mut().and_then(|rest| rest.pop_front())) {
+            Some(Some(after)) => self.ring.push_back((requester, after)),
+            Some(None) | None => {
+                self.ready.remove(&requester);
+            }
+        }
+        Some(name)
+    }
+
+    /// Delays `name` until `due`.
+    fn delay(&mut self, due: Instant, name: Arc<str>) {
+        self.delayed.insert((due, name));
+    }
+
+    /// Takes `name` out of the CSRs delayed until `due`.
+    fn undelay(&mut self, due: Instant, name: &Arc<str>) {
+        self.delayed.remove(&(due, name.clone()));
+    }
+
+    /// Takes the first delayed CSR due by `now`, if any.
+    fn pop_due(&mut self, now: Instant) -> Option<Arc<str>> {
+        if self.delayed.first().is_some_and(|(due, _)| *due <= now) {
+            self.delayed.pop_first().map(|(_, name)| name)
+        } else {
+            None
+        }
+    }
+
+    /// When the first delayed CSR is due.
+    fn next_due(&self) -> Option<Instant> {
+        self.delayed.first().map(|(due, _)| *due)
+    }
+
+    /// Frees most of the room a drained burst left (a storm's tables would otherwise keep the
+    /// size of its peak): the ready table or the ring at most a quarter full is cut to twice what
+    /// it holds.
+    fn give_back_room(&mut self) {
+        if sparse(self.ready.len(), self.ready.capacity()) {
+            self.ready.shrink_to(self.ready.len() * 2);
+        }
+        if sparse(self.ring.len(), self.ring.capacity()) {
+            self.ring.shrink_to(self.ring.len() * 2);
+        }
+    }
+}
+
+impl WrittenApprovals for Memory {
+    fn approvals_for(&self, node: &str) -> Vec<(Uid, String)> {
+        let table = self.lock();
+        let written = table.by_name.iter().filter_map(|(name, entry)| {
+            let known = entry.known.as_ref()?;
+            (known.approved_for.as_deref() == Some(node)).then(|| (known.uid.clone(), String::from(&**name)))
+        });
+        written.collect()
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::controller::room::KEPT_ROOM;
     use crate::kubernetes::csr_cache;
     use k8s_openapi::api::certificates::v1::{CertificateSigningRequest, CertificateSigningRequestCondition};
     use kube::runtime::watcher::Event;
+    use testkit::request::Request;
 
     const TOLD: Announced = (DecisionKind::Retry, Reason::DNSUnavailable);
 
@@ -295,8 +593,21 @@ mod tests {
         csr
     }
 
+    /// A client CSR `name` (uid `uid-<name>`) for node name `node`.
+    fn client(name: &str, node: &str) -> CsrObject {
+        let usages = ["digital signature", "client auth"];
+        let pem = Request::node(node).pem();
+        let mut csr = testkit::csr::object(name, crate::policy::KUBELET_CLIENT_SIGNER, &usages, &pem);
+        csr.metadata.uid = Some(format!("uid-{name}"));
+        CsrObject::from(csr)
+    }
+
     fn retried(on_cluster: bool) -> Outcome {
-        Outcome::Retried { on_cluster, announced: None }
+        Outcome::Retried { on_cluster, announced: None, read: false }
+    }
+
+    fn write(result: WriteResult) -> Outcome {
+        Outcome::Write { result, approval: false }
     }
 
     fn millis(delay: Option<Duration>) -> u128 {
@@ -312,6 +623,42 @@ mod tests {
 
     fn gauge(count: usize) -> String {
         format!("node_csr_approver_csrs_waiting_retry {count}")
+    }
+
+    /// A cache that has listed exactly `csrs`.
+    fn listed(csrs: &[&CsrObject]) -> Cache<CsrObject> {
+        let (cache, mut writer) = csr_cache::cache::<CsrObject>();
+        writer.apply(Event::<CsrObject>::Init);
+        for csr in csrs {
+            writer.apply(Event::InitApply((*csr).clone()));
+        }
+        writer.apply(Event::<CsrObject>::InitDone);
+        cache
+    }
+
+    fn names(memory: &Memory) -> Vec<String> {
+        let mut names: Vec<String> = memory.lock().by_name.keys().map(|name| name.to_string()).collect();
+        names.sort();
+        names
+    }
+
+    fn written_at(memory: &Memory, csr: &CsrObject) -> bool {
+        memory.done_with(csr) == Some(Done::Written)
+    }
+
+    fn unaddressable(memory: &Memory, csr: &CsrObject) -> bool {
+        memory.done_with(csr) == Some(Done::Unaddressable)
+    }
+
+    /// Takes every ready CSR, in order, finishing each at once with no retry.
+    fn drain(memory: &Memory) -> Vec<String> {
+        let mut order = Vec::new();
+        while let Some(name) = memory.next() {
+            assert!(order.len() < 100, "the queue never drains: {order:?}");
+            order.push(name.to_string());
+            memory.finish(name, None, Instant::now());
+        }
+        order
     }
 
     #[test]
@@ -334,14 +681,13 @@ mod tests {
     fn failed_writes_and_conflicts_back_off_on_their_own_short_scales() {
         let memory = Memory::new(Metrics::new());
         let a = csr("csr-a", "1", "1");
-        let writes: Vec<u128> = (0..7).map(|_| millis(memory.settle(&a, Outcome::Write(WriteResult::Error)))).collect();
+        let writes: Vec<u128> = (0..7).map(|_| millis(memory.settle(&a, write(WriteResult::Error)))).collect();
         assert_eq!(writes, [500, 1000, 2000, 4000, 8000, 8000, 8000]);
-        let conflicts: Vec<u128> =
-            (0..10).map(|_| millis(memory.settle(&a, Outcome::Write(WriteResult::Conflict)))).collect();
+        let conflicts: Vec<u128> = (0..10).map(|_| millis(memory.settle(&a, write(WriteResult::Conflict)))).collect();
         assert_eq!(conflicts, [200, 400, 800, 1600, 3200, 6400, 12800, 25600, 30000, 30000]);
         assert_eq!(waiting(&memory), gauge(1));
         assert_eq!(millis(memory.settle(&a, retried(false))), 2000, "evaluation retries count apart");
-        assert_eq!(memory.settle(&a, Outcome::Write(WriteResult::NotFound)), None, "gone");
+        assert_eq!(memory.settle(&a, write(WriteResult::NotFound)), None, "gone");
         assert_eq!(waiting(&memory), gauge(1), "as it was");
     }
 
@@ -352,8 +698,8 @@ mod tests {
         let reads: Vec<u128> = (0..6).map(|_| millis(memory.settle(&a, Outcome::ReadFailed))).collect();
         assert_eq!(reads, [500, 1000, 2000, 4000, 8000, 8000]);
         assert_eq!(waiting(&memory), gauge(1));
-        assert!(!memory.written_at(&a) && !memory.is_excused(&a), "nothing is decided or excused");
-        assert_eq!(millis(memory.settle(&a, Outcome::Write(WriteResult::Error))), 8000, "one count of failures");
+        assert!(!written_at(&memory, &a) && !memory.is_excused(&a), "nothing is decided or excused");
+        assert_eq!(millis(memory.settle(&a, write(WriteResult::Error))), 8000, "one count of failures");
     }
 
     #[test]
@@ -361,19 +707,19 @@ mod tests {
         let memory = Memory::new(Metrics::new());
         let mut read = csr("csr-a", "1", "7");
         read.certificate_issued = true;
+        let kept = Outcome::Retried { on_cluster: false, announced: None, read: true };
         assert_eq!(memory.kept_read(&read), None, "nothing kept before a reconcile settled");
-        memory.keep_read(&read);
-        assert_eq!(memory.kept_read(&read), None, "a CSR never settled keeps nothing");
         memory.settle(&read, retried(false));
-        memory.keep_read(&read);
+        assert_eq!(memory.kept_read(&read), None, "a retry on the cached CSR keeps nothing");
+        memory.settle(&read, kept);
         assert_eq!(memory.kept_read(&csr("csr-a", "1", "7")), Some(read.clone()), "the read, not the cached one");
         assert_eq!(memory.kept_read(&csr("csr-a", "1", "8")), None, "another version is read again");
         assert_eq!(memory.kept_read(&csr("csr-a", "2", "7")), None, "another CSR of the name is read again");
-        memory.keep_read(&csr("csr-a", "2", "7"));
-        assert_eq!(memory.kept_read(&csr("csr-a", "2", "7")), None, "a read of another uid is not kept");
-        assert_eq!(memory.kept_read(&read), Some(read.clone()), "nor does it replace the kept one");
-        memory.settle(&read, retried(false));
+        memory.settle(&read, Outcome::Excused { announced: None });
         assert_eq!(memory.kept_read(&read), None, "each settle forgets the read");
+        memory.settle(&read, kept);
+        memory.settle(&read, write(WriteResult::Conflict));
+        assert_eq!(memory.kept_read(&read), None, "kept only after a retry");
     }
 
     #[test]
@@ -381,7 +727,7 @@ mod tests {
         let memory = Memory::new(Metrics::new());
         let (a, b) = (csr("csr-a", "1", "1"), csr("csr-b", "2", "1"));
         memory.settle(&a, retried(false));
-        memory.settle(&b, Outcome::Write(WriteResult::Conflict));
+        memory.settle(&b, write(WriteResult::Conflict));
         assert_eq!(waiting(&memory), gauge(2));
         assert_eq!(memory.settle(&a, Outcome::Excused { announced: None }), None);
         assert_eq!(waiting(&memory), gauge(1), "held: no retry is outstanding");
@@ -396,28 +742,32 @@ mod tests {
     fn a_written_decision_holds_for_its_version_until_the_csr_is_pruned() {
         let memory = Memory::new(Metrics::new());
         let a = csr("csr-a", "1", "7");
-        memory.settle(&a, Outcome::Write(WriteResult::Error));
-        memory.settle(&a, Outcome::Retried { on_cluster: false, announced: Some(TOLD) });
+        memory.settle(&a, write(WriteResult::Error));
+        memory.settle(&a, Outcome::Retried { on_cluster: false, announced: Some(TOLD), read: false });
         assert!(memory.announced(&a, TOLD));
-        assert!(!memory.written_at(&a));
-        assert_eq!(memory.settle(&a, Outcome::Write(WriteResult::Success)), None);
-        assert!(memory.written_at(&a));
-        assert!(!memory.written_at(&csr("csr-a", "1", "8")), "a newer version is evaluated");
-        assert!(!memory.written_at(&CsrObject { resource_version: None, ..a.clone() }));
-        assert!(!memory.written_at(&csr("csr-a", "2", "7")), "another CSR of the name");
+        assert!(!written_at(&memory, &a));
+        assert_eq!(memory.settle(&a, write(WriteResult::Success)), None);
+        assert!(written_at(&memory, &a));
+        assert!(!written_at(&memory, &csr("csr-a", "1", "8")), "a newer version is evaluated");
+        assert!(!written_at(&memory, &CsrObject { resource_version: None, ..a.clone() }));
+        assert!(!written_at(&memory, &csr("csr-a", "2", "7")), "another CSR of the name");
         assert_eq!(waiting(&memory), gauge(0), "the retries are done with");
         assert!(!memory.announced(&a, TOLD));
         assert!(!memory.is_excused(&a), "a written CSR is not excused");
+        memory.prune(&listed(&[&a]));
+        assert!(written_at(&memory, &a), "undecided in the cache: kept");
+        memory.prune(&listed(&[]));
+        assert!(!written_at(&memory, &a), "gone: forgotten");
     }
 
     #[test]
     fn an_unaddressable_csr_is_remembered_per_uid_and_excused() {
         let memory = Memory::new(Metrics::new());
         let a = csr("csr-a", "1", "1");
-        assert!(!memory.is_unaddressable(&a));
+        assert!(!unaddressable(&memory, &a));
         memory.settle(&a, Outcome::Unaddressable);
-        assert!(memory.is_unaddressable(&a) && memory.is_excused(&a));
-        assert!(!memory.is_unaddressable(&csr("csr-a", "2", "1")));
+        assert!(unaddressable(&memory, &a) && memory.is_excused(&a));
+        assert!(!unaddressable(&memory, &csr("csr-a", "2", "1")));
     }
 
     #[test]
@@ -434,7 +784,19 @@ mod tests {
     }
 
     #[test]
-    fn pruning_drops_the_csrs_decided_or_gone_once_the_cache_is_complete() {
+    fn announcements_are_remembered_per_kind_and_reason() {
+        let memory = Memory::new(Metrics::new());
+        let a = csr("csr-a", "1", "1");
+        assert!(!memory.announced(&a, TOLD));
+        memory.settle(&a, Outcome::Retried { on_cluster: false, announced: Some(TOLD), read: false });
+        assert!(memory.announced(&a, TOLD));
+        assert!(!memory.announced(&a, (DecisionKind::Retry, Reason::NodeNotFound)));
+        assert!(!memory.announced(&a, (DecisionKind::Hold, Reason::DNSUnavailable)));
+        assert!(!memory.announced(&csr("csr-a", "2", "1"), TOLD));
+    }
+
+    #[test]
+    fn pruning_forgets_what_was_learned_of_csrs_decided_or_gone_once_the_cache_is_complete() {
         let memory = Memory::new(Metrics::new());
         let (cache, mut writer) = csr_cache::cache::<CsrObject>();
         let kept = csr("kept", "1", "1");
@@ -448,9 +810,11 @@ mod tests {
         for object in [&kept, &decided, &csr("gone", "3", "1"), &csr("recreated", "4", "1")] {
             memory.settle(object, retried(false));
         }
+        memory.settle(&csr("excused", "6", "1"), Outcome::Excused { announced: None });
         assert_eq!(waiting(&memory), gauge(4));
         memory.prune(&cache);
         assert_eq!(waiting(&memory), gauge(4), "an incomplete cache prunes nothing");
+        assert_eq!(names(&memory).len(), 5);
         writer.apply(Event::<CsrObject>::Init);
         for object in [&kept, &decided, &csr("recreated", "5", "1")] {
             writer.apply(Event::InitApply(object.clone()));
@@ -458,33 +822,281 @@ mod tests {
         writer.apply(Event::<CsrObject>::InitDone);
         memory.prune(&cache);
         assert_eq!(waiting(&memory), gauge(1));
-        assert_eq!(memory.lock().by_name.keys().map(|name| name.to_string()).collect::<Vec<_>>(), ["kept"]);
+        assert_eq!(names(&memory), ["kept"], "an excused CSR gone too");
     }
 
     #[test]
-    fn pruning_a_drained_burst_gives_back_the_room_it_took() {
+    fn a_queued_csr_keeps_its_place_while_what_was_learned_of_it_is_forgotten() {
         let memory = Memory::new(Metrics::new());
-        let (cache, mut writer) = csr_cache::cache::<CsrObject>();
-        for i in 0..5_000 {
-            memory.settle(&csr(&format!("csr-{i}"), &i.to_string(), "1"), retried(false));
+        let (a, b) = (csr("a", "1", "1"), csr("b", "2", "1"));
+        for csr in [&a, &b] {
+            memory.trigger(csr.name.clone(), "n".into());
+        }
+        memory.settle(&a, retried(false));
+        assert_eq!(waiting(&memory), gauge(1));
+        memory.prune(&listed(&[]));
+        assert_eq!(waiting(&memory), gauge(0), "gone: its retry is not waited for");
+        assert!(!memory.anyone_waiting_on_cluster());
+        assert!(memory.is_queued("a") && memory.is_queued("b"), "each runs, and finds it gone");
+        assert_eq!(drain(&memory), ["a", "b"]);
+        assert_eq!(names(&memory), ["a", "b"], "out of the queue, forgotten at the next pruning");
+        assert_eq!(memory.queued(), 0);
+        memory.settle(&b, Outcome::Excused { announced: None });
+        memory.prune(&listed(&[&b]));
+        assert_eq!(names(&memory), ["b"], "an undecided CSR's excuse is kept");
+        assert!(memory.is_excused(&b));
+    }
+
+    /// A burst pruned down to `left` CSRs: the table is cut to twice what is left, not to what is
+    /// left or less, so the next arrivals do not grow it again at once.
+    #[test]
+    fn pruning_a_drained_burst_gives_back_the_room_it_took_but_twice_what_is_left() {
+        let left = 600;
+        let memory = Memory::new(Metrics::new());
+        let csrs: Vec<CsrObject> = (0..5_000).map(|i| csr(&format!("csr-{i}"), &i.to_string(), "1")).collect();
+        for csr in &csrs {
+            memory.settle(csr, retried(false));
         }
         let full = memory.lock().by_name.capacity();
-        writer.apply(Event::<CsrObject>::Init);
-        writer.apply(Event::<CsrObject>::InitDone);
-        memory.prune(&cache);
+        memory.prune(&listed(&csrs[..left].iter().collect::<Vec<_>>()));
         let pruned = memory.lock().by_name.capacity();
         assert!(full >= 5_000 && pruned < full / 2, "{full} then {pruned}");
+        assert!(pruned >= 2 * left, "{pruned} for {left}");
+        memory.prune(&listed(&[]));
+        assert!(memory.lock().by_name.capacity() <= 2 * KEPT_ROOM);
+    }
+
+    /// Time is paused: it advances only while every task waits.
+    #[tokio::test(start_paused = true)]
+    async fn the_table_is_pruned_every_five_seconds() {
+        let memory = Arc::new(Memory::new(Metrics::new()));
+        memory.settle(&csr("gone", "1", "1"), retried(false));
+        let pruning = tokio::spawn(memory.clone().keep_pruned(listed(&[])));
+        tokio::time::sleep(PRUNE_PERIOD - Duration::from_millis(10)).await;
+        assert_eq!(names(&memory), ["gone"], "not before the period");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert!(names(&memory).is_empty(), "pruned");
+        memory.settle(&csr("gone", "1", "1"), retried(false));
+        tokio::time::sleep(PRUNE_PERIOD).await;
+        assert!(names(&memory).is_empty(), "and again");
+        pruning.abort();
     }
 
     #[test]
-    fn announcements_are_remembered_per_kind_and_reason() {
+    fn requesters_take_turns_and_each_keeps_its_arrival_order() {
         let memory = Memory::new(Metrics::new());
-        let a = csr("csr-a", "1", "1");
-        assert!(!memory.announced(&a, TOLD));
-        memory.settle(&a, Outcome::Retried { on_cluster: false, announced: Some(TOLD) });
-        assert!(memory.announced(&a, TOLD));
-        assert!(!memory.announced(&a, (DecisionKind::Retry, Reason::NodeNotFound)));
-        assert!(!memory.announced(&a, (DecisionKind::Hold, Reason::DNSUnavailable)));
-        assert!(!memory.announced(&csr("csr-a", "2", "1"), TOLD));
+        for i in 0..4 {
+            memory.trigger(format!("flood-{i}").into(), "system:node:flood".into());
+        }
+        memory.trigger("other-0".into(), "system:node:other".into());
+        memory.trigger("third-0".into(), "system:node:third".into());
+        memory.trigger("other-1".into(), "system:node:other".into());
+        assert_eq!(memory.queued(), 7);
+        assert_eq!(drain(&memory), ["flood-0", "other-0", "third-0", "flood-1", "other-1", "flood-2", "flood-3"]);
+        assert_eq!(memory.queued(), 0);
+    }
+
+    #[test]
+    fn a_csr_triggered_twice_while_ready_runs_once() {
+        let memory = Memory::new(Metrics::new());
+        memory.trigger("a".into(), "n".into());
+        memory.trigger("a".into(), "n".into());
+        assert_eq!(drain(&memory), ["a"]);
+    }
+
+    #[test]
+    fn a_csr_triggered_while_running_runs_again_after_it_finishes() {
+        let memory = Memory::new(Metrics::new());
+        memory.trigger("a".into(), "n".into());
+        assert_eq!(memory.next().as_deref(), Some("a"));
+        memory.trigger("a".into(), "n".into());
+        assert_eq!(memory.next(), None, "not twice at once");
+        memory.finish("a".into(), Some(Duration::from_secs(60)), Instant::now());
+        assert_eq!(memory.next_due(), None, "the trigger wins over the later retry");
+        assert_eq!(drain(&memory), ["a"]);
+    }
+
+    #[test]
+    fn a_retry_waits_until_it_is_due_unless_triggered() {
+        let memory = Memory::new(Metrics::new());
+        let start = Instant::now();
+        memory.trigger("a".into(), "n".into());
+        memory.trigger("b".into(), "n".into());
+        for name in ["a", "b"] {
+            assert_eq!(memory.next().as_deref(), Some(name));
+            memory.finish(name.into(), Some(Duration::from_secs(2)), start);
+        }
+        assert_eq!(memory.next(), None);
+        assert_eq!(memory.next_due(), Some(start + Duration::from_secs(2)));
+        memory.promote_due(start + Duration::from_secs(1));
+        assert_eq!(memory.next(), None, "not due yet");
+        memory.trigger("b".into(), "n".into());
+        assert_eq!(drain(&memory), ["b"], "a trigger makes a delayed CSR ready at once");
+        assert_eq!(memory.next_due(), Some(start + Duration::from_secs(2)));
+        memory.promote_due(start + Duration::from_secs(2));
+        assert_eq!(memory.next_due(), None);
+        assert_eq!(drain(&memory), ["a"]);
+        assert!(!memory.is_queued("a"));
+    }
+
+    #[test]
+    fn a_finished_csr_leaves_the_queue_and_a_retried_one_stays() {
+        let memory = Memory::new(Metrics::new());
+        memory.trigger("done".into(), "n".into());
+        memory.trigger("retried".into(), "n".into());
+        for name in ["done", "retried"] {
+            assert_eq!(memory.next().as_deref(), Some(name));
+        }
+        assert!(memory.is_queued("done"), "running");
+        memory.finish("done".into(), None, Instant::now());
+        memory.finish("retried".into(), Some(Duration::from_secs(1)), Instant::now());
+        assert!(!memory.is_queued("done"));
+        assert!(memory.is_queued("retried"));
+        assert_eq!(memory.queued(), 1);
+    }
+
+    #[test]
+    fn finishing_what_does_not_run_changes_nothing() {
+        let memory = Memory::new(Metrics::new());
+        memory.trigger("ready".into(), "n".into());
+        memory.finish("ready".into(), None, Instant::now());
+        memory.finish("unknown".into(), Some(Duration::from_secs(1)), Instant::now());
+        memory.settle(&csr("settled", "1", "1"), retried(false));
+        memory.finish("settled".into(), Some(Duration::from_secs(1)), Instant::now());
+        assert_eq!(memory.next_due(), None);
+        assert!(!memory.is_queued("settled"), "settled, never triggered: not queued");
+        assert_eq!(drain(&memory), ["ready"]);
+    }
+
+    #[test]
+    fn a_client_approval_written_or_perhaps_written_is_listed_until_forgotten() {
+        let memory = Memory::new(Metrics::new());
+        let (a, b, c) = (client("a", "n1"), client("b", "n1"), client("c", "n2"));
+        let approved = |result| Outcome::Write { result, approval: true };
+        memory.settle(&a, approved(WriteResult::Success));
+        memory.settle(&b, approved(WriteResult::Error));
+        memory.settle(&c, approved(WriteResult::Conflict));
+        memory.settle(&c, Outcome::Write { result: WriteResult::Success, approval: false });
+        let listed_for = |node| {
+            let mut names: Vec<String> = memory.approvals_for(node).into_iter().map(|(_, name)| name).collect();
+            names.sort();
+            names
+        };
+        assert_eq!(listed_for("n1"), ["a", "b"]);
+        assert!(listed_for("n2").is_empty(), "refused, or not an approval");
+        assert!(memory.approvals_for("n1").contains(&(Uid::from("uid-a"), "a".to_owned())), "each with its uid");
+        memory.settle(&b, write(WriteResult::Conflict));
+        assert_eq!(listed_for("n1"), ["a", "b"], "kept across the next settles");
+        memory.settle(&csr("a", "other", "1"), retried(false));
+        assert_eq!(listed_for("n1"), ["b"], "another CSR of the name");
+        let mut serving = csr("s", "s", "1");
+        serving.signer_name = crate::policy::KUBELET_SERVING_SIGNER.into();
+        memory.settle(&serving, approved(WriteResult::Success));
+        assert!(memory.lock().known(&serving).is_some_and(|known| known.approved_for.is_none()), "not a client CSR");
+        memory.prune(&listed(&[]));
+        assert!(listed_for("n1").is_empty(), "gone: forgotten");
+    }
+
+    #[tokio::test]
+    async fn client_csrs_of_one_node_name_take_turns_and_others_do_not_wait() {
+        let memory = Arc::new(Memory::new(Metrics::new()));
+        let first = memory.node_turn(&client("a", "n1")).await;
+        assert!(first.is_some());
+        let second = client("b", "n1");
+        let waited = tokio::time::timeout(Duration::from_millis(50), memory.node_turn(&second)).await;
+        assert!(waited.is_err(), "the same node name waits");
+        let at_once = Duration::from_secs(5);
+        let other = tokio::time::timeout(at_once, memory.node_turn(&client("c", "n2"))).await;
+        assert!(other.as_ref().is_ok_and(Option::is_some), "another node name does not wait");
+        let pem = Request::node("n1").pem();
+        let serving = CsrObject::from(testkit::csr::object("d", crate::policy::KUBELET_SERVING_SIGNER, &[], &pem));
+        let no_turn = tokio::time::timeout(at_once, memory.node_turn(&serving)).await;
+        assert!(no_turn.is_ok_and(|turn| turn.is_none()), "neither a client CSR nor a node's serving CSR: no turn");
+        drop(first);
+        let second = tokio::time::timeout(Duration::from_secs(5), memory.node_turn(&second)).await;
+        assert!(second.is_ok_and(|turn| turn.is_some()), "the next one's turn");
+        drop(other);
+        assert!(memory.lock().turns.is_empty(), "no lock is kept");
+    }
+
+    #[tokio::test]
+    async fn serving_csrs_of_one_node_take_turns_with_each_other_and_its_client_csrs() {
+        use testkit::csr::node_serving as serving;
+        let memory = Arc::new(Memory::new(Metrics::new()));
+        let first = memory.node_turn(&CsrObject::from(serving("a", "n1", 1, None))).await;
+        assert!(first.is_some());
+        let wait = Duration::from_millis(50);
+        let second = CsrObject::from(serving("b", "n1", 2, None));
+        assert!(tokio::time::timeout(wait, memory.node_turn(&second)).await.is_err(), "the same node waits");
+        let client = client("c", "n1");
+        assert!(tokio::time::timeout(wait, memory.node_turn(&client)).await.is_err(), "its client CSR waits too");
+        let other = CsrObject::from(serving("d", "n2", 1, None));
+        let other = tokio::time::timeout(Duration::from_secs(5), memory.node_turn(&other)).await;
+        assert!(other.is_ok_and(|turn| turn.is_some()), "another node does not wait");
+        let waiting = tokio::spawn({
+            let memory = memory.clone();
+            async move { memory.node_turn(&second).await.is_some() }
+        });
+        tokio::time::sleep(wait).await;
+        drop(first);
+        let second = tokio::time::timeout(Duration::from_secs(5), waiting).await;
+        assert!(second.is_ok_and(|turn| turn.is_ok_and(|turn| turn)), "the next one's turn");
+        assert!(memory.lock().turns.is_empty(), "released: no lock is kept");
+    }
+
+    #[test]
+    fn the_ring_takes_requesters_in_turn_and_each_one_s_csrs_in_arrival_order() {
+        let mut order = Order::default();
+        for (requester, name) in [("flood", "f0"), ("flood", "f1"), ("other", "o0"), ("flood", "f2"), ("other", "o1")] {
+            order.push_ready(requester.into(), name.into());
+        }
+        let taken: Vec<String> =
+            std::iter::from_fn(|| order.pop_ready()).take(10).map(|name| name.to_string()).collect();
+        assert_eq!(taken, ["f0", "o0", "f1", "o1", "f2"]);
+        assert!(order.ready.is_empty() && order.ring.is_empty());
+    }
+
+    #[test]
+    fn delayed_csrs_come_due_in_time_order_and_one_taken_out_never_does() {
+        let mut order = Order::default();
+        let start = Instant::now();
+        let at = |secs| start + Duration::from_secs(secs);
+        order.delay(at(3), "c".into());
+        order.delay(at(1), "a".into());
+        order.delay(at(2), "b".into());
+        order.undelay(at(2), &"b".into());
+        assert_eq!(order.next_due(), Some(at(1)));
+        assert_eq!(order.pop_due(at(0)), None, "not due yet");
+        assert_eq!(order.pop_due(at(1)).as_deref(), Some("a"), "due at the instant");
+        assert_eq!(order.pop_due(at(2)), None, "taken out");
+        assert_eq!(order.pop_due(at(5)).as_deref(), Some("c"));
+        assert_eq!(order.pop_due(at(5)), None);
+        assert_eq!(order.next_due(), None);
+    }
+
+    /// A burst drained to `left` ready CSRs (of as many requesters): the room is cut to twice what
+    /// is left, not to what is left or less, so the next arrivals do not grow it again at once.
+    #[test]
+    fn a_drained_burst_gives_back_the_room_it_took_but_twice_what_is_left() {
+        let left = 600;
+        let mut order = Order::default();
+        for i in 0..20_000 {
+            order.push_ready(format!("node-{i}").into(), format!("csr-{i}").into());
+        }
+        let full = (order.ready.capacity(), order.ring.capacity());
+        assert!(full.0 >= 20_000 && full.1 >= 20_000);
+        for _ in 0..20_000 - left {
+            order.pop_ready();
+        }
+        order.give_back_room();
+        let cut = (order.ready.capacity(), order.ring.capacity());
+        assert!(cut.0 < full.0 / 4 && cut.1 < full.1 / 4, "{full:?} then {cut:?}");
+        assert!(cut.0 >= 2 * left && cut.1 >= 2 * left, "{cut:?}");
+        for _ in 0..left {
+            order.pop_ready();
+        }
+        order.give_back_room();
+        let drained = (order.ready.capacity(), order.ring.capacity());
+        assert!(drained.0 <= 2 * KEPT_ROOM && drained.1 <= 2 * KEPT_ROOM, "{drained:?}");
     }
 }

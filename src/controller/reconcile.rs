@@ -14,9 +14,8 @@ use jiff::Timestamp;
 
 use super::Context;
 use super::csr_api::CsrApi;
-use super::memory::{Memory, Outcome};
+use super::memory::{Done, Memory, Outcome};
 use super::read::{self, Read};
-use super::tell::{Note, WRITTEN, tell};
 use super::work_queue::Reconcile;
 use crate::display::short_name;
 use crate::kubernetes::csr_cache::Cache;
@@ -25,6 +24,17 @@ use crate::kubernetes::write::WRITE_TIMEOUT;
 use crate::metrics::WriteResult;
 use crate::policy::{ClusterView, Decision, DecisionKind, NODE_USER_PREFIX, Resolver, evaluate};
 
+/// How a decision is told: the log line's `message` and the prefix of the event's note.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Note {
+    /// The decision log line's `message`.
+    log: &'static str,
+    /// Put before the decision's message in the event's note.
+    event_prefix: &'static str,
+}
+
+/// A decision written.
+const WRITTEN: Note = Note { log: "written", event_prefix: "" };
 /// A decision `--dry-run` would have written.
 const DRY_RUN: Note = Note { log: "dry run: not written", event_prefix: "dry run, nothing written: " };
 /// A failing rule that a human decides on (`--skip-deny-step`, or a node-client CSR).
@@ -110,8 +120,15 @@ impl<R: Resolver, C: ClusterView, A: CsrApi> Reconciler<R, C, A> {
             tracing::debug!(csr = %logged, "not the leader: not evaluated");
             return None;
         }
-        if self.memory.is_unaddressable(csr) {
-            return None;
+        match self.memory.done_with(csr) {
+            Some(Done::Unaddressable) => return None,
+            Some(Done::Written) => {
+                // A pass or a retry came before the watch brought our own write back: this is the
+                // version the decision was written on, so the cache is behind, not the CSR undecided.
+                tracing::debug!(csr = %logged, "decision written on this version: waiting for the watch");
+                return None;
+            }
+            None => {}
         }
         if csr.name_cut {
             // No request can name it, so no decision can be written: told once, never evaluated,
@@ -119,12 +136,6 @@ impl<R: Resolver, C: ClusterView, A: CsrApi> Reconciler<R, C, A> {
             ctx.metrics.record_unaddressable_csr();
             tracing::warn!(csr = %logged, "cannot decide this CSR: its name is longer than 253 bytes, so only a bounded stand-in of it is kept, which no request can name; left alone");
             return self.memory.settle(csr, Outcome::Unaddressable);
-        }
-        if self.memory.written_at(csr) {
-            // A pass or a retry came before the watch brought our own write back: this is the
-            // version the decision was written on, so the cache is behind, not the CSR undecided.
-            tracing::debug!(csr = %logged, "decision written on this version: waiting for the watch");
-            return None;
         }
         // A pending serving CSR's request is left in the apiserver: the CSR is decided as read
         // from there (the same uid, still undecided), on that request and resourceVersion.
@@ -145,9 +156,9 @@ impl<R: Resolver, C: ClusterView, A: CsrApi> Reconciler<R, C, A> {
             csr
         };
         // Held until the decision is written: no other client CSR for the same node name, nor serving
-        // CSR of the same node, is decided meanwhile, and the ledger counts a client approval
-        // before the turn passes on.
-        let _turn = ctx.ledger.node_turn(csr).await;
+        // CSR of the same node, is decided meanwhile, and a client approval is settled (the
+        // ledger counts it from then) before the turn passes on.
+        let _turn = self.memory.node_turn(csr).await;
         let sub = csr.submission();
         let started = Instant::now();
         let evaluation = evaluate(&sub, &ctx.policy, &ctx.resolver, &ctx.cluster, Timestamp::now()).await;
@@ -182,13 +193,10 @@ impl<R: Resolver, C: ClusterView, A: CsrApi> Reconciler<R, C, A> {
                 }
                 ctx.metrics.record_decision(decision.kind, decision.reason);
                 let on_cluster = decision.reason.resolved_by_cluster_change();
-                Outcome::Retried { on_cluster, announced: note.map(|_| told) }
+                Outcome::Retried { on_cluster, announced: note.map(|_| told), read }
             }
         };
         let retry_in = self.memory.settle(csr, outcome);
-        if read && matches!(outcome, Outcome::Retried { .. }) {
-            self.memory.keep_read(csr);
-        }
         if matches!(outcome, Outcome::Excused { .. }) {
             self.leave_request_in_apiserver(cached);
         }
@@ -230,8 +238,8 @@ impl<R: Resolver, C: ClusterView, A: CsrApi> Reconciler<R, C, A> {
 
     /// Writes `decision` on `csr`, preconditioned on the cached resourceVersion and given up after
     /// `timeout` (when the fence would close). The one place every way a write ends is handled:
-    /// counted, logged, an approval counted in machine mode's ledger also when it may have been
-    /// written (no answer), and settled in the memory, which gives the backoff.
+    /// counted, logged, and settled in the memory, which gives the backoff (and keeps a client
+    /// approval for the ledger also when it may have been written: no answer).
     async fn write(&self, csr: &CsrObject, decision: &Decision, node: &str, timeout: Duration) -> Option<Duration> {
         let ctx = &*self.ctx;
         let logged = short_name(&csr.name);
@@ -247,11 +255,8 @@ impl<R: Resolver, C: ClusterView, A: CsrApi> Reconciler<R, C, A> {
             Err(_) => WriteResult::Error,
         };
         ctx.metrics.record_write(result);
-        // No answer does not mean not written: count it, so no second one follows.
-        if matches!(result, WriteResult::Success | WriteResult::Error) && decision.kind == DecisionKind::Approve {
-            ctx.ledger.record_approval(csr);
-        }
-        let retry_in = self.memory.settle(csr, Outcome::Write(result));
+        let approval = decision.kind == DecisionKind::Approve;
+        let retry_in = self.memory.settle(csr, Outcome::Write { result, approval });
         if let Err(error) = written {
             match result {
                 WriteResult::Conflict => {
@@ -268,6 +273,20 @@ impl<R: Resolver, C: ClusterView, A: CsrApi> Reconciler<R, C, A> {
         }
         retry_in
     }
+}
+
+/// Tells a decision on `csr` (of `node`): one log line, whose `message` says what was done and
+/// `detail` why, and an event carrying the decision's message after the note's prefix.
+async fn tell<R, C>(ctx: &Context<R, C>, csr: &CsrObject, decision: &Decision, node: &str, note: Note) {
+    tracing::info!(
+        csr = %short_name(&csr.name),
+        node = %node,
+        decision = decision.kind.as_str(),
+        reason = %decision.reason,
+        detail = %decision.message,
+        "{}", note.log
+    );
+    ctx.events.publish(csr.object_ref(), decision, note.event_prefix).await;
 }
 
 #[cfg(test)]
@@ -386,11 +405,13 @@ mod tests {
         }
     }
 
-    /// A reconciler over a cache the test fills, the fakes, and the Events it queued.
+    /// A reconciler over a cache the test fills, the fakes, the Events it queued, and the ledger
+    /// reading its cache and the approvals it wrote.
     struct Fixture {
         reconciler: Arc<Reconciler<NoDns, Cluster, FakeApi>>,
         cache: CacheWriter<CsrObject>,
         events: tokio::sync::mpsc::Receiver<PendingEvent>,
+        ledger: CsrLedger,
     }
 
     struct Setup {
@@ -424,8 +445,9 @@ mod tests {
         let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
         let client = kube::Client::try_from(config).unwrap();
         let cluster = Cluster { newer, machines, leadership: leadership.clone(), during, asked: Mutex::new(0) };
-        let ledger = CsrLedger::new(csrs.clone(), policy.machine.clone());
         let metrics = Metrics::new();
+        let memory = Arc::new(Memory::new(metrics.clone()));
+        let ledger = CsrLedger::new(csrs.clone(), policy.machine.clone(), Some(memory.clone()));
         let ctx = Context {
             api: kube::Api::all(client),
             policy,
@@ -436,11 +458,9 @@ mod tests {
             metrics: metrics.clone(),
             skipped: Skipped::logged(),
             dry_run,
-            ledger,
         };
-        let memory = Arc::new(Memory::new(metrics));
         let reconciler = Arc::new(Reconciler { ctx: Arc::new(ctx), memory, csrs, api });
-        Fixture { reconciler, cache, events: queued }
+        Fixture { reconciler, cache, events: queued, ledger }
     }
 
     /// Node n1's legitimate serving CSR `name`, uid `uid`, at `version`, its request kept when
@@ -740,7 +760,7 @@ mod tests {
             fixture.watch(&client("client-n1", "7"));
             fixture.reconcile("client-n1").await;
             assert_eq!(fixture.written(), [(Some("7".into()), DecisionKind::Approve, LIMIT)], "{counted}");
-            let listed = fixture.reconciler.ctx.ledger.client_certificates("n1");
+            let listed = fixture.ledger.client_certificates("n1");
             assert_eq!(listed, if counted { vec!["client-n1".to_owned()] } else { Vec::new() }, "{counted}");
         }
     }

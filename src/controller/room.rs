@@ -1,7 +1,7 @@
 //! When a table of the controller that a burst filled is worth cutting down once drained: the
-//! work queue's and the reconcile memory's.
+//! controller's per-CSR table and the work queue's order.
 
-/// The room a table of the queue or of the reconcile memory keeps however little it holds.
+/// The room a table of the controller keeps however little it holds.
 pub(super) const KEPT_ROOM: usize = 1024;
 
 /// True when a table of `capacity` holding `len` is worth cutting down: at most a quarter full,

@@ -1,15 +1,14 @@
-//! Which CSRs to reconcile, when, and in which order, and the workers that run them
-//! ([`dispatch`]).
+//! The workers that run the queued CSRs ([`dispatch`]).
 //!
 //! Each CSR is in the queue at most once, by name: ready, delayed until its retry is due, or
-//! running (and perhaps triggered again meanwhile, to run once more when it finishes). Ready CSRs
+//! running (and perhaps triggered again meanwhile, to run once more when it finishes): that is
+//! its entry's in the controller's table ([`Memory`]), moved only by this dispatch loop. Ready CSRs
 //! are taken round-robin between requesters (a CSR's `spec.username`: the node, or the bootstrap
 //! token, that created it), first in, first out within one requester, so a node that creates
 //! thousands of CSRs delays another node's CSR by about one reconcile per worker, not by its whole
 //! backlog. The queue holds names only; the CSRs stay in the watch cache. Up to `--concurrency`
 //! reconciles run at once, each a task of its own, while the triggers keep feeding the queue.
 
-use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::pin::pin;
 use std::sync::Arc;
 use std::time::Duration;
@@ -18,159 +17,8 @@ use futures::stream::FuturesUnordered;
 use futures::{Stream, StreamExt};
 use tokio::time::Instant;
 
-use super::room::sparse;
+use super::memory::Memory;
 use super::triggers::Trigger;
-
-/// The queued CSRs and their order.
-#[derive(Debug, Default)]
-pub(super) struct WorkQueue {
-    entries: HashMap<Arc<str>, Entry>,
-    /// Each requester with ready CSRs, and its ready CSRs after the one its place in the ring
-    /// holds, in arrival order: none for most requesters (one CSR each), held as a null pointer,
-    /// so a slot of the table is 24 bytes.
-    ready: HashMap<Arc<str>, ReadyAfter>,
-    /// The requesters with ready CSRs and each one's first, in the order their turn comes.
-    ring: VecDeque<(Arc<str>, Arc<str>)>,
-    /// The delayed CSRs by when they are due.
-    delayed: BTreeSet<(Instant, Arc<str>)>,
-}
-
-/// A requester's ready CSRs after its first: none (most requesters) held as a null pointer.
-type ReadyAfter = Option<Box<VecDeque<Arc<str>>>>;
-
-/// One queued CSR.
-#[derive(Debug)]
-struct Entry {
-    requester: Arc<str>,
-    state: State,
-}
-
-/// Where a queued CSR is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum State {
-    Ready,
-    Delayed(Instant),
-    /// Taken by [`WorkQueue::next`]; `again` when it was triggered since.
-    Running {
-        again: bool,
-    },
-}
-
-impl WorkQueue {
-    /// Queues `name` (created by `requester`) to run as soon as its turn comes: a delayed CSR is
-    /// made ready, a running one runs again when it finishes, a ready one keeps its place.
-    pub(super) fn trigger(&mut self, name: Arc<str>, requester: Arc<str>) {
-        match self.entries.get_mut(&name) {
-            None => {
-                self.entries.insert(name.clone(), Entry { requester: requester.clone(), state: State::Ready });
-                self.push_ready(requester, name);
-            }
-            Some(entry) => match entry.state {
-                State::Ready => {}
-                State::Running { .. } => entry.state = State::Running { again: true },
-                State::Delayed(due) => {
-                    entry.state = State::Ready;
-                    let requester = entry.requester.clone();
-                    if let Some((_, name)) = self.delayed.take(&(due, name)) {
-                        self.push_ready(requester, name);
-                    }
-                }
-            },
-        }
-    }
-
-    /// Whether `name` is queued in any state.
-    pub(super) fn contains(&self, name: &str) -> bool {
-        self.entries.contains_key(name)
-    }
-
-    /// The next ready CSR, the next requester's first, now running; `None` when none is ready.
-    pub(super) fn next(&mut self) -> Option<Arc<str>> {
-        while let Some((requester, name)) = self.ring.pop_front() {
-            match self.ready.get_mut(&requester).map(|rest| rest.as_mut().and_then(|rest| rest.pop_front())) {
-                Some(Some(after)) => self.ring.push_back((requester, after)),
-                Some(None) | None => {
-                    self.ready.remove(&requester);
-                }
-            }
-            if let Some(entry) = self.entries.get_mut(&name) {
-                entry.state = State::Running { again: false };
-                return Some(name);
-            }
-        }
-        None
-    }
-
-    /// Ends the run of `name`: ready again if it was triggered while it ran, else delayed by
-    /// `retry_after` from `now`, else gone from the queue.
-    pub(super) fn finish(&mut self, name: Arc<str>, retry_after: Option<Duration>, now: Instant) {
-        let Some(entry) = self.entries.get_mut(&name) else { return };
-        let again = match entry.state {
-            State::Running { again } => again,
-            State::Ready | State::Delayed(_) => return,
-        };
-        if again {
-            entry.state = State::Ready;
-            let requester = entry.requester.clone();
-            self.push_ready(requester, name);
-        } else if let Some(delay) = retry_after {
-            let due = now + delay;
-            entry.state = State::Delayed(due);
-            self.delayed.insert((due, name));
-        } else {
-            self.entries.remove(&name);
-            self.give_back_room();
-        }
-    }
-
-    /// Frees most of the room a drained burst left (a storm's tables would otherwise keep the
-    /// size of its peak): a table or the ring at most a quarter full is cut to twice what it holds.
-    fn give_back_room(&mut self) {
-        if sparse(self.entries.len(), self.entries.capacity()) {
-            self.entries.shrink_to(self.entries.len() * 2);
-        }
-        if sparse(self.ready.len(), self.ready.capacity()) {
-            self.ready.shrink_to(self.ready.len() * 2);
-        }
-        if sparse(self.ring.len(), self.ring.capacity()) {
-            self.ring.shrink_to(self.ring.len() * 2);
-        }
-    }
-
-    /// When the first delayed CSR is due.
-    pub(super) fn next_due(&self) -> Option<Instant> {
-        self.delayed.first().map(|(due, _)| *due)
-    }
-
-    /// Makes every delayed CSR due by `now` ready.
-    pub(super) fn promote_due(&mut self, now: Instant) {
-        while self.delayed.first().is_some_and(|(due, _)| *due <= now) {
-            let Some((_, name)) = self.delayed.pop_first() else { break };
-            if let Some(entry) = self.entries.get_mut(&name) {
-                entry.state = State::Ready;
-                let requester = entry.requester.clone();
-                self.push_ready(requester, name);
-            }
-        }
-    }
-
-    /// How many CSRs are queued, in any state.
-    pub(super) fn len(&self) -> usize {
-        self.entries.len()
-    }
-
-    /// Puts `name` last in `requester`'s ready CSRs, and the requester last in the ring when it
-    /// had none.
-    fn push_ready(&mut self, requester: Arc<str>, name: Arc<str>) {
-        match self.ready.get_mut(&requester) {
-            Some(rest) => rest.get_or_insert_default().push_back(name),
-            None => {
-                self.ready.insert(requester.clone(), None);
-                self.ring.push_back((requester, name));
-            }
-        }
-    }
-}
 
 /// A reconcile that panicked is tried again after this long.
 const PANIC_RETRY: Duration = Duration::from_secs(8);
@@ -182,28 +30,28 @@ pub(super) trait Reconcile: Send + Sync + 'static {
     fn reconcile(self: Arc<Self>, name: Arc<str>) -> impl Future<Output = Option<Duration>> + Send + 'static;
 }
 
-/// Feeds `triggers` into a work queue and runs `reconciler` on its CSRs, at most `concurrency`
+/// Feeds `triggers` into the work queue of `memory` and runs `reconciler` on its CSRs, at most `concurrency`
 /// (at least one) at once, until `shutdown` resolves; then takes no more work, waits for the
 /// reconciles that run, and returns. A decided CSR's trigger runs nothing unless the CSR is queued
 /// (its reconcile then ends at once).
 pub(super) async fn dispatch(
     triggers: impl Stream<Item = Trigger>,
     reconciler: Arc<impl Reconcile>,
+    memory: &Memory,
     concurrency: usize,
     shutdown: impl Future<Output = ()>,
 ) {
     let concurrency = concurrency.max(1);
-    let mut queue = WorkQueue::default();
     let mut running = FuturesUnordered::new();
     let mut triggers = pin!(triggers);
     let mut shutdown = pin!(shutdown);
     loop {
         while running.len() < concurrency {
-            let Some(name) = queue.next() else { break };
+            let Some(name) = memory.next() else { break };
             let task = tokio::spawn(reconciler.clone().reconcile(name.clone()));
             running.push(async move { (name, task.await) });
         }
-        let due = queue.next_due();
+        let due = memory.next_due();
         tokio::select! {
             biased;
             () = &mut shutdown => break,
@@ -212,17 +60,17 @@ pub(super) async fn dispatch(
                     tracing::error!(csr = %crate::display::short_name(&name), %error, retry_in = ?PANIC_RETRY, "reconcile failed");
                     Some(PANIC_RETRY)
                 });
-                queue.finish(name, retry_after, Instant::now());
+                memory.finish(name, retry_after, Instant::now());
             }
             Some(trigger) = triggers.next() => {
-                if !trigger.decided || queue.contains(&trigger.name) {
-                    queue.trigger(trigger.name, trigger.requester);
+                if !trigger.decided || memory.is_queued(&trigger.name) {
+                    memory.trigger(trigger.name, trigger.requester);
                 }
             }
-            () = sleep_until(due), if due.is_some() => queue.promote_due(Instant::now()),
+            () = sleep_until(due), if due.is_some() => memory.promote_due(Instant::now()),
         }
     }
-    tracing::debug!(running = running.len(), queued = queue.len(), "taking no more work; finishing what runs");
+    tracing::debug!(running = running.len(), queued = memory.queued(), "taking no more work; finishing what runs");
     while running.next().await.is_some() {}
 }
 
@@ -237,115 +85,10 @@ async fn sleep_until(due: Option<Instant>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::controller::room::KEPT_ROOM;
+    use crate::metrics::Metrics;
     use std::sync::Mutex;
     use std::sync::atomic::{AtomicUsize, Ordering};
     use tokio::sync::{Notify, mpsc};
-
-    /// Takes every ready CSR, in order, finishing each at once with no retry.
-    fn drain(queue: &mut WorkQueue) -> Vec<String> {
-        let mut order = Vec::new();
-        while let Some(name) = queue.next() {
-            order.push(name.to_string());
-            queue.finish(name, None, Instant::now());
-        }
-        order
-    }
-
-    #[test]
-    fn requesters_take_turns_and_each_keeps_its_arrival_order() {
-        let mut queue = WorkQueue::default();
-        for i in 0..4 {
-            queue.trigger(format!("flood-{i}").into(), "system:node:flood".into());
-        }
-        queue.trigger("other-0".into(), "system:node:other".into());
-        queue.trigger("third-0".into(), "system:node:third".into());
-        queue.trigger("other-1".into(), "system:node:other".into());
-        assert_eq!(drain(&mut queue), ["flood-0", "other-0", "third-0", "flood-1", "other-1", "flood-2", "flood-3"]);
-        assert_eq!(queue.len(), 0);
-    }
-
-    #[test]
-    fn a_drained_burst_gives_back_the_room_it_took() {
-        let mut queue = WorkQueue::default();
-        for i in 0..20_000 {
-            queue.trigger(format!("csr-{i}").into(), format!("node-{i}").into());
-        }
-        let full = (queue.entries.capacity(), queue.ready.capacity(), queue.ring.capacity());
-        assert!(full.0 >= 20_000 && full.1 >= 20_000 && full.2 >= 20_000);
-        assert_eq!(drain(&mut queue).len(), 20_000);
-        let drained = (queue.entries.capacity(), queue.ready.capacity(), queue.ring.capacity());
-        assert!(drained.0 <= 2 * KEPT_ROOM && drained.1 <= 2 * KEPT_ROOM && drained.2 <= 2 * KEPT_ROOM, "{drained:?}");
-    }
-
-    #[test]
-    fn a_csr_triggered_twice_while_ready_runs_once() {
-        let mut queue = WorkQueue::default();
-        queue.trigger("a".into(), "n".into());
-        queue.trigger("a".into(), "n".into());
-        assert_eq!(drain(&mut queue), ["a"]);
-    }
-
-    #[test]
-    fn a_csr_triggered_while_running_runs_again_after_it_finishes() {
-        let mut queue = WorkQueue::default();
-        queue.trigger("a".into(), "n".into());
-        let running = queue.next();
-        assert_eq!(running.as_deref(), Some("a"));
-        queue.trigger("a".into(), "n".into());
-        assert_eq!(queue.next(), None, "not twice at once");
-        queue.finish("a".into(), Some(Duration::from_secs(60)), Instant::now());
-        assert_eq!(drain(&mut queue), ["a"], "the trigger wins over the later retry");
-    }
-
-    #[test]
-    fn a_retry_waits_until_it_is_due_unless_triggered() {
-        let mut queue = WorkQueue::default();
-        let start = Instant::now();
-        queue.trigger("a".into(), "n".into());
-        queue.trigger("b".into(), "n".into());
-        for name in ["a", "b"] {
-            assert_eq!(queue.next().as_deref(), Some(name));
-            queue.finish(name.into(), Some(Duration::from_secs(2)), start);
-        }
-        assert_eq!(queue.next(), None);
-        assert_eq!(queue.next_due(), Some(start + Duration::from_secs(2)));
-        queue.promote_due(start + Duration::from_secs(1));
-        assert_eq!(queue.next(), None, "not due yet");
-        queue.trigger("b".into(), "n".into());
-        assert_eq!(drain(&mut queue), ["b"], "a trigger makes a delayed CSR ready at once");
-        assert_eq!(queue.next_due(), Some(start + Duration::from_secs(2)));
-        queue.promote_due(start + Duration::from_secs(2));
-        assert_eq!(queue.next_due(), None);
-        assert_eq!(drain(&mut queue), ["a"]);
-        assert!(!queue.contains("a"));
-    }
-
-    #[test]
-    fn a_finished_csr_leaves_the_queue_and_a_retried_one_stays() {
-        let mut queue = WorkQueue::default();
-        queue.trigger("done".into(), "n".into());
-        queue.trigger("retried".into(), "n".into());
-        for name in ["done", "retried"] {
-            assert_eq!(queue.next().as_deref(), Some(name));
-        }
-        assert!(queue.contains("done"), "running");
-        queue.finish("done".into(), None, Instant::now());
-        queue.finish("retried".into(), Some(Duration::from_secs(1)), Instant::now());
-        assert!(!queue.contains("done"));
-        assert!(queue.contains("retried"));
-        assert_eq!(queue.len(), 1);
-    }
-
-    #[test]
-    fn finishing_what_does_not_run_changes_nothing() {
-        let mut queue = WorkQueue::default();
-        queue.trigger("ready".into(), "n".into());
-        queue.finish("ready".into(), None, Instant::now());
-        queue.finish("unknown".into(), Some(Duration::from_secs(1)), Instant::now());
-        assert_eq!(queue.next_due(), None);
-        assert_eq!(drain(&mut queue), ["ready"]);
-    }
 
     fn trigger(name: &str, requester: &str) -> Trigger {
         Trigger { name: name.into(), requester: requester.into(), decided: false }
@@ -383,9 +126,13 @@ mod tests {
                 }
             }
         }));
-        let dispatcher = tokio::spawn(dispatch(tokio_stream_of(receiver), reconciler, 2, async move {
-            let _ = stopped.await;
-        }));
+        let memory = Memory::new(Metrics::new());
+        let dispatcher = tokio::spawn(async move {
+            dispatch(tokio_stream_of(receiver), reconciler, &memory, 2, async move {
+                let _ = stopped.await;
+            })
+            .await;
+        });
         for i in 0..5 {
             sender.send(trigger(&format!("csr-{i}"), "n")).ok();
         }
@@ -418,7 +165,10 @@ mod tests {
                 async move { first.then_some(Duration::from_secs(2)) }
             }
         }));
-        let dispatcher = tokio::spawn(dispatch(tokio_stream_of(receiver), reconciler, 1, std::future::pending()));
+        let memory = Memory::new(Metrics::new());
+        let dispatcher = tokio::spawn(async move {
+            dispatch(tokio_stream_of(receiver), reconciler, &memory, 1, std::future::pending()).await;
+        });
         sender.send(trigger("retried", "n")).ok();
         sender.send(Trigger { decided: true, ..trigger("decided", "n") }).ok();
         let started = Instant::now();

@@ -1,15 +1,13 @@
 //! What the policy reads of the CSRs themselves: a node's kubelet-serving CSRs (whether a newer
 //! one supersedes the CSR decided or holds it back), and in machine mode the pending brake's count and the approved
 //! client CSRs of a node name. It reads the controller's CSR cache, which the runner creates and
-//! hands to both (or, for `check`, one list of the cluster's CSRs).
+//! hands to both (or, for `check`, one list of the cluster's CSRs), and holds no state of its own.
 //!
-//! Both rules hold under concurrency too: the controller decides the client CSRs of one node name,
-//! and the serving CSRs of one node, one at a time ([`CsrLedger::node_turn`]), and counts a client
-//! approval from the moment its write returns ([`CsrLedger::record_approval`]), before the watch
-//! brings it into the cache.
+//! A client approval counts from the moment its write returns, before the watch brings it into
+//! the cache: the ledger reads those the controller wrote through [`WrittenApprovals`].
 
-use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::collections::HashSet;
+use std::sync::Arc;
 
 use jiff::Timestamp;
 use kube::runtime::watcher;
@@ -23,8 +21,16 @@ use crate::kubernetes::object_fields::Csr;
 use crate::kubernetes::object_fields::ObjectKind;
 use crate::policy::{
     AwaitedNodes, KUBELET_CLIENT_SIGNER, KUBELET_SERVING_SIGNER, MachineInfo, MachinePolicy, ServingCsr,
-    ServingCsrState, capped_pending, client_node, counted_under, pending_key_of, serving_node,
+    ServingCsrState, capped_pending, counted_under, pending_key_of,
 };
+
+/// The client approvals written (or perhaps written: no answer) that the cache may not show yet,
+/// as the controller knows them; read-only.
+pub trait WrittenApprovals: Send + Sync {
+    /// The uid and name of each client CSR whose approval of a certificate for node name `node`
+    /// was written.
+    fn approvals_for(&self, node: &str) -> Vec<(Uid, String)>;
+}
 
 /// The policy's view of the CSR cache. Cheap to clone.
 #[derive(Clone)]
@@ -32,36 +38,19 @@ pub struct CsrLedger {
     csrs: Cache<CsrObject>,
     /// The rules the brake's count reads (machine mode only: none, nothing is counted).
     rules: Option<Arc<MachinePolicy>>,
-    /// Client CSRs whose approval this process wrote, by uid: (node name, CSR name), counted until
-    /// the cache shows them decided (then the cache counts them) or gone.
-    written: Arc<Mutex<HashMap<Uid, (String, String)>>>,
-    /// One lock per node name whose client CSR or serving CSR is being decided.
-    turns: Arc<Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>>,
-}
-
-/// The turn of one node's CSR decision: while it is held, no other client CSR for the same node
-/// name, and no other serving CSR of the same node, is decided.
-pub struct NodeTurn {
-    ledger: CsrLedger,
-    node: String,
-    guard: Option<tokio::sync::OwnedMutexGuard<()>>,
-}
-
-impl Drop for NodeTurn {
-    fn drop(&mut self) {
-        drop(self.guard.take());
-        let mut turns = self.ledger.turns.lock().unwrap_or_else(PoisonError::into_inner);
-        // Only the map holds the lock now: no one waits for it.
-        if turns.get(&self.node).is_some_and(|lock| Arc::strong_count(lock) == 1) {
-            turns.remove(&self.node);
-        }
-    }
+    /// The approvals the controller wrote; none for `check` and `audit`, which write none.
+    written: Option<Arc<dyn WrittenApprovals>>,
 }
 
 impl CsrLedger {
-    /// Reads `csrs` (the controller's cache), under machine mode's `rules` when given.
-    pub fn new(csrs: Cache<CsrObject>, rules: Option<MachinePolicy>) -> CsrLedger {
-        CsrLedger { csrs, rules: rules.map(Arc::new), written: Arc::default(), turns: Arc::default() }
+    /// Reads `csrs` (the controller's cache), under machine mode's `rules` when given, and the
+    /// approvals the controller `written`.
+    pub fn new(
+        csrs: Cache<CsrObject>,
+        rules: Option<MachinePolicy>,
+        written: Option<Arc<dyn WrittenApprovals>>,
+    ) -> CsrLedger {
+        CsrLedger { csrs, rules: rules.map(Arc::new), written }
     }
 
     /// Lists every CSR once (for `check`, which runs no watch), so the superseded serving CSRs, the
@@ -92,7 +81,7 @@ impl CsrLedger {
             writer.apply(watcher::Event::InitApply(csr));
         }
         writer.apply(watcher::Event::<CsrObject>::InitDone);
-        CsrLedger::new(store, rules)
+        CsrLedger::new(store, rules, None)
     }
 
     /// The brake's count at `now` with `machines`: the pending node CSRs ([`crate::policy::counts_as_pending`])
@@ -115,19 +104,6 @@ impl CsrLedger {
             }
         }
         capped_pending(pending)
-    }
-
-    /// Waits for the turn to decide `csr` when it is a client CSR for a node name
-    /// ([`client_node`]) or a serving CSR of a node ([`serving_node`]): one such CSR per node
-    /// at a time, so the one client certificate per Machine cannot be given twice, nor two
-    /// serving CSRs of one node be judged against each other, by reconciles running at once.
-    /// `None` (no wait) for any other CSR.
-    pub async fn node_turn(&self, csr: &CsrObject) -> Option<NodeTurn> {
-        let sub = csr.submission();
-        let node = serving_node(&sub).map(str::to_owned).or_else(|| client_node(&sub))?;
-        let lock = self.turns.lock().unwrap_or_else(PoisonError::into_inner).entry(node.clone()).or_default().clone();
-        let guard = lock.lock_owned().await;
-        Some(NodeTurn { ledger: self.clone(), node, guard: Some(guard) })
     }
 
     /// What the superseded rule reads of the kubelet-serving CSRs whose requester is `requester`:
@@ -156,22 +132,12 @@ impl CsrLedger {
         })
     }
 
-    /// Counts `csr`'s approval as written (or perhaps written: its write failed without an
-    /// answer) before the watch brings it: [`CsrLedger::client_certificates`] lists it from now
-    /// on, while the cache holds it undecided. Any CSR but a client CSR for a node name is left out.
-    pub fn record_approval(&self, csr: &CsrObject) {
-        if let Some(node) = client_node(&csr.submission()) {
-            let entry = (node, String::from(&*csr.name));
-            self.written.lock().unwrap_or_else(PoisonError::into_inner).insert(csr.uid.clone(), entry);
-        }
-    }
-
     /// The names of the approved client CSRs whose certificate is for node `node` (the node name
     /// the cache keeps of an approved client CSR's request, [`CsrObject::client_node`], as
     /// [`crate::policy::issued_client_node`] reads it), and of those whose approval this process
-    /// wrote ([`CsrLedger::record_approval`]) while the cache still holds them undecided; sorted.
+    /// wrote ([`WrittenApprovals`]) while the cache still holds them undecided; sorted.
     pub fn client_certificates(&self, node: &str) -> Vec<String> {
-        let mut written = self.written.lock().unwrap_or_else(PoisonError::into_inner);
+        let written = self.written.as_ref().map(|written| written.approvals_for(node)).unwrap_or_default();
         let mut issued = Vec::new();
         let mut undecided = HashSet::new();
         for csr in self.csrs.state() {
@@ -182,8 +148,7 @@ impl CsrLedger {
                 issued.push(String::from(&*csr.name));
             }
         }
-        written.retain(|uid, _| undecided.contains(uid));
-        issued.extend(written.values().filter(|(for_node, _)| for_node == node).map(|(_, name)| name.clone()));
+        issued.extend(written.into_iter().filter(|(uid, _)| undecided.contains(uid)).map(|(_, name)| name));
         issued.sort();
         issued.dedup();
         issued
@@ -206,7 +171,6 @@ fn serving_state(csr: &CsrObject) -> ServingCsrState {
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
 
     use k8s_openapi::api::certificates::v1::{
         CertificateSigningRequest, CertificateSigningRequestCondition, CertificateSigningRequestStatus,
@@ -228,7 +192,7 @@ mod tests {
             max_pending_delta: 100,
             serving_renewal: false,
         };
-        (CsrLedger::new(cache, Some(rules)), writer)
+        (CsrLedger::new(cache, Some(rules), None), writer)
     }
 
     /// A client CSR `name` (uid `uid-<name>`) for node `node`, approved when `approved`.
@@ -244,46 +208,6 @@ mod tests {
         csr.status = approved
             .then(|| CertificateSigningRequestStatus { conditions: Some(vec![approval]), ..Default::default() });
         csr
-    }
-
-    #[tokio::test]
-    async fn client_csrs_of_one_node_name_take_turns_and_others_do_not_wait() {
-        let (ledger, _writer) = ledger();
-        let object = |csr: CertificateSigningRequest| CsrObject::from(csr);
-        let first = ledger.node_turn(&object(client("a", "n1", false))).await;
-        assert!(first.is_some());
-        let second = object(client("b", "n1", false));
-        let waited = tokio::time::timeout(Duration::from_millis(50), ledger.node_turn(&second)).await;
-        assert!(waited.is_err(), "the same node name waits");
-        let at_once = Duration::from_secs(5);
-        let other = tokio::time::timeout(at_once, ledger.node_turn(&object(client("c", "n2", false)))).await;
-        assert!(other.as_ref().is_ok_and(Option::is_some), "another node name does not wait");
-        let serving = object(testkit::csr::object("d", KUBELET_SERVING_SIGNER, &[], &Request::node("n1").pem()));
-        let no_turn = tokio::time::timeout(at_once, ledger.node_turn(&serving)).await;
-        assert!(no_turn.is_ok_and(|turn| turn.is_none()), "neither a client CSR nor a node's serving CSR: no turn");
-        drop(first);
-        let second = tokio::time::timeout(Duration::from_secs(5), ledger.node_turn(&second)).await;
-        assert!(second.is_ok_and(|turn| turn.is_some()), "the next one's turn");
-        drop(other);
-        assert!(ledger.turns.lock().unwrap_or_else(PoisonError::into_inner).is_empty(), "no lock is kept");
-    }
-
-    #[tokio::test]
-    async fn serving_csrs_of_one_node_take_turns_with_each_other_and_its_client_csrs() {
-        let (ledger, _writer) = ledger();
-        let first = ledger.node_turn(&CsrObject::from(serving("a", "n1", 1, None))).await;
-        assert!(first.is_some());
-        let wait = Duration::from_millis(50);
-        let second = CsrObject::from(serving("b", "n1", 2, None));
-        assert!(tokio::time::timeout(wait, ledger.node_turn(&second)).await.is_err(), "the same node waits");
-        let client = CsrObject::from(client("c", "n1", false));
-        assert!(tokio::time::timeout(wait, ledger.node_turn(&client)).await.is_err(), "its client CSR waits too");
-        let other = CsrObject::from(serving("d", "n2", 1, None));
-        let other = tokio::time::timeout(Duration::from_secs(5), ledger.node_turn(&other)).await;
-        assert!(other.is_ok_and(|turn| turn.is_some()), "another node does not wait");
-        drop(first);
-        let second = tokio::time::timeout(Duration::from_secs(5), ledger.node_turn(&second)).await;
-        assert!(second.is_ok_and(|turn| turn.is_some()), "the next one's turn");
     }
 
     #[test]
@@ -355,18 +279,32 @@ mod tests {
         assert_eq!(ledger.pending(now, &awaited), 2, "n2's and n3's: approved, or no valid node name, never");
     }
 
+    /// Approvals written as the controller would list them: (uid, name, node name).
+    struct Written(Vec<(&'static str, &'static str, &'static str)>);
+
+    impl WrittenApprovals for Written {
+        fn approvals_for(&self, node: &str) -> Vec<(Uid, String)> {
+            let of_node = self.0.iter().filter(|(_, _, of)| *of == node);
+            of_node.map(|(uid, name, _)| (Uid::from(*uid), (*name).to_owned())).collect()
+        }
+    }
+
     #[test]
     fn an_approval_counts_from_its_write_until_the_cache_shows_it_decided_or_gone() {
         let (ledger, mut writer) = ledger();
+        let written = Written(vec![("uid-a", "a", "n1"), ("uid-gone", "gone", "n1"), ("uid-b", "b", "n2")]);
+        let ledger = CsrLedger { written: Some(Arc::new(written)), ..ledger };
         writer.apply(watcher::Event::Apply(client("a", "n1", false)));
-        assert!(ledger.client_certificates("n1").is_empty());
-        ledger.record_approval(&CsrObject::from(client("a", "n1", false)));
-        ledger.record_approval(&CsrObject::from(client("gone", "n1", false)));
+        writer.apply(watcher::Event::Apply(client("b", "n2", true)));
         assert_eq!(ledger.client_certificates("n1"), ["a"], "written, not yet watched; a CSR not cached is gone");
-        assert!(ledger.client_certificates("n2").is_empty(), "another node name");
+        assert_eq!(ledger.client_certificates("n2"), ["b"], "watched approved: the cache counts it, once");
+        assert!(ledger.client_certificates("n3").is_empty(), "another node name");
         writer.apply(watcher::Event::Apply(client("a", "n1", true)));
         assert_eq!(ledger.client_certificates("n1"), ["a"], "watched: the cache counts it, once");
-        assert!(ledger.written.lock().unwrap_or_else(PoisonError::into_inner).is_empty());
+        let mut other = client("a", "n1", false);
+        other.metadata.uid = Some("uid-other".into());
+        writer.apply(watcher::Event::Apply(other));
+        assert!(ledger.client_certificates("n1").is_empty(), "another CSR of the name, undecided");
         writer.apply(watcher::Event::Delete(client("a", "n1", true)));
         assert!(ledger.client_certificates("n1").is_empty());
     }
