@@ -23,4 +23,5 @@ pub mod node_object;
 pub mod node_target;
 pub mod object_fields;
 pub mod request;
+pub mod retry_after;
 pub mod write;

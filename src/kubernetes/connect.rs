@@ -4,9 +4,13 @@
 use std::path::{Path, PathBuf};
 
 use kube::Client;
+use kube::client::ClientBuilder;
 use kube::config::{InferConfigError, KubeConfigOptions, Kubeconfig, KubeconfigError};
 
+use tower::util::AndThenLayer;
+
 use super::machines::MachineSource;
+use super::retry_after;
 use crate::kubernetes::decoded::Skipped;
 use crate::kubernetes::machines::MachineCache;
 
@@ -41,11 +45,14 @@ pub struct Connection {
 /// A client from `kubeconfig`, else in-cluster config, else the default kubeconfig, without the
 /// client's own retries of 429, 503 and 504: the controller retries every request with its own
 /// backoff (watches, writes, the Lease, evidence), and the client's retries would multiply each
-/// of its write attempts by up to four while an apiserver answers 503.
+/// of its write attempts by up to four while an apiserver answers 503. A 429's `Retry-After`
+/// header is carried into its Status ([`retry_after::carry_header`]), whose wait those retries
+/// honour.
 async fn client(kubeconfig: Option<&Path>) -> Result<Client, ConnectError> {
     let mut config = config(kubeconfig).await?;
     config.default_retry = false;
-    Ok(Client::try_from(config)?)
+    let carried = AndThenLayer::new(retry_after::carry_header);
+    Ok(ClientBuilder::try_from(config)?.with_layer(&carried).build())
 }
 
 async fn config(kubeconfig: Option<&Path>) -> Result<kube::Config, ConnectError> {
