@@ -63,7 +63,9 @@ pub async fn run(settings: Settings) -> Result<(), RunError> {
         let metrics = metrics.clone();
         Skipped::counting(move |kind| metrics.record_undecodable(kind))
     };
-    let Connection { client, machines } = connect(cfg.kubeconfig.as_deref(), machine_source.as_ref(), &skipped).await?;
+    let budget = cfg.request_budget();
+    let Connection { client, machines } =
+        connect(cfg.kubeconfig.as_deref(), budget, machine_source.as_ref(), &skipped).await?;
     // The CSR cache: the controller's watch fills it, the ledger reads it, and the approvals the
     // controller wrote from what it knows of each CSR.
     let (csr_cache, csrs) = csr_cache::cache();
