@@ -63,6 +63,17 @@ async fn config(kubeconfig: Option<&Path>) -> Result<kube::Config, ConnectError>
     kube::Config::from_custom_kubeconfig(file, &KubeConfigOptions::default()).await.map_err(error)
 }
 
+/// The client of the Lease: `client` itself when `budget` limits nothing, else a client of its
+/// own from `kubeconfig` with a bucket of its own (as kube-controller-manager's leader election
+/// has), so a budget spent on CSRs never holds up a renewal.
+pub async fn lease_client(
+    kubeconfig: Option<&Path>,
+    budget: RequestBudget,
+    client: &Client,
+) -> Result<Client, ConnectError> {
+    if budget.limits() { self::client(kubeconfig, budget).await } else { Ok(client.clone()) }
+}
+
 /// Connects with `kubeconfig` within `budget` and, in machine mode, starts the caches, reading
 /// Machines through `--machine-kubeconfig` when given (a client of its own, within a budget of its
 /// own); what they cannot decode is reported to `skipped`.
