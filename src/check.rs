@@ -152,7 +152,8 @@ pub async fn command(args: &CheckArgs, settings: &Settings, out: &mut impl Write
         return Ok(run(&inputs.csrs, policy, &resolver, &inputs.cluster, now, args.output, out).await?);
     }
     let skipped = Skipped::logged();
-    let connection = connect(settings.run.kubeconfig.as_deref(), settings.machines.as_ref(), &skipped).await?;
+    let budget = settings.run.request_budget();
+    let connection = connect(settings.run.kubeconfig.as_deref(), budget, settings.machines.as_ref(), &skipped).await?;
     let csrs = fetch(connection.client.clone(), &args.names).await?;
     // Every CSR of the cluster, listed once: the newer serving CSRs of a node, and in machine mode
     // the brake's count and the approved client CSRs, as the controller's cache would hold them.

@@ -23,4 +23,6 @@ pub mod node_object;
 pub mod node_target;
 pub mod object_fields;
 pub mod request;
+pub mod request_budget;
+pub mod retry_after;
 pub mod write;

@@ -64,6 +64,7 @@ fn main() -> ExitCode {
                 dns_servers: settings.dns.servers.as_deref(),
                 dns_timeout: settings.dns.timeout,
                 kubeconfig: settings.run.kubeconfig.as_deref(),
+                budget: settings.run.request_budget(),
                 machines: settings.machines.as_ref(),
             };
             match runtime.block_on(audit::command(&args, reach, kubelet, out)) {

@@ -22,7 +22,7 @@ use crate::controller::{self, Context};
 use crate::dns::HickoryResolver;
 use crate::events::Events;
 use crate::kubernetes::cluster::KubeCluster;
-use crate::kubernetes::connect::{ConnectError, Connection, connect};
+use crate::kubernetes::connect::{ConnectError, Connection, connect, lease_client};
 use crate::kubernetes::csr_ledger::CsrLedger;
 use crate::kubernetes::csr_object::RequestRoom;
 use crate::kubernetes::decoded::Skipped;
@@ -63,7 +63,9 @@ pub async fn run(settings: Settings) -> Result<(), RunError> {
         let metrics = metrics.clone();
         Skipped::counting(move |kind| metrics.record_undecodable(kind))
     };
-    let Connection { client, machines } = connect(cfg.kubeconfig.as_deref(), machine_source.as_ref(), &skipped).await?;
+    let budget = cfg.request_budget();
+    let Connection { client, machines } =
+        connect(cfg.kubeconfig.as_deref(), budget, machine_source.as_ref(), &skipped).await?;
     // The CSR cache: the controller's watch fills it, the ledger reads it, and the approvals the
     // controller wrote from what it knows of each CSR.
     let (csr_cache, csrs) = csr_cache::cache();
@@ -78,7 +80,8 @@ pub async fn run(settings: Settings) -> Result<(), RunError> {
         metrics.clone(),
     )
     .await?;
-    let (leadership, mut election) = leader::claim(client.clone(), lease.as_ref(), skipped.clone()).await?;
+    let lease_client = lease_client(cfg.kubeconfig.as_deref(), budget, &client).await?;
+    let (leadership, mut election) = leader::claim(lease_client, lease.as_ref(), skipped.clone()).await?;
     metrics.set_leader(leadership.is_leader());
     if let Some(changes) = leadership.changes() {
         tokio::spawn(metrics.clone().follow_leader(changes));

@@ -118,6 +118,14 @@ pub(crate) fn number<T: TryFrom<i64>>(
     })
 }
 
+/// A rate of requests a second, a decimal number (`20`, `0.5`) from 0 to `max`.
+pub(crate) fn rate(max: u32) -> Checked<impl Fn(&str) -> Result<f64, ValueError> + Clone> {
+    Checked(move |text: &str| match text.trim().parse::<f64>() {
+        Ok(rate) if (0.0..=f64::from(max)).contains(&rate) => Ok(rate),
+        _ => Err(ValueError::Rate(max)),
+    })
+}
+
 /// A duration such as `500ms` or `5m` from `min` to `max`.
 pub(crate) fn duration(min: Duration, max: Duration) -> Checked<impl Fn(&str) -> Result<Duration, ValueError> + Clone> {
     Checked(move |text: &str| match humantime::parse_duration(text.trim()) {
@@ -218,6 +226,15 @@ mod tests {
         let span = duration(Duration::from_secs(1), Duration::from_secs(60)).0;
         assert_eq!(span("1m").unwrap(), Duration::from_secs(60));
         assert!(span("999ms").is_err() && span("61s").is_err() && span("soon").is_err());
+    }
+
+    #[test]
+    fn rates_are_decimal_numbers_within_their_bound() {
+        let qps = rate(100).0;
+        assert_eq!((qps("0").unwrap(), qps(" 0.5").unwrap(), qps("100").unwrap()), (0.0, 0.5, 100.0));
+        for bad in ["-1", "100.5", "NaN", "inf", "x", ""] {
+            assert!(qps(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

@@ -186,6 +186,8 @@ fn every_invalid_value_stops_with_exit_2_naming_flag_env_and_value() {
         ("--machine-approver-config", "MACHINE_APPROVER_CONFIG", &["/nonexistent/config.yaml"]),
         ("--kubelet-serving-ca-file", "KUBELET_SERVING_CA_FILE", &["/nonexistent/ca.crt", ""]),
         ("--kubelet-port", "KUBELET_PORT", &["0", "65536", "https"]),
+        ("--kube-api-qps", "KUBE_API_QPS", &["-1", "100001", "fast", "NaN"]),
+        ("--kube-api-burst", "KUBE_API_BURST", &["0", "100001", "1.5"]),
     ];
     for (flag, var, value) in cases.iter().flat_map(|(flag, var, values)| values.iter().map(move |v| (flag, var, v))) {
         let as_flag = format!("{flag}={value}");

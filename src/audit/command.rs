@@ -26,6 +26,7 @@ use crate::kubernetes::decoded::{Decoded, Skipped};
 use crate::kubernetes::kubelet_endpoint::{dial_targets, read_node_target};
 use crate::kubernetes::machines::MachineSource;
 use crate::kubernetes::node_object::NodeObject;
+use crate::kubernetes::request_budget::RequestBudget;
 use crate::policy::{KubeletDialRules, PolicyConfig};
 
 /// The kubelet flags the audit reads whether machine mode is on or not.
@@ -48,6 +49,8 @@ pub struct Reach<'a> {
     pub dns_timeout: Duration,
     /// `--kubeconfig`, when given.
     pub kubeconfig: Option<&'a Path>,
+    /// `--kube-api-qps` and `--kube-api-burst`.
+    pub budget: RequestBudget,
     /// Where Machines are read from, in machine mode.
     pub machines: Option<&'a MachineSource>,
 }
@@ -81,7 +84,7 @@ pub async fn command(
 ) -> Result<Vec<NodeAudit>, AuditError> {
     let resolver = HickoryResolver::new(settings.dns_servers, settings.dns_timeout)?;
     let skipped = Skipped::logged();
-    let connection = connect(settings.kubeconfig, settings.machines, &skipped).await?;
+    let connection = connect(settings.kubeconfig, settings.budget, settings.machines, &skipped).await?;
     let nodes_api: kube::Api<Decoded<NodeObject>> = kube::Api::all(connection.client.clone());
     let machines = match (connection.machines, settings.machines) {
         (Some(cache), Some(_)) => {

@@ -10,9 +10,11 @@ use super::{ConfigError, Flag, Problem};
 use crate::audit::flags::AuditScanArgs;
 use crate::events::EventLevel;
 use crate::kubernetes::leader::LeaderConfig;
+use crate::kubernetes::request_budget::RequestBudget;
 use crate::policy::is_dns_subdomain;
 use crate::values::{
-    BindAddress, Checked, ValueError, duration, given, is_dns_label, keyword, namespace_or_empty, number, path, shared,
+    BindAddress, Checked, ValueError, duration, given, is_dns_label, keyword, namespace_or_empty, number, path, rate,
+    shared,
 };
 
 /// Where the service account's namespace is mounted in a pod.
@@ -25,6 +27,12 @@ pub struct RunArgs {
     /// Kubeconfig file; unset: in-cluster config, then the default kubeconfig
     #[arg(long, env = "KUBECONFIG", value_name = "PATH", value_parser = Checked(path))]
     pub kubeconfig: Option<PathBuf>,
+    /// The most requests a second the client sends the apiserver on average (a token bucket every request takes from), as client-go's; 0 sets no limit, 0..=100000
+    #[arg(long, env = "KUBE_API_QPS", default_value = "0", value_parser = rate(100_000))]
+    pub kube_api_qps: f64,
+    /// The most requests the client sends at once above --kube-api-qps (the bucket's size), 1..=100000
+    #[arg(long, env = "KUBE_API_BURST", default_value = "30", value_parser = number::<u32>(1..=100_000))]
+    pub kube_api_burst: u32,
     /// CSRs evaluated and written at once, 1..=1000
     #[arg(long, env = "CONCURRENCY", default_value = "32", value_parser = number::<u16>(1..=1000))]
     pub concurrency: u16,
@@ -67,6 +75,13 @@ pub struct RunArgs {
     /// The Go kubelet-csr-approver's -level, -5..=10: -5..=-2 error, -1 warn, 0 info, 1..=4 debug, 5..=10 trace; --log-level wins over it
     #[arg(long, env = "LEVEL", default_value = "0", allow_negative_numbers = true, value_parser = number::<i8>(-5..=10))]
     pub level: i8,
+}
+
+impl RunArgs {
+    /// `--kube-api-qps` and `--kube-api-burst`.
+    pub fn request_budget(&self) -> RequestBudget {
+        RequestBudget { qps: self.kube_api_qps, burst: self.kube_api_burst }
+    }
 }
 
 /// Leader-election flags.

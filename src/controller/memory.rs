@@ -93,6 +93,9 @@ pub(super) enum Outcome {
     ReadFailed,
     /// The decision's write ended so; `approval` when the decision was an approval.
     Write { result: WriteResult, approval: bool },
+    /// The apiserver answered the read or the write asking to wait `wait` (a 429's
+    /// `Retry-After`): retried as a failed write is, and not before the wait is over.
+    Throttled { wait: Duration },
 }
 
 /// Why a reconcile has nothing to do ([`Memory::done_with`]).
@@ -110,6 +113,7 @@ pub(super) enum Done {
 /// ```text
 /// Retried           → Retrying { attempts: n + 1 if it was Retrying (n), else 1 }   after 2 s … 60 s
 /// Write(Error), ReadFailed → WriteFailing { failures: n + 1, or 1 }               after 0.5 s … 8 s
+/// Throttled { wait }  → Throttled { failures: n + 1, or 1 }       after the longer of 0.5 s … 8 s and the wait
 /// Write(Conflict)   → Conflicting { conflicts: n + 1, or 1 }                      after 0.2 s … 30 s
 /// Excused           → Excused                                                     on a change or a pass
 /// Unaddressable     → Unaddressable                                               never evaluated again
@@ -118,7 +122,8 @@ pub(super) enum Done {
 /// ```
 ///
 /// A CSR of another uid under the same name starts afresh; decided and gone CSRs are forgotten by
-/// [`Memory::prune`]. The three retrying phases are `csrs_waiting_retry`.
+/// [`Memory::prune`]. The four retrying phases are `csrs_waiting_retry`; a throttled CSR is not
+/// reconciled before its wait is over, even when triggered ([`Memory::held_back`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Phase {
     /// Evaluated to retry `attempts` times in a row; `on_cluster` when the last one waits on a
@@ -127,6 +132,8 @@ enum Phase {
     /// Its write, or the read before it, failed `failures` times in a row without an answer, or
     /// with an error other than a conflict (or, for the read, not found).
     WriteFailing { failures: u32 },
+    /// As `WriteFailing`, its last failure an answer asking to wait, until `until`.
+    Throttled { failures: u32, until: Instant },
     /// Its write conflicted `conflicts` times in a row: it changed since it was read.
     Conflicting { conflicts: u32 },
     /// Held for a human, not the approver's, or a dry run's: no decision of ours is outstanding,
@@ -139,20 +146,24 @@ enum Phase {
 }
 
 impl Phase {
-    /// The phase after `outcome` when the CSR was in `before`; `None` when nothing changes.
-    fn after(before: Option<&Phase>, outcome: Outcome, csr: &CsrObject) -> Option<Phase> {
+    /// The phase after `outcome`, settled at `now`, when the CSR was in `before`; `None` when
+    /// nothing changes.
+    fn after(before: Option<&Phase>, outcome: Outcome, csr: &CsrObject, now: Instant) -> Option<Phase> {
+        let failures = match before {
+            Some(Phase::WriteFailing { failures } | Phase::Throttled { failures, .. }) => failures.saturating_add(1),
+            _ => 1,
+        };
         let phase = match (outcome, before) {
             (Outcome::Write { result: WriteResult::NotFound, .. }, _) => return None,
             (Outcome::Retried { on_cluster, .. }, Some(Phase::Retrying { attempts, .. })) => {
                 Phase::Retrying { attempts: attempts.saturating_add(1), on_cluster }
             }
             (Outcome::Retried { on_cluster, .. }, _) => Phase::Retrying { attempts: 1, on_cluster },
-            (
-                Outcome::Write { result: WriteResult::Error, .. } | Outcome::ReadFailed,
-                Some(Phase::WriteFailing { failures }),
-            ) => Phase::WriteFailing { failures: failures.saturating_add(1) },
             (Outcome::Write { result: WriteResult::Error, .. } | Outcome::ReadFailed, _) => {
-                Phase::WriteFailing { failures: 1 }
+                Phase::WriteFailing { failures }
+            }
+            (Outcome::Throttled { wait }, _) => {
+                Phase::Throttled { failures, until: now + wait.max(WRITE_RETRY.delay(failures)) }
             }
             (Outcome::Write { result: WriteResult::Conflict, .. }, Some(Phase::Conflicting { conflicts })) => {
                 Phase::Conflicting { conflicts: conflicts.saturating_add(1) }
@@ -167,10 +178,11 @@ impl Phase {
         Some(phase)
     }
 
-    /// When a CSR in this phase is reconciled again by itself: the one place of the backoffs of a
-    /// reconcile.
-    fn retry_after(&self) -> Option<Duration> {
+    /// When a CSR in this phase is reconciled again by itself, from `now`: the one place of the
+    /// backoffs of a reconcile.
+    fn retry_after(&self, now: Instant) -> Option<Duration> {
         match self {
+            Phase::Throttled { until, .. } => Some(until.saturating_duration_since(now)),
             Phase::Retrying { attempts, .. } => Some(RETRY.delay(*attempts)),
             Phase::WriteFailing { failures } => Some(WRITE_RETRY.delay(*failures)),
             Phase::Conflicting { conflicts } => Some(CONFLICT_RETRY.delay(*conflicts)),
@@ -180,7 +192,7 @@ impl Phase {
 
     /// Whether a CSR in this phase waits on a retry (`csrs_waiting_retry`).
     fn waits(&self) -> bool {
-        self.retry_after().is_some()
+        !matches!(self, Phase::Excused | Phase::Unaddressable | Phase::Written { .. })
     }
 }
 
@@ -321,8 +333,9 @@ impl Memory {
         let before = by_name.get(&csr.name).and_then(|entry| entry.known.as_ref());
         let was_waiting = before.is_some_and(|known| known.phase.waits());
         let before = before.filter(|known| known.uid == csr.uid).map(|known| &known.phase);
-        let phase = Phase::after(before, outcome, csr)?;
-        let retry_after = phase.retry_after();
+        let now = Instant::now();
+        let phase = Phase::after(before, outcome, csr, now)?;
+        let retry_after = phase.retry_after(now);
         *waiting = (*waiting + usize::from(phase.waits())).saturating_sub(usize::from(was_waiting));
         let entry = by_name.entry(csr.name.clone()).or_insert_with(|| Entry {
             requester: csr.username.clone(),
@@ -426,6 +439,15 @@ impl Memory {
             Phase::Written { resource_version } if csr.resource_version.as_ref() == Some(resource_version) => {
                 Some(Done::Written)
             }
+            _ => None,
+        }
+    }
+
+    /// How long `csr` is still held back at `now`, when the apiserver asked to wait
+    /// ([`Outcome::Throttled`]): a reconcile triggered meanwhile sends nothing and runs again then.
+    pub(super) fn held_back(&self, csr: &CsrObject, now: Instant) -> Option<Duration> {
+        match self.lock().known(csr)?.phase {
+            Phase::Throttled { until, .. } if until > now => Some(until - now),
             _ => None,
         }
     }
@@ -704,6 +726,27 @@ mod tests {
         assert_eq!(waiting(&memory), gauge(1));
         assert!(!written_at(&memory, &a) && !memory.is_excused(&a), "nothing is decided or excused");
         assert_eq!(millis(memory.settle(&a, write(WriteResult::Error))), 8000, "one count of failures");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_throttled_csr_waits_the_longer_of_its_backoff_and_the_wait_asked_and_is_held_back() {
+        let memory = Memory::new(Metrics::new());
+        let a = csr("csr-a", "1", "1");
+        let throttled = |seconds| Outcome::Throttled { wait: Duration::from_secs(seconds) };
+        let waits: Vec<u128> = [3, 1, 1, 0, 120].map(|seconds| millis(memory.settle(&a, throttled(seconds)))).into();
+        assert_eq!(waits, [3000, 1000, 2000, 4000, 120_000], "one count of failures, the backoff's floor");
+        assert_eq!(waiting(&memory), gauge(1));
+        let now = Instant::now();
+        assert_eq!(memory.held_back(&a, now), Some(Duration::from_secs(120)));
+        assert_eq!(memory.held_back(&a, now + Duration::from_secs(119)), Some(Duration::from_secs(1)));
+        assert_eq!(memory.held_back(&a, now + Duration::from_secs(120)), None, "the wait is over");
+        assert_eq!(memory.held_back(&csr("csr-a", "2", "1"), now), None, "another CSR of the name");
+        assert_eq!(millis(memory.settle(&a, write(WriteResult::Error))), 8000, "counted with failed writes");
+        assert_eq!(memory.held_back(&a, now), None, "a failure without a wait holds nothing back");
+        memory.settle(&a, throttled(2));
+        assert_eq!(millis(memory.settle(&a, write(WriteResult::Success))), 0);
+        assert_eq!(memory.held_back(&a, now), None, "written");
+        assert_eq!(waiting(&memory), gauge(0));
     }
 
     #[test]

@@ -20,6 +20,7 @@ use super::work_queue::Reconcile;
 use crate::display::short_name;
 use crate::kubernetes::csr_cache::Cache;
 use crate::kubernetes::csr_object::CsrObject;
+use crate::kubernetes::request::RequestError;
 use crate::kubernetes::write::WRITE_TIMEOUT;
 use crate::metrics::WriteResult;
 use crate::policy::{ClusterView, Decision, DecisionKind, NODE_USER_PREFIX, Resolver, evaluate};
@@ -130,6 +131,10 @@ impl<R: Resolver, C: ClusterView, A: CsrApi> Reconciler<R, C, A> {
             }
             None => {}
         }
+        if let Some(wait) = self.memory.held_back(csr, tokio::time::Instant::now()) {
+            tracing::debug!(csr = %logged, wait = ?wait, "the apiserver asked to wait: nothing sent before then");
+            return Some(wait);
+        }
         if csr.name_cut {
             // No request can name it, so no decision can be written: told once, never evaluated,
             // and not counted as the oldest undecided CSR.
@@ -230,7 +235,8 @@ impl<R: Resolver, C: ClusterView, A: CsrApi> Reconciler<R, C, A> {
             }
             Err(error) => error,
         };
-        let retry_in = self.memory.settle(csr, Outcome::ReadFailed);
+        let outcome = error.retry_after().map_or(Outcome::ReadFailed, |wait| Outcome::Throttled { wait });
+        let retry_in = self.memory.settle(csr, outcome);
         let error = format!("reading {logged} before deciding it: {error}");
         tracing::warn!(%error, retry_in = ?retry_in, "reconcile failed; retrying");
         Err(retry_in)
@@ -256,7 +262,12 @@ impl<R: Resolver, C: ClusterView, A: CsrApi> Reconciler<R, C, A> {
         };
         ctx.metrics.record_write(result);
         let approval = decision.kind == DecisionKind::Approve;
-        let retry_in = self.memory.settle(csr, Outcome::Write { result, approval });
+        // Asked to wait (a 429): not written, and not sent again before the wait is over.
+        let outcome = match written.as_ref().err().and_then(RequestError::retry_after) {
+            Some(wait) => Outcome::Throttled { wait },
+            None => Outcome::Write { result, approval },
+        };
+        let retry_in = self.memory.settle(csr, outcome);
         if let Err(error) = written {
             match result {
                 WriteResult::Conflict => {
@@ -592,6 +603,52 @@ mod tests {
         assert_eq!(fixture.writes("not_found"), "1");
         assert_eq!(fixture.events(), []);
         assert_eq!(fixture.metric("node_csr_approver_csrs_waiting_retry"), "0");
+    }
+
+    fn too_many(retry_after_seconds: u32) -> RequestError {
+        let details = kube::core::response::StatusDetails {
+            name: String::new(),
+            group: String::new(),
+            kind: String::new(),
+            uid: String::new(),
+            causes: Vec::new(),
+            retry_after_seconds,
+        };
+        let status = kube::core::Status { code: 429, details: Some(details), ..kube::core::Status::default() };
+        RequestError::Api(kube::Error::Api(Box::new(status)))
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_write_answered_429_is_sent_again_only_once_its_retry_after_is_over_even_when_triggered() {
+        let api = FakeApi::default();
+        api.writes.lock().unwrap().extend([Err(too_many(3)), Err(too_many(1))]);
+        let mut fixture = fixture(Setup { api, ..Setup::default() });
+        fixture.watch(&serving("csr-a", "7", true));
+        assert_eq!(fixture.reconcile("csr-a").await, Some(Duration::from_secs(3)), "the wait asked, not 0.5 s");
+        tokio::time::advance(Duration::from_secs(1)).await;
+        assert_eq!(fixture.reconcile("csr-a").await, Some(Duration::from_secs(2)), "triggered: held back");
+        assert_eq!(fixture.written().len(), 1, "nothing sent before the wait is over");
+        tokio::time::advance(Duration::from_secs(2)).await;
+        assert_eq!(fixture.reconcile("csr-a").await, Some(Duration::from_secs(1)), "the second 429's wait");
+        assert_eq!(fixture.written().len(), 2);
+        assert_eq!(fixture.writes("error"), "2");
+        assert_eq!(fixture.metric("node_csr_approver_csrs_waiting_retry"), "1");
+        tokio::time::advance(Duration::from_secs(1)).await;
+        assert_eq!(fixture.reconcile("csr-a").await, None, "written once the wait is over");
+        assert_eq!(fixture.written().len(), 3);
+        assert_eq!(fixture.events().len(), 1, "told once, when written");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_read_answered_429_is_sent_again_only_once_its_retry_after_is_over() {
+        let api = FakeApi::default();
+        api.reads.lock().unwrap().push_back(Err(too_many(5)));
+        let mut fixture = fixture(Setup { api, ..Setup::default() });
+        fixture.watch(&serving("csr-a", "7", false));
+        assert_eq!(fixture.reconcile("csr-a").await, Some(Duration::from_secs(5)));
+        tokio::time::advance(Duration::from_millis(4999)).await;
+        assert_eq!(fixture.reconcile("csr-a").await, Some(Duration::from_millis(1)), "held back");
+        assert_eq!(fixture.api().read.lock().unwrap().len(), 1, "read once");
     }
 
     #[tokio::test]

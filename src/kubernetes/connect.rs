@@ -4,9 +4,14 @@
 use std::path::{Path, PathBuf};
 
 use kube::Client;
+use kube::client::ClientBuilder;
 use kube::config::{InferConfigError, KubeConfigOptions, Kubeconfig, KubeconfigError};
 
+use tower::util::AndThenLayer;
+
 use super::machines::MachineSource;
+use super::request_budget::{BudgetLayer, RequestBudget};
+use super::retry_after;
 use crate::kubernetes::decoded::Skipped;
 use crate::kubernetes::machines::MachineCache;
 
@@ -41,11 +46,14 @@ pub struct Connection {
 /// A client from `kubeconfig`, else in-cluster config, else the default kubeconfig, without the
 /// client's own retries of 429, 503 and 504: the controller retries every request with its own
 /// backoff (watches, writes, the Lease, evidence), and the client's retries would multiply each
-/// of its write attempts by up to four while an apiserver answers 503.
-async fn client(kubeconfig: Option<&Path>) -> Result<Client, ConnectError> {
+/// of its write attempts by up to four while an apiserver answers 503. A 429's `Retry-After`
+/// header is carried into its Status ([`retry_after::carry_header`]), whose wait those retries
+/// honour. Every request takes a token of `budget` first, when it limits anything.
+async fn client(kubeconfig: Option<&Path>, budget: RequestBudget) -> Result<Client, ConnectError> {
     let mut config = config(kubeconfig).await?;
     config.default_retry = false;
-    Ok(Client::try_from(config)?)
+    let carried = ClientBuilder::try_from(config)?.with_layer(&AndThenLayer::new(retry_after::carry_header));
+    Ok(if budget.limits() { carried.with_layer(&BudgetLayer(budget)).build() } else { carried.build() })
 }
 
 async fn config(kubeconfig: Option<&Path>) -> Result<kube::Config, ConnectError> {
@@ -55,18 +63,31 @@ async fn config(kubeconfig: Option<&Path>) -> Result<kube::Config, ConnectError>
     kube::Config::from_custom_kubeconfig(file, &KubeConfigOptions::default()).await.map_err(error)
 }
 
-/// Connects with `kubeconfig` and, in machine mode, starts the caches, reading Machines through
-/// `--machine-kubeconfig` when given; what they cannot decode is reported to `skipped`.
+/// The client of the Lease: `client` itself when `budget` limits nothing, else a client of its
+/// own from `kubeconfig` with a bucket of its own (as kube-controller-manager's leader election
+/// has), so a budget spent on CSRs never holds up a renewal.
+pub async fn lease_client(
+    kubeconfig: Option<&Path>,
+    budget: RequestBudget,
+    client: &Client,
+) -> Result<Client, ConnectError> {
+    if budget.limits() { self::client(kubeconfig, budget).await } else { Ok(client.clone()) }
+}
+
+/// Connects with `kubeconfig` within `budget` and, in machine mode, starts the caches, reading
+/// Machines through `--machine-kubeconfig` when given (a client of its own, within a budget of its
+/// own); what they cannot decode is reported to `skipped`.
 pub async fn connect(
     kubeconfig: Option<&Path>,
+    budget: RequestBudget,
     machines: Option<&MachineSource>,
     skipped: &Skipped,
 ) -> Result<Connection, ConnectError> {
-    let client = client(kubeconfig).await?;
+    let client = client(kubeconfig, budget).await?;
     let machines = match machines {
         Some(source) => {
             let machine_client = match &source.kubeconfig {
-                Some(path) => self::client(Some(path)).await?,
+                Some(path) => self::client(Some(path), budget).await?,
                 None => client.clone(),
             };
             Some(MachineCache::start(client.clone(), machine_client, source, skipped.clone()).await)

@@ -10,6 +10,7 @@ use tokio::time::Instant;
 
 use crate::kubernetes::csr_name::csr_path;
 use crate::kubernetes::object_fields::Csr;
+use crate::kubernetes::retry_after;
 
 /// Why a request to the apiserver failed.
 #[derive(Debug, thiserror::Error)]
@@ -30,6 +31,15 @@ impl RequestError {
     pub fn status(&self) -> Option<u16> {
         match self {
             RequestError::Api(kube::Error::Api(status)) => Some(status.code),
+            _ => None,
+        }
+    }
+
+    /// How long the apiserver asked to wait before the next attempt ([`retry_after::told`]): a
+    /// 429's `Retry-After`, bounded.
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            RequestError::Api(kube::Error::Api(status)) => retry_after::told(status),
             _ => None,
         }
     }

@@ -17,6 +17,8 @@ pub(crate) enum ValueError {
     Number(i64, i64),
     #[error("expected a duration such as 500ms, 2s or 5m, from {} to {}", humantime::format_duration(*.0), humantime::format_duration(*.1))]
     Duration(Duration, Duration),
+    #[error("expected a number of requests a second from 0 to {0}, such as 20 or 0.5")]
+    Rate(u32),
     #[error("whole seconds only")]
     NotWholeSeconds,
     #[error("expected {}", one_of(.0))]

@@ -1,7 +1,10 @@
-//! [`FaultProxy`]: a plain-HTTP proxy in front of kube-apiserver that fails, cuts, expires and
-//! holds requests on command, and counts what passes.
+//! [`FaultProxy`]: a plain-HTTP proxy in front of kube-apiserver that fails, cuts, expires,
+//! throttles (429) and holds requests on command, and counts what passes.
 
 mod serve;
+mod throttle;
+
+pub use throttle::Reconciling;
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
@@ -74,6 +77,7 @@ struct Switches {
     block: Block,
     slow_initial_events: Option<Duration>,
     five_digit_years: bool,
+    throttle: Option<u32>,
 }
 
 /// What a CSR's or a Node's name holds for [`FaultProxy::serve_five_digit_years`] to serve it
@@ -94,6 +98,8 @@ struct Shared {
     failed_csr_reads: AtomicU64,
     /// How many GET requests other than watches arrived for each path.
     gets: Mutex<std::collections::HashMap<String, u64>>,
+    /// The reconcile's requests (CSR reads by name, approval writes), for [`FaultProxy::throttle`].
+    reconciling: Mutex<Vec<Reconciling>>,
 }
 
 impl Shared {
@@ -142,6 +148,7 @@ impl FaultProxy {
             csr_reads: AtomicU64::new(0),
             failed_csr_reads: AtomicU64::new(0),
             gets: Mutex::default(),
+            reconciling: Mutex::default(),
         });
         let (ready, listening) = oneshot::channel();
         let (stop, stopped) = oneshot::channel();
@@ -229,6 +236,20 @@ impl FaultProxy {
     /// client reading that time cannot decode. The switch is read as each request arrives.
     pub fn serve_five_digit_years(&self, on: bool) {
         self.shared.switches.send_modify(|switches| switches.five_digit_years = on);
+    }
+
+    /// While `Some(seconds)`, every CSR read by name and approval write (the requests a reconcile
+    /// sends) is answered `429 Too Many Requests` with `Retry-After: <seconds>` and a plain text
+    /// body, as kube-apiserver's priority-and-fairness and inflight filters shed load; `None`
+    /// passes them on. Every one of them is recorded, throttled or not ([`FaultProxy::reconciling`]).
+    pub fn throttle(&self, retry_after_seconds: Option<u32>) {
+        self.shared.switches.send_modify(|switches| switches.throttle = retry_after_seconds);
+    }
+
+    /// Every CSR read by name and approval write seen so far, in order of arrival, with the 429s
+    /// [`FaultProxy::throttle`] answered.
+    pub fn reconciling(&self) -> Vec<Reconciling> {
+        self.shared.reconciling.lock().unwrap_or_else(PoisonError::into_inner).clone()
     }
 
     /// How many GET requests other than watches (reads by name, lists and their pages) arrived

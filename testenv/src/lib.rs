@@ -31,7 +31,8 @@
 //! reaching the apiserver through a relay on the host end of its link.
 //!
 //! [`FaultProxy`] sits in front of the apiserver and fails approval writes, cuts watches, expires
-//! their resourceVersion (410) or holds requests up, on command, counting what passes.
+//! their resourceVersion (410), holds requests up or sheds the reconcile's requests with 429 and
+//! `Retry-After`, on command, counting what passes.
 //!
 //! [`Registry`] serves an OCI registry on loopback (`crane registry serve`) that the tests push an
 //! image layout (by digest) and a chart (`helm push`) to, and a [`ContainerNode`] pulls from
@@ -82,7 +83,7 @@ pub use container_node::{ContainerNode, ContainerNodeOptions};
 pub use control_plane::ControlPlane;
 pub use cosign::{SigningKey, VerifyError};
 pub use error::Error;
-pub use fault_proxy::{Block, FIVE_DIGIT_YEAR_MARKER, FaultProxy, Write, WriteFault};
+pub use fault_proxy::{Block, FIVE_DIGIT_YEAR_MARKER, FaultProxy, Reconciling, Write, WriteFault};
 pub use kube_controller_manager::Signer;
 pub use kube_scheduler::Scheduler;
 pub use kubelet::{Kubelet, KubeletCredentials, KubeletOptions, SANDBOX_UID, host_address, running_as_root};

@@ -73,6 +73,14 @@ impl Approver {
         self.metrics = self.process.listening("metrics").map(|address| address.port());
     }
 
+    /// Whether `/readyz`, on the health port it logged, answers 200 now.
+    pub async fn ready(&self) -> bool {
+        match self.process.listening("health") {
+            Some(address) => testkit::http::ready(address.port()).await,
+            None => false,
+        }
+    }
+
     /// The process id.
     pub fn pid(&self) -> u32 {
         self.process.pid()

@@ -77,6 +77,7 @@ node in a string literal counts too): the controller then reads Nodes. */}}
   (list "DNS_TIMEOUT" .Values.dnsTimeout)
   (list "DNS_GRACE_PERIOD" .Values.dnsGracePeriod)
   (list "CLUSTER_DOMAIN" .Values.clusterDomain)
+  (list "KUBE_API_BURST" .Values.kubeApiBurst)
   (list "CONCURRENCY" .Values.concurrency)
   (list "EVENTS" .Values.events)
   (list "RESYNC_PERIOD" .Values.resyncPeriod)
@@ -84,6 +85,10 @@ node in a string literal counts too): the controller then reads Nodes. */}}
   (list "CACHE_REQUEST_BYTES" .Values.cacheRequestBytes)
   (list "AUDIT_PERIOD" .Values.audit.period)
   (list "AUDIT_EXPIRING_WITHIN" .Values.audit.expiringWithin) }}
+{{- with .Values.kubeApiQps }}
+- name: KUBE_API_QPS
+  value: {{ toString . | quote }}
+{{- end }}
 {{- range $optional }}
 {{- $value := index . 1 }}
 {{- if or (kindIs "float64" $value) (kindIs "int64" $value) (kindIs "int" $value) }}

@@ -189,6 +189,12 @@ async fn handle(
         shared.expired_watches.fetch_add(1, Ordering::Relaxed);
         return Ok(fixed(StatusCode::OK, format!("{EXPIRED_EVENT}\n"), &shared));
     }
+    if (kind.csr_read || kind.approval_write)
+        && let Some(throttled) = super::throttle::answer(&shared, switches.throttle, parts.uri.path(), at)
+    {
+        record(Some(429), true);
+        return Ok(throttled);
+    }
     if kind.csr_read {
         shared.csr_reads.fetch_add(1, Ordering::Relaxed);
         let failed = |shared: &Shared| shared.failed_csr_reads.fetch_add(1, Ordering::Relaxed);
@@ -288,7 +294,7 @@ fn strip_hop_by_hop(headers: &mut http::HeaderMap) {
 }
 
 /// A JSON answer of the proxy's own.
-fn fixed(status: StatusCode, body: String, shared: &Shared) -> Response<Relayed> {
+pub(super) fn fixed(status: StatusCode, body: String, shared: &Shared) -> Response<Relayed> {
     let mut response = Response::new(Relayed::new(kube::client::Body::from(body.into_bytes()), shared));
     *response.status_mut() = status;
     response.headers_mut().insert(CONTENT_TYPE, http::HeaderValue::from_static("application/json"));
