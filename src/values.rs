@@ -118,10 +118,14 @@ pub(crate) fn number<T: TryFrom<i64>>(
     })
 }
 
-/// A rate of requests a second, a decimal number (`20`, `0.5`) from 0 to `max`.
+/// The smallest rate above 0: one request every 100 s. A smaller one would make the wait for a
+/// token longer than a `Duration` holds.
+pub(crate) const MIN_RATE: f64 = 0.01;
+
+/// A rate of requests a second, a decimal number (`20`, `0.5`): 0, or from [`MIN_RATE`] to `max`.
 pub(crate) fn rate(max: u32) -> Checked<impl Fn(&str) -> Result<f64, ValueError> + Clone> {
     Checked(move |text: &str| match text.trim().parse::<f64>() {
-        Ok(rate) if (0.0..=f64::from(max)).contains(&rate) => Ok(rate),
+        Ok(rate) if rate == 0.0 || (MIN_RATE..=f64::from(max)).contains(&rate) => Ok(rate),
         _ => Err(ValueError::Rate(max)),
     })
 }
@@ -232,7 +236,8 @@ mod tests {
     fn rates_are_decimal_numbers_within_their_bound() {
         let qps = rate(100).0;
         assert_eq!((qps("0").unwrap(), qps(" 0.5").unwrap(), qps("100").unwrap()), (0.0, 0.5, 100.0));
-        for bad in ["-1", "100.5", "NaN", "inf", "x", ""] {
+        assert_eq!(qps("0.01").unwrap(), MIN_RATE);
+        for bad in ["-1", "100.5", "NaN", "inf", "x", "", "0.009", "1e-300"] {
             assert!(qps(bad).is_err(), "{bad}");
         }
     }

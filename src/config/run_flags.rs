@@ -27,7 +27,7 @@ pub struct RunArgs {
     /// Kubeconfig file; unset: in-cluster config, then the default kubeconfig
     #[arg(long, env = "KUBECONFIG", value_name = "PATH", value_parser = Checked(path))]
     pub kubeconfig: Option<PathBuf>,
-    /// The most requests a second the client sends the apiserver on average (a token bucket every request takes from), as client-go's; 0 sets no limit, 0..=100000
+    /// The most requests a second the client sends the apiserver on average (a token bucket every request takes from), as client-go's; 0 sets no limit, else 0.01..=100000
     #[arg(long, env = "KUBE_API_QPS", default_value = "0", value_parser = rate(100_000))]
     pub kube_api_qps: f64,
     /// The most requests the client sends at once above --kube-api-qps (the bucket's size), 1..=100000

@@ -17,7 +17,7 @@ pub(crate) enum ValueError {
     Number(i64, i64),
     #[error("expected a duration such as 500ms, 2s or 5m, from {} to {}", humantime::format_duration(*.0), humantime::format_duration(*.1))]
     Duration(Duration, Duration),
-    #[error("expected a number of requests a second from 0 to {0}, such as 20 or 0.5")]
+    #[error("expected a number of requests a second, 0 or from {min} to {0}, such as 20 or 0.5", min = crate::values::MIN_RATE)]
     Rate(u32),
     #[error("whole seconds only")]
     NotWholeSeconds,
