@@ -140,6 +140,15 @@ mod tests {
         assert_eq!(bucket.take(later), Err(Duration::from_millis(500)), "not beyond it");
     }
 
+    #[tokio::test(start_paused = true)]
+    async fn a_part_of_a_token_shortens_the_wait_for_the_rest() {
+        let mut bucket = Bucket::new(RequestBudget { qps: 2.0, burst: 1 }, Instant::now());
+        let now = Instant::now();
+        assert!(bucket.take(now).is_ok());
+        let quarter = now + Duration::from_millis(250);
+        assert_eq!(bucket.take(quarter), Err(Duration::from_millis(250)), "half a token there: half the wait");
+    }
+
     #[test]
     fn a_budget_of_zero_qps_limits_nothing() {
         assert!(!RequestBudget { qps: 0.0, burst: 1 }.limits());
