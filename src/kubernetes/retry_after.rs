@@ -163,6 +163,30 @@ mod tests {
         assert_eq!(wait_of(429, None, negative).await, Some(SHORTEST_WAIT));
     }
 
+    /// The Status [`with_wait`] makes of `body` with a `Retry-After` of `seconds`.
+    fn carried(body: &str, seconds: u32) -> Value {
+        serde_json::from_slice(&with_wait(body.as_bytes(), seconds)).unwrap()
+    }
+
+    #[test]
+    fn a_body_that_is_no_status_becomes_one_carrying_its_text() {
+        let other = carried(r#"{"kind":"Other"}"#, 3);
+        assert_eq!(
+            (&other["kind"], &other["code"], &other["message"], &other["details"]["retryAfterSeconds"]),
+            (&json!("Status"), &json!(429), &json!(r#"{"kind":"Other"}"#), &json!(3))
+        );
+    }
+
+    #[test]
+    fn a_status_keeps_its_details_and_a_wait_of_zero_is_no_wait() {
+        let zero = carried(&status(429, r#","details":{"name":"x","retryAfterSeconds":0}"#), 5);
+        assert_eq!((&zero["details"]["name"], &zero["details"]["retryAfterSeconds"]), (&json!("x"), &json!(5)));
+        let named = carried(&status(429, r#","details":{"name":"x","retryAfterSeconds":7}"#), 5);
+        assert_eq!(named["details"]["retryAfterSeconds"], json!(7));
+        let text = carried(&status(429, r#","details":"x""#), 5);
+        assert_eq!(text["details"], json!({"retryAfterSeconds": 5}), "details that are no object are replaced");
+    }
+
     #[tokio::test]
     async fn other_errors_name_a_wait_only_in_their_status() {
         assert_eq!(wait_of(503, Some("5"), PLAIN).await, None);
