@@ -3,8 +3,8 @@
 # (core/src/), of src/kubernetes/csr_object.rs (what the cache keeps of a CSR, its decided and
 # approved states), of src/kubernetes/csr_name.rs (a CSR's name as kept), of
 # src/kubernetes/csr_cache.rs (the CSR cache the controller reads) and of the controller's
-# src/controller/memory.rs, work_queue.rs and reconcile.rs (the table of what it knows of each
-# CSR, the queue's order and its workers, the reconcile against fakes of its apiserver calls) must be caught by the fast tests of its package
+# src/controller/memory.rs, phase.rs, work_queue.rs and reconcile.rs (the table of what it knows of
+# each CSR, its phases and their backoffs, the queue's order and its workers, the reconcile against fakes of its apiserver calls) must be caught by the fast tests of its package
 # (mutants.toml). Installs cargo-mutants when missing; fails on any missed mutant.
 #
 # Usage: scripts/mutants.sh                 every mutant
@@ -18,7 +18,7 @@ fi
 
 core_paths=(core/src)
 shell_paths=(src/kubernetes/csr_object.rs src/kubernetes/csr_name.rs src/kubernetes/csr_cache.rs
-  src/controller/memory.rs src/controller/work_queue.rs src/controller/reconcile.rs)
+  src/controller/memory.rs src/controller/phase.rs src/controller/work_queue.rs src/controller/reconcile.rs)
 # The core: its own package's tests only (its unit tests and core/tests/), so a mutant rebuilds the
 # core and its tests, never the shell.
 core_args=(--config mutants.toml -p node-csr-approver-core --no-shuffle --output target/mutants/core)

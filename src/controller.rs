@@ -26,6 +26,7 @@ mod context;
 mod csr_api;
 mod memory;
 mod oldest;
+mod phase;
 mod read;
 mod reconcile;
 mod room;

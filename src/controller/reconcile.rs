@@ -14,7 +14,8 @@ use jiff::Timestamp;
 
 use super::Context;
 use super::csr_api::CsrApi;
-use super::memory::{Done, Memory, Outcome};
+use super::memory::Memory;
+use super::phase::{Done, Outcome};
 use super::read::{self, Read};
 use super::work_queue::Reconcile;
 use crate::display::short_name;
