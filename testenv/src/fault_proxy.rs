@@ -270,6 +270,16 @@ impl FaultProxy {
         self.shared.reconciling.lock().unwrap_or_else(PoisonError::into_inner).clone()
     }
 
+    /// How many GET requests other than watches (reads by name, lists and their pages) arrived
+    /// so far for `path` (for example `/api/v1/nodes`), whatever their query, but those a
+    /// [`Block`] refused ([`FaultProxy::requests`] holds them).
+    pub fn gets_of(&self, path: &str) -> u64 {
+        let seen = self.shared.seen.lock().unwrap_or_else(PoisonError::into_inner);
+        let count =
+            seen.iter().filter(|request| request.method == "GET" && !request.watch && request.path == path).count();
+        u64::try_from(count).unwrap_or(u64::MAX)
+    }
+
     /// Every write seen so far (Lease renewals and events too), in order of arrival.
     pub fn writes(&self) -> Vec<Write> {
         self.shared.writes.lock().unwrap_or_else(PoisonError::into_inner).clone()
