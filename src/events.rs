@@ -2,8 +2,8 @@
 //! found of a Node, published from one background task ([`Events`], [`EventPublisher`]), so no
 //! decision waits for its record. The controller and the periodic audit share one publisher.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -15,8 +15,10 @@ use kube::api::PostParams;
 use kube::runtime::events::Reporter;
 use kube::{Api, Client};
 use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
 
 use crate::display::{cut_message, short_name};
+use crate::kubernetes::retry_after;
 use crate::policy::{Decision, DecisionKind, Reason, is_dns_subdomain};
 
 /// Which decisions are also published as Events (logs and metrics record every one).
@@ -64,6 +66,8 @@ impl EventLevel {
 const EVENT_CONCURRENCY: usize = 4;
 /// Events waiting to be published; a full queue makes decisions wait (bounded memory).
 const EVENT_QUEUE: usize = 10_000;
+/// How many times an Event's create is sent when every answer names a wait (a 429's).
+const EVENT_ATTEMPTS: u32 = 3;
 /// How long shutdown waits for the queued events to be published.
 const EVENT_DRAIN: Duration = Duration::from_secs(5);
 /// The longest object name (a DNS subdomain).
@@ -127,15 +131,14 @@ impl Events {
         let reporter = Arc::new(reporter);
         let published = unpublished.clone();
         let task = tokio::spawn(async move {
+            let quiet = Quiet::default();
             futures::stream::unfold((receiver, Some(closed)), next_event)
                 .for_each_concurrent(EVENT_CONCURRENCY, |event| {
-                    let (api, reporter, published) = (&api, reporter.clone(), &published);
+                    let (api, reporter, published, quiet) = (&api, reporter.clone(), &published, &quiet);
                     async move {
                         let name = event.regarding.name.clone().unwrap_or_default();
                         let body = k8s_event(event, &reporter);
-                        if let Err(error) = api.create(&PostParams::default(), &body).await {
-                            tracing::warn!(regarding = %short_name(&name), %error, "publishing an event");
-                        }
+                        create(api, &body, quiet, &name).await;
                         published.fetch_sub(1, Ordering::AcqRel);
                     }
                 })
@@ -202,6 +205,56 @@ impl Events {
             self.unpublished.fetch_sub(1, Ordering::AcqRel);
             tracing::warn!("publishing an event: the publisher has stopped");
         }
+    }
+}
+
+/// Until when the publisher sends no Event: the end of the last wait the apiserver named (a 429's
+/// `Retry-After`). One for the whole publisher: the wait tells of the apiserver, not of one Event.
+#[derive(Debug, Default)]
+struct Quiet(Mutex<Option<Instant>>);
+
+impl Quiet {
+    /// Resolves once no wait named is running.
+    async fn wait(&self) {
+        loop {
+            let until = *self.0.lock().unwrap_or_else(PoisonError::into_inner);
+            match until {
+                Some(until) if until > Instant::now() => tokio::time::sleep_until(until).await,
+                _ => return,
+            }
+        }
+    }
+
+    /// Sends nothing for `wait` from now, unless a wait named earlier runs longer.
+    fn extend(&self, wait: Duration) {
+        let until = Instant::now() + wait;
+        let mut current = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        if current.is_none_or(|current| current < until) {
+            *current = Some(until);
+        }
+    }
+}
+
+/// Creates `body`, an Event regarding `regarding`, once `quiet` lets it; after an answer naming a
+/// wait (a 429's `Retry-After`, [`retry_after::told`]) nothing is sent before that wait is over,
+/// and this Event is tried again, [`EVENT_ATTEMPTS`] times in all. Logs the failure that ends it.
+async fn create(api: &Api<K8sEvent>, body: &K8sEvent, quiet: &Quiet, regarding: &str) {
+    for attempt in 1..=EVENT_ATTEMPTS {
+        quiet.wait().await;
+        let error = match api.create(&PostParams::default(), body).await {
+            Ok(_) => return,
+            Err(error) => error,
+        };
+        if let kube::Error::Api(status) = &error
+            && let Some(wait) = retry_after::told(status)
+        {
+            quiet.extend(wait);
+            if attempt < EVENT_ATTEMPTS {
+                continue;
+            }
+        }
+        tracing::warn!(regarding = %short_name(regarding), %error, attempt, "publishing an event");
+        return;
     }
 }
 
@@ -323,7 +376,57 @@ impl PendingEvent {
 
 #[cfg(test)]
 mod tests {
+    use std::convert::Infallible;
+
+    use bytes::Bytes;
+    use http::{Request, Response};
+    use http_body_util::{BodyExt, Full};
+    use kube::client::{Body, ClientBuilder, DynBody};
+    use tower::ServiceExt as _;
+    use tower::util::AndThenLayer;
+
     use super::*;
+
+    type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+    /// The seconds at which Event creates arrive at an apiserver that answers the first
+    /// `throttled` of them 429 with `Retry-After: 2`, through a client that carries the header;
+    /// one create started at each of `starts` (seconds).
+    async fn arrivals(starts: &[u64], throttled: usize) -> Vec<u64> {
+        let (seen, start) = (Arc::new(Mutex::new(Vec::new())), Instant::now());
+        let record = seen.clone();
+        let service = tower::service_fn(move |_: Request<Body>| {
+            let record = record.clone();
+            async move {
+                let mut seen = record.lock().unwrap();
+                seen.push((Instant::now() - start).as_secs());
+                let (code, body) = if seen.len() <= throttled { (429, "slow down") } else { (201, "{}") };
+                let body: Box<DynBody> =
+                    Box::new(Full::new(Bytes::from(body)).map_err(|never: Infallible| -> BoxError { match never {} }));
+                Ok::<_, BoxError>(Response::builder().status(code).header("Retry-After", "2").body(body).unwrap())
+            }
+        });
+        let carry = AndThenLayer::new(retry_after::carry_header);
+        let client: Client = ClientBuilder::new(service.map_err(BoxError::from), "default").with_layer(&carry).build();
+        let (api, quiet) = (Api::<K8sEvent>::namespaced(client, "default"), Quiet::default());
+        let creates = starts.iter().map(|after| async {
+            tokio::time::sleep(Duration::from_secs(*after)).await;
+            create(&api, &K8sEvent::default(), &quiet, "csr-a").await;
+        });
+        futures::future::join_all(creates).await;
+        seen.lock().unwrap().clone()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_event_answered_429_is_sent_again_after_its_retry_after_three_times_at_most() {
+        assert_eq!(arrivals(&[0], 1).await, [0, 2]);
+        assert_eq!(arrivals(&[0], 5).await, [0, 2, 4], "given up after three 429s");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn no_event_is_sent_before_the_retry_after_another_one_was_told() {
+        assert_eq!(arrivals(&[0, 1], 1).await, [0, 2, 2]);
+    }
 
     #[test]
     fn event_names_stay_valid_for_the_longest_object_names() {

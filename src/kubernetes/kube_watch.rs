@@ -2,23 +2,52 @@
 //! Service and its EndpointSlices) as one kind of stream: kube-runtime's watcher with a short
 //! retry backoff, so every watch is back within seconds of the apiserver's return.
 //! kube-runtime's default backoff grows to 30 s during an outage, and the expected 410 after it
-//! counts as one more failure.
+//! counts as one more failure. A watch's start, restart or list answered with a wait to come back
+//! after (a 429's `Retry-After`) is not tried again sooner than that wait.
 
 use std::fmt::Debug;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use futures::Stream;
+use futures::{Stream, StreamExt};
 use kube::runtime::utils::{Backoff, StreamBackoff};
 use kube::runtime::watcher;
 use kube::{Api, Resource};
 use serde::de::DeserializeOwned;
+
+use crate::kubernetes::retry_after;
 
 /// The watch of `api` with `config`, retried after [`WatchBackoff`]'s delays.
 pub fn stream<K>(api: Api<K>, config: watcher::Config) -> impl Stream<Item = watcher::Result<watcher::Event<K>>> + Send
 where
     K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
 {
-    StreamBackoff::new(watcher::watcher(api, config), WatchBackoff::default())
+    let backoff = WatchBackoff::default();
+    let told = backoff.told.clone();
+    // The backoff is asked for its delay right after an error passes here.
+    let watch = watcher::watcher(api, config).inspect(move |item| note(&told, item));
+    StreamBackoff::new(watch, backoff)
+}
+
+/// Keeps in `told` the wait an error `item` names, in milliseconds (0 for none), for the delay
+/// [`WatchBackoff`] gives next.
+fn note<T>(told: &AtomicU64, item: &watcher::Result<T>) {
+    if let Err(error) = item {
+        let millis = wait_named(error).map_or(0, |wait| wait.as_millis().try_into().unwrap_or(u64::MAX));
+        told.store(millis, Ordering::Release);
+    }
+}
+
+/// The wait the apiserver named with a watch's `error` ([`retry_after::told`]), if any.
+fn wait_named(error: &watcher::Error) -> Option<Duration> {
+    match error {
+        watcher::Error::InitialListFailed(kube::Error::Api(status))
+        | watcher::Error::WatchStartFailed(kube::Error::Api(status))
+        | watcher::Error::WatchFailed(kube::Error::Api(status))
+        | watcher::Error::WatchError(status) => retry_after::told(status),
+        _ => None,
+    }
 }
 
 /// A capped doubling backoff: `first` for the first attempt, doubled for each further one, at
@@ -45,10 +74,12 @@ impl Doubling {
 const WATCH_RETRY: Doubling = Doubling { first: Duration::from_millis(100), cap: Duration::from_secs(2) };
 
 /// The backoff of every watch of the approver: [`WATCH_RETRY`], reset by every event that
-/// arrives.
+/// arrives, or the wait the last error named when that is longer.
 #[derive(Debug, Default)]
 pub struct WatchBackoff {
     failures: u32,
+    /// The wait the last error named, in milliseconds (0 for none), taken by the next delay.
+    told: Arc<AtomicU64>,
 }
 
 impl Iterator for WatchBackoff {
@@ -56,7 +87,8 @@ impl Iterator for WatchBackoff {
 
     fn next(&mut self) -> Option<Duration> {
         self.failures = self.failures.saturating_add(1);
-        Some(WATCH_RETRY.delay(self.failures))
+        let told = Duration::from_millis(self.told.swap(0, Ordering::AcqRel));
+        Some(WATCH_RETRY.delay(self.failures).max(told))
     }
 }
 
@@ -79,6 +111,29 @@ mod tests {
         assert_eq!(backoff.next(), Some(WATCH_RETRY.cap));
         backoff.reset();
         assert_eq!(backoff.next(), Some(WATCH_RETRY.first));
+    }
+
+    /// A watch error carrying a Status of `code` naming `seconds` to wait.
+    fn named(code: u16, seconds: i32) -> watcher::Error {
+        let status: kube::core::Status = serde_json::from_value(serde_json::json!({
+            "status": "Failure", "code": code, "reason": "TooManyRequests",
+            "details": {"retryAfterSeconds": seconds},
+        }))
+        .unwrap();
+        watcher::Error::WatchStartFailed(kube::Error::Api(Box::new(status)))
+    }
+
+    #[test]
+    fn a_watch_answered_429_is_not_restarted_before_its_retry_after() {
+        let mut backoff = WatchBackoff::default();
+        let told = backoff.told.clone();
+        let mut delays = Vec::new();
+        for error in [named(429, 3), named(429, 0), named(500, 0)] {
+            note::<()>(&told, &Err(error));
+            delays.push(backoff.next().unwrap().as_millis());
+        }
+        assert_eq!(delays, [3000, 1000, 400], "a 429's wait, the shortest for a 429 naming none, then the backoff");
+        assert_eq!(backoff.next().unwrap().as_millis(), 800, "a wait is taken once");
     }
 
     #[test]

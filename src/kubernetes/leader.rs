@@ -16,6 +16,7 @@
 //! election: the election task then ends with [`LeaderError`], and the caller stops.
 
 mod fence;
+mod retry;
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -125,7 +126,8 @@ async fn start(client: Client, cfg: &LeaderConfig, skipped: Skipped) -> Result<(
     let manager = lease.manager().await?;
     let fence = Arc::new(WriteFence::new(identity.clone(), cfg.renew_deadline));
     let (stop, stopped) = tokio::sync::oneshot::channel();
-    let task = tokio::spawn(contend(lease, manager, fence.clone(), stopped, cfg.retry_period));
+    let periods = (cfg.retry_period, cfg.lease_duration);
+    let task = tokio::spawn(contend(lease, manager, fence.clone(), stopped, periods));
     let leases = Api::namespaced(client, &cfg.namespace);
     let observer = tokio::spawn(observe(leases, cfg.lease_name.clone(), fence.clone(), skipped));
     let election = Election { identity, stop: Some(stop), task: Some(task), observer };
@@ -160,13 +162,15 @@ impl LeaseSpec {
 
 /// Acquires and renews the Lease until stopped, then releases it. A Lease freed by its holder is
 /// contended for at once: a fresh manager reads it instead of sleeping out the old holder's term.
-/// Transient errors are retried every `retry_period`; a fatal one ([`is_fatal`]) ends the task.
+/// Transient errors are retried after the retry period, or after the wait the apiserver named
+/// when longer, within the Lease's duration ([`retry::wait_after`], `periods` holding both); a
+/// fatal one ([`is_fatal`]) ends the task.
 async fn contend(
     lease: LeaseSpec,
     mut manager: LeaseManager,
     fence: Arc<WriteFence>,
     mut stopped: tokio::sync::oneshot::Receiver<()>,
-    retry_period: Duration,
+    (retry_period, lease_duration): (Duration, Duration),
 ) -> Result<(), LeaseManagerError> {
     loop {
         tokio::select! {
@@ -184,8 +188,9 @@ async fn contend(
                     return Err(error);
                 }
                 Err(error) => {
-                    tracing::warn!(%error, "renewing or acquiring the Lease; retrying");
-                    tokio::time::sleep(retry_period).await;
+                    let wait = retry::wait_after(&error, retry_period, lease_duration, &fence, SystemTime::now());
+                    tracing::warn!(%error, wait_seconds = wait.as_secs_f64(), "renewing or acquiring the Lease; retrying");
+                    tokio::time::sleep(wait).await;
                 }
             },
             () = fence.released.notified(), if !fence.holding.load(Ordering::Acquire) => {

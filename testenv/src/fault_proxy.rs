@@ -1,9 +1,11 @@
 //! [`FaultProxy`]: a plain-HTTP proxy in front of kube-apiserver that fails, cuts, expires,
 //! throttles (429) and holds requests on command, and counts what passes.
 
+mod seen;
 mod serve;
 mod throttle;
 
+pub use seen::Seen;
 pub use throttle::Reconciling;
 
 use std::net::{Ipv4Addr, SocketAddr};
@@ -78,6 +80,7 @@ struct Switches {
     slow_initial_events: Option<Duration>,
     five_digit_years: bool,
     throttle: Option<u32>,
+    throttle_upkeep: Option<u32>,
 }
 
 /// What a CSR's or a Node's name holds for [`FaultProxy::serve_five_digit_years`] to serve it
@@ -96,10 +99,10 @@ struct Shared {
     held_initial_events_ends: AtomicU64,
     csr_reads: AtomicU64,
     failed_csr_reads: AtomicU64,
-    /// How many GET requests other than watches arrived for each path.
-    gets: Mutex<std::collections::HashMap<String, u64>>,
     /// The reconcile's requests (CSR reads by name, approval writes), for [`FaultProxy::throttle`].
     reconciling: Mutex<Vec<Reconciling>>,
+    /// Every request not refused by a [`Block`], for [`FaultProxy::requests`].
+    seen: Mutex<Vec<Seen>>,
 }
 
 impl Shared {
@@ -147,8 +150,8 @@ impl FaultProxy {
             held_initial_events_ends: AtomicU64::new(0),
             csr_reads: AtomicU64::new(0),
             failed_csr_reads: AtomicU64::new(0),
-            gets: Mutex::default(),
             reconciling: Mutex::default(),
+            seen: Mutex::default(),
         });
         let (ready, listening) = oneshot::channel();
         let (stop, stopped) = oneshot::channel();
@@ -246,6 +249,21 @@ impl FaultProxy {
         self.shared.switches.send_modify(|switches| switches.throttle = retry_after_seconds);
     }
 
+    /// While `Some(seconds)`, the requests that keep a client's view and leadership going are
+    /// answered `429 Too Many Requests` with `Retry-After: <seconds>`, as [`FaultProxy::throttle`]
+    /// answers the reconcile's: every watch and list (a watch's start, restart or relist), every
+    /// request of a Lease but its watch (reads and renewals), every Event create. `None` passes
+    /// them on. [`FaultProxy::requests`] tells which were throttled.
+    pub fn throttle_upkeep(&self, retry_after_seconds: Option<u32>) {
+        self.shared.switches.send_modify(|switches| switches.throttle_upkeep = retry_after_seconds);
+    }
+
+    /// Every request seen so far but those a [`Block`] refused, in order of arrival, with the 429s
+    /// the throttles answered.
+    pub fn requests(&self) -> Vec<Seen> {
+        self.shared.seen.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
     /// Every CSR read by name and approval write seen so far, in order of arrival, with the 429s
     /// [`FaultProxy::throttle`] answered.
     pub fn reconciling(&self) -> Vec<Reconciling> {
@@ -253,9 +271,13 @@ impl FaultProxy {
     }
 
     /// How many GET requests other than watches (reads by name, lists and their pages) arrived
-    /// so far for `path` (for example `/api/v1/nodes`), whatever their query.
+    /// so far for `path` (for example `/api/v1/nodes`), whatever their query, but those a
+    /// [`Block`] refused ([`FaultProxy::requests`] holds them).
     pub fn gets_of(&self, path: &str) -> u64 {
-        self.shared.gets.lock().unwrap_or_else(PoisonError::into_inner).get(path).copied().unwrap_or(0)
+        let seen = self.shared.seen.lock().unwrap_or_else(PoisonError::into_inner);
+        let count =
+            seen.iter().filter(|request| request.method == "GET" && !request.watch && request.path == path).count();
+        u64::try_from(count).unwrap_or(u64::MAX)
     }
 
     /// Every write seen so far (Lease renewals and events too), in order of arrival.

@@ -83,7 +83,7 @@ pub use container_node::{ContainerNode, ContainerNodeOptions};
 pub use control_plane::ControlPlane;
 pub use cosign::{SigningKey, VerifyError};
 pub use error::Error;
-pub use fault_proxy::{Block, FIVE_DIGIT_YEAR_MARKER, FaultProxy, Reconciling, Write, WriteFault};
+pub use fault_proxy::{Block, FIVE_DIGIT_YEAR_MARKER, FaultProxy, Reconciling, Seen, Write, WriteFault};
 pub use kube_controller_manager::Signer;
 pub use kube_scheduler::Scheduler;
 pub use kubelet::{Kubelet, KubeletCredentials, KubeletOptions, SANDBOX_UID, host_address, running_as_root};

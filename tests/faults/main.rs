@@ -1,8 +1,9 @@
 //! Fault scenarios: the real binary against a real kube-apiserver of each test's own, each replica
 //! reaching it through a fault proxy of its own (`testenv::FaultProxy`): an apiserver outage, a
 //! watch expired with 410, a stalled or killed leader, failing approval writes, failing reads of a
-//! CSR, an apiserver shedding load with 429 and `Retry-After`, a client request budget, hostile CSR
-//! names.
+//! CSR, an apiserver shedding load with 429 and `Retry-After` (the reconcile's requests, or the
+//! watches, the Lease and Events), a client request budget, hostile CSR names, an advertise address
+//! claimed among thousands of Nodes.
 //! Each creates CSRs concurrently through node impersonation, legitimate ones and forged ones, and
 //! asserts that every CSR ends with exactly one Approved or Denied condition as it must, within a
 //! bound once the fault is over (printed), by few approval writes, all made through the approval
@@ -29,5 +30,6 @@ mod names;
 mod poisoned;
 mod reads;
 mod throttled;
+mod upkeep;
 mod watches;
 mod writes;

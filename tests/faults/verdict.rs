@@ -4,8 +4,9 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
+use jiff::Timestamp;
 use kube::api::ListParams;
 use kube::{Api, Client};
 use node_csr_approver::kubernetes::object_fields::{Condition, Csr};
@@ -221,4 +222,31 @@ impl Writes {
             "approval writes reaching the apiserver: {self:?} for {decided} CSRs"
         );
     }
+}
+
+/// Whether the Lease stayed `replica`'s (`<replica>_<suffix>`) from `from` to `to`: every renewal
+/// seen names it, and none expired before the next one, or before `to`. `Err` tells the other
+/// holder or the lapse.
+pub fn lease_kept(lease: &LeaseLog, replica: &str, from: SystemTime, to: SystemTime) -> Result<(), String> {
+    let (from, to) = (Timestamp::try_from(from).unwrap(), Timestamp::try_from(to).unwrap());
+    let renewals = lease.renewals();
+    let named = |holder: &str| holder.strip_prefix(replica).is_some_and(|rest| rest.starts_with('_'));
+    if let Some(other) = renewals.iter().find(|renewal| !named(&renewal.holder)) {
+        return Err(format!("{} renewed the Lease at {}: {renewals:?}", other.holder, other.renewed));
+    }
+    let Some(first) = renewals.iter().rposition(|renewal| renewal.renewed <= from) else {
+        return Err(format!("nobody had renewed the Lease at {from}: {renewals:?}"));
+    };
+    for pair in renewals[first..].windows(2) {
+        let expired = pair[0].renewed + pair[0].duration;
+        if pair[1].renewed > expired {
+            return Err(format!("the Lease expired at {expired}, renewed only at {}", pair[1].renewed));
+        }
+    }
+    let last = &renewals[renewals.len() - 1];
+    let expires = last.renewed + last.duration;
+    if expires < to {
+        return Err(format!("the Lease expired at {expires}, last renewed at {}, before {to}", last.renewed));
+    }
+    Ok(())
 }

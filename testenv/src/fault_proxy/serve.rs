@@ -19,7 +19,7 @@ use kube::config::Kubeconfig;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::oneshot;
 
-use super::{BIND, Block, Shared, Switches, Write, WriteFault};
+use super::{BIND, Block, Seen, Shared, Switches, Write, WriteFault};
 use crate::{Error, kubeconfig};
 
 /// The watch event the apiserver sends when a watch's resourceVersion is too old.
@@ -129,19 +129,21 @@ struct Kind {
     watch: bool,
     resource_version: String,
     initial_events: bool,
+    continued: bool,
 }
 
 impl Kind {
     fn of(method: &Method, uri: &Uri) -> Kind {
         let approval_write =
             matches!(*method, Method::PATCH | Method::PUT | Method::POST) && uri.path().ends_with("/approval");
-        let (mut watch, mut resource_version, mut initial_events) = (false, String::new(), false);
+        let (mut watch, mut resource_version, mut initial_events, mut continued) = (false, String::new(), false, false);
         for pair in uri.query().unwrap_or_default().split('&') {
             let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
             match key {
                 "watch" => watch = matches!(value, "true" | "1"),
                 "resourceVersion" => value.clone_into(&mut resource_version),
                 "sendInitialEvents" => initial_events = value == "true",
+                "continue" => continued = !value.is_empty(),
                 _ => {}
             }
         }
@@ -149,7 +151,7 @@ impl Kind {
         let one_csr =
             uri.path().strip_prefix(CSR_COLLECTION).is_some_and(|name| !name.is_empty() && !name.contains('/'));
         let csr_read = *method == Method::GET && !watch && one_csr;
-        Kind { write, approval_write, csr_read, watch, resource_version, initial_events }
+        Kind { write, approval_write, csr_read, watch, resource_version, initial_events, continued }
     }
 
     /// Whether [`super::FaultProxy::expire_watches`] answers it.
@@ -168,9 +170,6 @@ async fn handle(
     let kind = Kind::of(request.method(), request.uri());
     if kind.watch {
         shared.watch_requests.fetch_add(1, Ordering::Relaxed);
-    } else if request.method() == Method::GET {
-        let path = request.uri().path().to_owned();
-        *shared.gets.lock().unwrap_or_else(std::sync::PoisonError::into_inner).entry(path).or_default() += 1;
     }
     let (parts, body) = request.into_parts();
     let body = body.collect().await.map_err(|_| reset(&socket))?.to_bytes();
@@ -185,6 +184,25 @@ async fn handle(
         record(None, true);
         return Err(reset(&socket));
     };
+    let mut seen = Seen {
+        at,
+        method: parts.method.to_string(),
+        path: parts.uri.path().to_owned(),
+        watch: kind.watch,
+        continued: kind.continued,
+        throttled: None,
+    };
+    seen.throttled = switches.throttle_upkeep.filter(|_| super::throttle::upkeep(&seen));
+    let reconcile = kind.csr_read || kind.approval_write;
+    if reconcile {
+        seen.throttled = seen.throttled.or(switches.throttle);
+    }
+    let upkeep = seen.throttled.filter(|_| !reconcile);
+    shared.seen.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(seen);
+    if let Some(seconds) = upkeep {
+        record(Some(429), true);
+        return Ok(super::throttle::too_many(&shared, seconds));
+    }
     if switches.expire_watches && kind.expirable() {
         shared.expired_watches.fetch_add(1, Ordering::Relaxed);
         return Ok(fixed(StatusCode::OK, format!("{EXPIRED_EVENT}\n"), &shared));
