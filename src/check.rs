@@ -17,13 +17,14 @@ use crate::kubelet_tls::read_chain;
 use crate::kubernetes::apiserver::{
     ServiceObject, SliceObject, is_apiserver_service, is_apiserver_slice, service_addresses, slice_addresses,
 };
-use crate::kubernetes::cluster::{COMMAND_APISERVER_WAIT, KubeCluster, StaticCluster, node_info};
+use crate::kubernetes::cluster::{COMMAND_APISERVER_WAIT, KubeCluster, StaticCluster};
 use crate::kubernetes::connect::{ConnectError, connect};
 use crate::kubernetes::csr_ledger::CsrLedger;
 use crate::kubernetes::csr_object::CsrObject;
 use crate::kubernetes::decoded::Skipped;
 use crate::kubernetes::machines::{MachineSource, machine_from_json, pending_in};
 use crate::kubernetes::node_object::NodeObject;
+use crate::kubernetes::node_object::node_info;
 use crate::kubernetes::object_fields::Csr;
 use crate::object_files::{DocumentProblem, Input, InputError, NotApiserver, Object, read_objects};
 use crate::policy::{
@@ -167,7 +168,8 @@ pub async fn command(args: &CheckArgs, settings: &Settings, out: &mut impl Write
         _ => None,
     };
     let kubelet_dial = settings.machines.as_ref().and_then(|source| source.kubelet_dial(policy));
-    let cluster = KubeCluster::new(connection.client, machines, ledger, skipped).with_kubelet_dial(kubelet_dial);
+    let cluster = KubeCluster::new(connection.client, machines, ledger, skipped, policy.user_rules.read_node())
+        .with_kubelet_dial(kubelet_dial);
     // Until listed, a CSR with an IP SAN is reported as a retry (ClusterUnavailable).
     cluster.apiserver_first_answer(COMMAND_APISERVER_WAIT).await;
     Ok(run(&csrs, policy, &resolver, &cluster, now, args.output, out).await?)

@@ -18,7 +18,7 @@ pub(crate) mod kube_watch;
 pub(crate) mod kubelet_endpoint;
 pub(crate) mod leader;
 pub(crate) mod machines;
-pub(crate) mod node_addresses;
+pub(crate) mod node_index;
 pub mod node_object;
 pub mod node_target;
 pub mod object_fields;

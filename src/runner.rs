@@ -92,12 +92,15 @@ pub async fn run(settings: Settings) -> Result<(), RunError> {
     let instance = election.as_ref().map(|election| election.identity().to_owned());
     let (events, event_publisher) =
         Events::start(client.clone(), Reporter { controller: "node-csr-approver".into(), instance }, cfg.events);
+    let cluster =
+        KubeCluster::new(client.clone(), machines.clone(), ledger, skipped.clone(), policy.user_rules.read_node())
+            .with_kubelet_dial(kubelet_dial)
+            .watching_nodes();
     let ctx = Arc::new(Context {
         api: Api::all(client.clone()),
         policy,
         resolver,
-        cluster: KubeCluster::new(client.clone(), machines.clone(), ledger, skipped.clone())
-            .with_kubelet_dial(kubelet_dial),
+        cluster,
         leadership,
         events,
         metrics,

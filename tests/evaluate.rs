@@ -8,8 +8,9 @@ mod support;
 use std::time::Duration;
 
 use node_csr_approver::dns::HickoryResolver;
-use node_csr_approver::kubernetes::cluster::{StaticCluster, node_info};
+use node_csr_approver::kubernetes::cluster::StaticCluster;
 use node_csr_approver::kubernetes::node_object::NodeObject;
+use node_csr_approver::kubernetes::node_object::node_info;
 use node_csr_approver::policy::{
     ApiserverAddresses, CONTROL_PLANE_LABEL, DecisionKind, Evaluation, NodeAddress, NodeInfo, PolicyConfig, Reason,
     Submission, UserRule, UserRules, evaluate,

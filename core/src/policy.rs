@@ -44,6 +44,7 @@ pub use ports::{
 pub use reason::Reason;
 pub use report::{CheckId, CheckResult, Consequence, Failure, Outcome};
 pub use reserved::{ReservedKind, reserved_address};
+pub use rule_checks::node_projection;
 pub use rules::{Bootstrapper, HostnameMatch, MachinePolicy, PolicyConfig};
 pub use superseded::serving_node;
 pub use user_rules::{NotCompiled, RuleBound, RuleError, UserRule, UserRules, object_for_rules};

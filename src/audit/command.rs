@@ -93,7 +93,7 @@ pub async fn command(
         }
         _ => None,
     };
-    let cluster = KubeCluster::new(connection.client, machines, CsrLedger::without_csrs(), skipped.clone());
+    let cluster = KubeCluster::new(connection.client, machines, CsrLedger::without_csrs(), skipped.clone(), false);
     cluster.apiserver_first_answer(COMMAND_APISERVER_WAIT).await;
     let dial_rules = KubeletDialRules { prefixes: settings.policy.ip_prefixes.clone(), port: kubelet.port };
     let mut targets = Vec::new();

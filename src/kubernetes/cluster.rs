@@ -11,25 +11,28 @@ use crate::kubelet_tls::KubeletServingCa;
 use crate::kubernetes::apiserver::ApiserverWatch;
 use crate::kubernetes::csr_ledger::CsrLedger;
 use crate::kubernetes::decoded::{Decoded, Skipped};
-use crate::kubernetes::kubelet_endpoint::{node_addresses, served_by, served_offline, undialled_apiserver_addresses};
+use crate::kubernetes::kubelet_endpoint::{served_by, served_offline, undialled_apiserver_addresses};
 use crate::kubernetes::machines::MachineCache;
-use crate::kubernetes::node_addresses::NodeAddresses;
-use crate::kubernetes::node_object::NodeObject;
+use crate::kubernetes::node_index::{Known, NodeIndex};
+use crate::kubernetes::node_object::{NodeFacts, NodeObject};
 use crate::kubernetes::object_fields::ObjectKind;
 use crate::policy::{
     AddressClaim, ApiserverAddresses, BrakeInputs, CONTROL_PLANE_LABEL, ClusterError, ClusterView, KubeletCertificate,
     KubeletDialRules, MachineInfo, NodeInfo, RequestError, ServingCsr, brake_limit, same_ip,
 };
 
-/// The live cluster: one GET per Node asked for; who claims an address from the watched Nodes'
-/// addresses ([`NodeAddresses`]); Machines and Nodes from the watched caches of machine mode; a node's serving CSRs, and in machine mode the pending CSRs and approved client
-/// CSRs, from the CSR cache ([`CsrLedger`]);
-/// the apiserver's addresses from their own watch ([`ApiserverWatch`]); a kubelet's certificate
-/// from a GET of its Node and a dial of the address that Node gives, where the rules allow it.
+/// The live cluster: a Node, and who claims an address, from the watched Nodes ([`NodeIndex`];
+/// a Node by a GET while that watch is not live); Machines and Nodes from the watched caches of
+/// machine mode; a node's serving CSRs, and in machine mode the pending CSRs and approved client
+/// CSRs, from the CSR cache ([`CsrLedger`]); the apiserver's addresses from their own watch
+/// ([`ApiserverWatch`]); a kubelet's certificate from a dial of the address its Node gives, where
+/// the rules allow it.
 #[derive(Clone)]
 pub struct KubeCluster {
     nodes: kube::Api<Decoded<NodeObject>>,
-    node_addresses: NodeAddresses,
+    node_index: NodeIndex,
+    nodes_for_rules: bool,
+    watch_nodes: bool,
     skipped: Skipped,
     machines: Option<MachineCache>,
     ledger: CsrLedger,
@@ -38,20 +41,24 @@ pub struct KubeCluster {
 }
 
 impl KubeCluster {
-    /// Reads Nodes through `client`, in machine mode Machines and Nodes from their caches, and
-    /// CSRs from the ledger; starts watching the apiserver's Service and EndpointSlices (so it must
-    /// be called on a Tokio runtime). Objects that cannot be decoded are reported to `skipped`.
+    /// Reads Nodes through `client` (keeping of each what the rules see of it when
+    /// `nodes_for_rules`), in machine mode Machines and Nodes from their caches, and CSRs from the
+    /// ledger; starts watching the apiserver's Service and EndpointSlices (so it must be called on
+    /// a Tokio runtime). Objects that cannot be decoded are reported to `skipped`.
     pub fn new(
         client: kube::Client,
         machines: Option<MachineCache>,
         ledger: CsrLedger,
         skipped: Skipped,
+        nodes_for_rules: bool,
     ) -> KubeCluster {
         let apiserver = ApiserverWatch::start(client.clone(), skipped.clone());
-        let node_addresses = NodeAddresses::new(client.clone(), skipped.clone());
+        let node_index = NodeIndex::new(client.clone(), skipped.clone(), nodes_for_rules);
         KubeCluster {
             nodes: kube::Api::all(client),
-            node_addresses,
+            node_index,
+            nodes_for_rules,
+            watch_nodes: false,
             skipped,
             machines,
             ledger,
@@ -60,16 +67,33 @@ impl KubeCluster {
         }
     }
 
-    /// Node `name` as read, or none; one that cannot be decoded is reported and an error, so what
-    /// needs it is retried, never decided without it.
-    async fn read_node(&self, name: &str) -> Result<Option<NodeObject>, ClusterError> {
+    /// What is read of Node `name`, or none: from the watched Nodes while their watch is live,
+    /// else (and for a Node whose projection is over the rules' bound) by a GET. One that cannot
+    /// be decoded is reported and an error, so what needs it is retried, never decided without it.
+    async fn node_facts(&self, name: &str) -> Result<Option<Arc<NodeFacts>>, ClusterError> {
+        if self.watch_nodes {
+            self.node_index.watch();
+        }
+        match self.node_index.known(name) {
+            Known::Live(Some(facts)) if !facts.over_rules_bound => return Ok(Some(facts)),
+            Known::Live(None) => return Ok(None),
+            Known::Undecodable(why) => return Err(ClusterError::Request(RequestError::new(why))),
+            Known::Live(Some(_)) | Known::Unknown => {}
+        }
         match self.nodes.get_opt(name).await.map_err(failed)? {
             None => Ok(None),
-            Some(Decoded::Object(node)) => Ok(Some(node)),
+            Some(Decoded::Object(node)) => Ok(Some(Arc::new(NodeFacts::read(&node, self.nodes_for_rules)))),
             Some(Decoded::Undecodable(undecodable)) => {
                 Err(ClusterError::Request(RequestError::new(self.skipped.report(ObjectKind::Node, &undecodable))))
             }
         }
+    }
+
+    /// The same view, watching every Node from its first read of one, so a CSR's Node and its
+    /// kubelet are read from the watched Nodes rather than by a GET each (the controller's: a
+    /// one-shot command reads a Node by a GET, and a standby reads none).
+    pub fn watching_nodes(self) -> KubeCluster {
+        KubeCluster { watch_nodes: true, ..self }
     }
 
     /// The same view, dialling kubelets only where the rules allow and verifying the certificates
@@ -116,7 +140,7 @@ const BRAKE_REPORT_PERIOD: std::time::Duration = std::time::Duration::from_secs(
 
 impl ClusterView for KubeCluster {
     async fn node(&self, name: &str) -> Result<Option<NodeInfo>, ClusterError> {
-        Ok(self.read_node(name).await?.as_ref().map(node_info))
+        Ok(self.node_facts(name).await?.map(|facts| facts.info.clone()))
     }
 
     async fn machines(&self) -> Result<Vec<Arc<MachineInfo>>, ClusterError> {
@@ -138,7 +162,7 @@ impl ClusterView for KubeCluster {
 
     /// From the watched Nodes' addresses: a lookup, whatever the number of Nodes.
     async fn nodes_claiming(&self, ips: &[IpAddr]) -> Result<Vec<AddressClaim>, ClusterError> {
-        self.node_addresses.claims(ips).await
+        self.node_index.claims(ips).await
     }
 
     async fn client_certificates(&self, node: &str) -> Result<Vec<String>, ClusterError> {
@@ -153,12 +177,12 @@ impl ClusterView for KubeCluster {
         let Some((ca, rules)) = &self.kubelet_dial else {
             return Ok(KubeletCertificate::Unusable("--kubelet-serving-ca-file is not set".into()));
         };
-        let Some(node) = self.read_node(name).await? else {
+        let Some(node) = self.node_facts(name).await? else {
             return Ok(KubeletCertificate::Unusable(format!("Node {name:?} does not exist")));
         };
-        let addresses = node_info(&node).addresses;
-        let undialled = undialled_apiserver_addresses(self, name, &addresses).await?;
-        Ok(served_by(&node, &addresses, ca, rules, &undialled).await)
+        let addresses = &node.info.addresses;
+        let undialled = undialled_apiserver_addresses(self, name, addresses).await?;
+        Ok(served_by(node.kubelet_port, addresses, ca, rules, &undialled).await)
     }
 }
 
@@ -291,21 +315,4 @@ fn claim<'a>(
             }
         }
     }
-}
-
-/// The parts of a Node that decisions read, and for the rules of `--rules` the parts of its object
-/// they may see (its metadata's name, uid, creation time, labels and annotations, its spec and its
-/// status's addresses: the core projects them further and bounds their size).
-pub fn node_info(node: &NodeObject) -> NodeInfo {
-    let addresses = node_addresses(node);
-    let metadata = &node.metadata.0;
-    let object = serde_json::json!({
-        "metadata": {
-            "name": metadata.name, "uid": metadata.uid, "creationTimestamp": metadata.creation_timestamp,
-            "labels": metadata.labels, "annotations": metadata.annotations,
-        },
-        "spec": node.spec,
-        "status": {"addresses": node.status.as_ref().and_then(|status| status.addresses.as_ref())},
-    });
-    NodeInfo { name: metadata.name.clone().unwrap_or_default(), addresses, object: Some(Arc::new(object)) }
 }

@@ -24,19 +24,13 @@ use crate::policy::{
 /// names and dial targets before the next is read.
 const NODES_PAGE: u32 = 500;
 
-/// The addresses of a Node's status.
-pub fn node_addresses(node: &NodeObject) -> Vec<NodeAddress> {
-    let addresses = node.status.iter().flat_map(|status| status.addresses.iter().flatten());
-    addresses.map(|a| NodeAddress { kind: a.type_.clone(), address: a.address.clone() }).collect()
-}
-
 /// Node `node` and where its kubelet is dialled, or why it is not.
 pub async fn node_target<C: ClusterView>(cluster: &C, node: &NodeObject, rules: &KubeletDialRules) -> NodeTarget {
     let node_meta = &node.metadata.0;
     let name = node_meta.name.clone().unwrap_or_default();
-    let addresses = node_addresses(node);
+    let addresses = node.addresses();
     let target = match undialled_apiserver_addresses(cluster, &name, &addresses).await {
-        Ok(apiserver) => dial_target(node, &addresses, rules, &apiserver),
+        Ok(apiserver) => dial_target(node.kubelet_port(), &addresses, rules, &apiserver),
         Err(error) => Err(NotDialled::ApiserverAddresses(error)),
     };
     NodeTarget { node: name, uid: node_meta.uid.clone(), target }
@@ -88,16 +82,16 @@ pub fn internal_ip(addresses: &[NodeAddress]) -> Result<IpAddr, NotDialled> {
     address.address.trim().parse().map_err(|_| NotDialled::InternalIpNotIp(address.address.clone()))
 }
 
-/// Where the kubelet of `node` is dialled, when `rules` allow its address and port (`apiserver`
-/// holds the apiserver's addresses the node does not own), or why it is not.
+/// Where the kubelet of a Node listing `addresses` and `kubelet_port` is dialled, when `rules`
+/// allow its address and port (`apiserver` holds the apiserver's addresses the node does not
+/// own), or why it is not.
 pub fn dial_target(
-    node: &NodeObject,
+    kubelet_port: Option<i32>,
     addresses: &[NodeAddress],
     rules: &KubeletDialRules,
     apiserver: &[IpAddr],
 ) -> Result<SocketAddr, NotDialled> {
-    let port = node.status.as_ref().and_then(|s| s.daemon_endpoints.as_ref()).and_then(|d| d.kubelet_endpoint.as_ref());
-    let port = match port.map(|endpoint| u16::try_from(endpoint.port)) {
+    let port = match kubelet_port.map(u16::try_from) {
         Some(Ok(port)) if port > 0 => port,
         _ => return Err(NotDialled::NoKubeletPort),
     };
@@ -123,16 +117,17 @@ pub async fn undialled_apiserver_addresses<C: ClusterView>(
     Ok(kubelet_dial_not_owned(&apiserver, &claims, name))
 }
 
-/// Dials the kubelet of `node`, when `rules` allow its address and port (`apiserver` holds the
-/// apiserver's addresses the node does not own), and verifies what it presents against `ca`.
+/// Dials the kubelet of a Node listing `addresses` and `kubelet_port`, when `rules` allow its
+/// address and port (`apiserver` holds the apiserver's addresses the node does not own), and
+/// verifies what it presents against `ca`.
 pub async fn served_by(
-    node: &NodeObject,
+    kubelet_port: Option<i32>,
     addresses: &[NodeAddress],
     ca: &KubeletServingCa,
     rules: &KubeletDialRules,
     apiserver: &[IpAddr],
 ) -> KubeletCertificate {
-    let target = match dial_target(node, addresses, rules, apiserver) {
+    let target = match dial_target(kubelet_port, addresses, rules, apiserver) {
         Ok(target) => target,
         Err(why) => return KubeletCertificate::Unusable(why.to_string()),
     };

@@ -27,6 +27,7 @@ mod budget;
 mod fence;
 mod leader;
 mod names;
+mod node_reads;
 mod poisoned;
 mod reads;
 mod throttled;

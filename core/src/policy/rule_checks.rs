@@ -7,6 +7,7 @@ mod values;
 use cel::{Context, Value};
 
 pub(crate) use inputs::RuleInputs;
+pub use values::node_projection;
 
 use super::reason::Reason;
 use super::report::{CheckId, Failure, Report};

@@ -23,8 +23,9 @@ const NODE_FIELDS: [(&str, &[&str]); 3] = [
 /// an empty map when the Node has none), or `None` when that projection is over
 /// [`MAX_NODE_BYTES`]. Only what is projected is read, and it is counted before it is copied: a
 /// Node that inflates the rest of its object costs nothing, and one that inflates its labels or
-/// annotations is refused after one pass over at most the bound.
-pub(crate) fn node_projection(node: &Json) -> Option<Json> {
+/// annotations is refused after one pass over at most the bound. A projection projects to
+/// itself, so a Node may be kept projected and projected again when evaluated.
+pub fn node_projection(node: &Json) -> Option<Json> {
     let kept = NODE_FIELDS.map(|(object, fields)| {
         let source = node.get(object);
         (object, fields.iter().filter_map(move |field| Some((*field, source?.get(field).filter(|v| !v.is_null())?))))
@@ -106,7 +107,8 @@ mod tests {
             "spec": {"providerID": "aws:///i-1", "taints": [{"key": "k", "effect": "NoSchedule"}]},
             "status": {"addresses": [{"type": "InternalIP", "address": "10.0.0.1"}]},
         });
-        assert_eq!(node_projection(&node), Some(expected));
+        assert_eq!(node_projection(&node), Some(expected.clone()));
+        assert_eq!(node_projection(&expected), Some(expected), "a projection projects to itself");
         assert_eq!(
             node_projection(&json!({})),
             Some(json!({"metadata": {"labels": {}, "annotations": {}}, "spec": {}, "status": {}}))

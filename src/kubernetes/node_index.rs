@@ -1,12 +1,19 @@
-//! Who claims each address among the Nodes ([`NodeAddresses`]): one watch of every Node, kept as
-//! its name, the addresses its status lists and whether it carries the control-plane role label,
-//! indexed by address. A CSR that names an apiserver's advertise address asks it which Nodes list
-//! that address, a lookup where it was a list of every Node per CSR. The watch starts when first
-//! asked (most clusters never ask: only a control-plane node's own serving certificate names an
-//! advertise address) and runs from then on; until its first list completes the claims are
-//! unknown (the CSR is retried). A relist replaces the index whole when it completes. A Node that
-//! cannot be decoded might list any address: while one is held, the claims are unknown too, never
-//! read without it.
+//! The watched Nodes ([`NodeIndex`]): one watch of every Node, each kept as what decisions read
+//! of it ([`NodeFacts`]), indexed by name and by address. A CSR's Node, the kubelet a renewal
+//! dials and who claims an apiserver's advertise address are lookups, whatever the number of
+//! Nodes, where each was a GET (or a list of every Node) per CSR.
+//!
+//! The watch runs from when it is started: by the controller's first read of a Node
+//! (`--verify-node-addresses`, rules that read `node`, the renewal dial) or first question of
+//! who claims an advertise address; the one-shot commands read a Node by a GET. The index
+//! answers only while its watch is live: its first list complete, no relist under way, and
+//! nothing but events since the watch's last error. Events come in the apiserver's order, so a
+//! live index shows each Node as it was a watch delivery ago, never a state it did not have.
+//! Otherwise a Node is read by a GET, as the index would have shown it, and the claims of an
+//! address are unknown (the CSR is retried). A relist keeps the Nodes that did not change as they
+//! were kept (one copy, shared) and replaces the index when it completes. A Node that cannot be
+//! decoded might list any address: while one is held, the claims are unknown too, never read
+//! without it.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::IpAddr;
@@ -20,23 +27,23 @@ use tokio::task::JoinHandle;
 
 use crate::kubernetes::decoded::{Decoded, Skipped};
 use crate::kubernetes::kube_watch;
-use crate::kubernetes::node_object::NodeObject;
+use crate::kubernetes::node_object::{NodeFacts, NodeObject};
 use crate::kubernetes::object_fields::{ObjectKind, UndecodableError};
-use crate::policy::{AddressClaim, CONTROL_PLANE_LABEL, ClusterError, RequestError, Unlisted};
+use crate::policy::{AddressClaim, ClusterError, RequestError, Unlisted};
 
 /// What the watch lists, as an error names it.
 const NODE_ADDRESSES: &str = "the Nodes' addresses";
 
-/// How long a first question waits for the first list.
+/// How long a question of the claims waits for the watch to be live.
 const FIRST_LIST: Duration = Duration::from_secs(5);
-/// How often the wait for the first list looks again.
+/// How often that wait looks again.
 const FIRST_LIST_POLL: Duration = Duration::from_millis(20);
 
 /// What is kept of one Node.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 enum Kept {
-    /// Its addresses (canonical) and whether it carries the control-plane role label.
-    Read { addresses: Vec<IpAddr>, control_plane: bool },
+    /// What is read of it.
+    Read(Arc<NodeFacts>),
     /// It could not be decoded: its addresses are unknown.
     Undecodable(UndecodableError),
 }
@@ -54,9 +61,9 @@ impl Index {
     fn insert(&mut self, name: Arc<str>, kept: Kept) {
         self.remove(&name);
         match &kept {
-            Kept::Read { addresses, .. } => {
-                for address in addresses {
-                    self.by_address.entry(*address).or_default().insert(name.clone());
+            Kept::Read(facts) => {
+                for address in facts.ips() {
+                    self.by_address.entry(address).or_default().insert(name.clone());
                 }
             }
             Kept::Undecodable(why) => {
@@ -68,8 +75,8 @@ impl Index {
 
     fn remove(&mut self, name: &str) {
         self.undecodable.remove(name);
-        let Some(Kept::Read { addresses, .. }) = self.nodes.remove(name) else { return };
-        for address in addresses {
+        let Some(Kept::Read(facts)) = self.nodes.remove(name) else { return };
+        for address in facts.ips() {
             if let Some(names) = self.by_address.get_mut(&address) {
                 names.remove(name);
                 if names.is_empty() {
@@ -87,7 +94,7 @@ impl Index {
         let claim = |ip: &IpAddr| {
             let names = self.by_address.get(&ip.to_canonical()).into_iter().flatten();
             let labelled =
-                |name: &&Arc<str>| matches!(self.nodes.get(*name), Some(Kept::Read { control_plane: true, .. }));
+                |name: &&Arc<str>| matches!(self.nodes.get(*name), Some(Kept::Read(facts)) if facts.control_plane);
             AddressClaim {
                 ip: *ip,
                 nodes: names.clone().map(|name| name.to_string()).collect(),
@@ -98,37 +105,112 @@ impl Index {
     }
 }
 
-/// The watch's state: the index, a relist under way, and whether the first list completed.
+/// What the index tells of one Node.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Known {
+    /// The watch is live: the Node as last delivered, or none.
+    Live(Option<Arc<NodeFacts>>),
+    /// The watch is live and the Node could not be decoded.
+    Undecodable(UndecodableError),
+    /// The watch is not live (not yet listed, relisting, or failed since its last event): read
+    /// the Node.
+    Unknown,
+}
+
+/// The watch's state: the index, a relist under way, whether the first list completed and the
+/// watch's error since its last event.
 #[derive(Debug, Default)]
 struct State {
     index: Index,
-    relist: Option<Index>,
+    relist: Option<Vec<(Arc<str>, Kept)>>,
     synced: bool,
     error: Option<RequestError>,
+    for_rules: bool,
 }
 
 impl State {
+    fn for_rules(for_rules: bool) -> State {
+        State { for_rules, ..State::default() }
+    }
+
+    fn live(&self) -> bool {
+        self.synced && self.relist.is_none() && self.error.is_none()
+    }
+
     fn apply(&mut self, event: Result<watcher::Event<Decoded<NodeObject>>, watcher::Error>, skipped: &Skipped) {
         match event {
-            Ok(watcher::Event::Init) => self.relist = Some(Index::default()),
+            Ok(watcher::Event::Init) => self.relist = Some(Vec::new()),
             Ok(watcher::Event::InitApply(node)) => {
-                let (name, kept) = kept(&node, skipped);
-                self.relist.get_or_insert_default().insert(name, kept);
+                let (name, kept) = self.kept(&node, skipped);
+                self.relist.get_or_insert_default().push((name, kept));
             }
             Ok(watcher::Event::InitDone) => {
-                self.index = self.relist.take().unwrap_or_default();
+                let listed = self.relist.take().unwrap_or_default();
+                // The old index goes before the new one is built: what did not change is shared.
+                self.index = Index::default();
+                self.index.nodes.reserve(listed.len());
+                for (name, kept) in listed {
+                    self.index.insert(name, kept);
+                }
                 self.synced = true;
                 self.error = None;
             }
             Ok(watcher::Event::Apply(node)) => {
-                let (name, kept) = kept(&node, skipped);
+                let (name, kept) = self.kept(&node, skipped);
                 self.index.insert(name, kept);
+                self.error = None;
             }
-            Ok(watcher::Event::Delete(node)) => self.index.remove(&name_of(&node)),
+            Ok(watcher::Event::Delete(node)) => {
+                self.index.remove(&name_of(&node));
+                self.error = None;
+            }
             Err(error) => {
-                tracing::warn!(%error, "watching Nodes for the addresses they claim");
+                tracing::warn!(%error, "watching Nodes");
                 self.error = Some(RequestError::new(error));
             }
+        }
+    }
+
+    /// What is kept of `node` (one that cannot be decoded is reported to `skipped`): the facts
+    /// already kept when they did not change, so a relist holds no second copy of them.
+    fn kept(&self, node: &Decoded<NodeObject>, skipped: &Skipped) -> (Arc<str>, Kept) {
+        let name = name_of(node);
+        let (name, current) = match self.index.nodes.get_key_value(&*name) {
+            Some((name, current)) => (name.clone(), Some(current)),
+            None => (name, None),
+        };
+        let kept = match node {
+            Decoded::Object(node) => {
+                let facts = NodeFacts::kept(node, self.for_rules);
+                match current {
+                    Some(Kept::Read(current)) if **current == facts => Kept::Read(current.clone()),
+                    _ => Kept::Read(Arc::new(facts)),
+                }
+            }
+            Decoded::Undecodable(undecodable) => Kept::Undecodable(skipped.report(ObjectKind::Node, undecodable)),
+        };
+        (name, kept)
+    }
+
+    /// What the index tells of Node `name`.
+    fn known(&self, name: &str) -> Known {
+        if !self.live() {
+            return Known::Unknown;
+        }
+        match self.index.nodes.get(name) {
+            None => Known::Live(None),
+            Some(Kept::Read(facts)) => Known::Live(Some(facts.clone())),
+            Some(Kept::Undecodable(why)) => Known::Undecodable(why.clone()),
+        }
+    }
+
+    /// Why the claims are unknown now, or `None` when the watch is live.
+    fn not_live(&self) -> Option<Unlisted> {
+        match (&self.error, self.synced, &self.relist) {
+            (Some(error), _, _) => Some(Unlisted::Failed(error.clone())),
+            (None, false, _) => Some(Unlisted::FirstList("the first list of Nodes")),
+            (None, true, Some(_)) => Some(Unlisted::FirstList("a new list of Nodes")),
+            (None, true, None) => None,
         }
     }
 }
@@ -142,24 +224,9 @@ fn name_of(node: &Decoded<NodeObject>) -> Arc<str> {
     Arc::from(name.unwrap_or_default())
 }
 
-/// What is kept of `node`; one that cannot be decoded is reported to `skipped`.
-fn kept(node: &Decoded<NodeObject>, skipped: &Skipped) -> (Arc<str>, Kept) {
-    let kept = match node {
-        Decoded::Object(node) => {
-            let listed = node.status.iter().flat_map(|status| status.addresses.iter().flatten());
-            let addresses = listed.filter_map(|a| a.address.trim().parse::<IpAddr>().ok()).map(|ip| ip.to_canonical());
-            let labels = node.metadata.0.labels.as_ref();
-            let control_plane = labels.is_some_and(|labels| labels.contains_key(CONTROL_PLANE_LABEL));
-            Kept::Read { addresses: addresses.collect(), control_plane }
-        }
-        Decoded::Undecodable(undecodable) => Kept::Undecodable(skipped.report(ObjectKind::Node, undecodable)),
-    };
-    (name_of(node), kept)
-}
-
-/// The Nodes' addresses, watched once first asked. Cheap to clone.
+/// The watched Nodes, watched once first asked. Cheap to clone.
 #[derive(Clone)]
-pub struct NodeAddresses {
+pub struct NodeIndex {
     client: Client,
     skipped: Skipped,
     state: Arc<Mutex<State>>,
@@ -175,29 +242,43 @@ impl Drop for Watch {
     }
 }
 
-impl NodeAddresses {
-    /// Reads Nodes through `client` once asked; what cannot be decoded is reported to `skipped`.
-    pub fn new(client: Client, skipped: Skipped) -> NodeAddresses {
-        NodeAddresses { client, skipped, state: Arc::default(), watch: Arc::default() }
+impl NodeIndex {
+    /// Reads Nodes through `client` once asked, keeping of each what the rules see of it when
+    /// `for_rules`; what cannot be decoded is reported to `skipped`.
+    pub fn new(client: Client, skipped: Skipped, for_rules: bool) -> NodeIndex {
+        let state = Arc::new(Mutex::new(State::for_rules(for_rules)));
+        NodeIndex { client, skipped, state, watch: Arc::default() }
+    }
+
+    /// Starts the watch, unless it runs already.
+    pub fn watch(&self) {
+        self.watch.get_or_init(|| self.start());
+    }
+
+    /// What the index tells of Node `name` now: [`Known::Unknown`] until [`NodeIndex::watch`]
+    /// (or a question of the claims) started the watch and it is live.
+    pub fn known(&self, name: &str) -> Known {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner).known(name)
     }
 
     /// Who claims each of `ips`: the Nodes listing it, and which of them carry the control-plane
-    /// role label. Starts the watch when first asked and waits at most [`FIRST_LIST`] for its
-    /// first list; unknown (an error) until then, or while a Node cannot be decoded.
+    /// role label. Starts the watch when first asked and waits at most [`FIRST_LIST`] for it to
+    /// be live; unknown (an error) until then, or while a Node cannot be decoded.
     pub async fn claims(&self, ips: &[IpAddr]) -> Result<Vec<AddressClaim>, ClusterError> {
         self.watch.get_or_init(|| self.start());
         let deadline = tokio::time::Instant::now() + FIRST_LIST;
         loop {
             {
                 let state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-                if state.synced {
-                    let unlisted = |undecodable| Unlisted::Failed(RequestError::new(undecodable));
-                    let claims = state.index.claims(ips).map_err(unlisted);
-                    return claims.map_err(|why| ClusterError::NotListed { what: NODE_ADDRESSES, why });
-                }
+                let why = match state.not_live() {
+                    None => {
+                        let unlisted = |undecodable| Unlisted::Failed(RequestError::new(undecodable));
+                        let claims = state.index.claims(ips).map_err(unlisted);
+                        return claims.map_err(|why| ClusterError::NotListed { what: NODE_ADDRESSES, why });
+                    }
+                    Some(why) => why,
+                };
                 if tokio::time::Instant::now() >= deadline {
-                    let why =
-                        state.error.clone().map_or(Unlisted::FirstList("the first list of Nodes"), Unlisted::Failed);
                     return Err(ClusterError::NotListed { what: NODE_ADDRESSES, why });
                 }
             }
@@ -226,6 +307,7 @@ mod tests {
     use crate::kubernetes::decoded::Undecodable;
     use crate::kubernetes::node_object::NodeStatus;
     use crate::kubernetes::object_fields::Meta;
+    use crate::policy::CONTROL_PLANE_LABEL;
 
     fn node(name: &str, addresses: &[&str], control_plane: bool) -> Decoded<NodeObject> {
         let labels = control_plane.then(|| [(CONTROL_PLANE_LABEL.to_owned(), String::new())].into());
@@ -268,6 +350,7 @@ mod tests {
         apply(&mut state, watcher::Event::Init);
         apply(&mut state, watcher::Event::InitApply(node("w2", &["10.0.0.5"], false)));
         assert_eq!(claims(&state, "10.0.0.5"), Ok((names(&["w1"]), Vec::new())), "the old index until it completes");
+        assert!(state.not_live().is_some(), "but not read while the relist runs");
         apply(&mut state, watcher::Event::InitDone);
         assert_eq!(claims(&state, "10.0.0.5"), Ok((names(&["w2"]), Vec::new())));
         assert!(
@@ -280,7 +363,8 @@ mod tests {
     /// same claims, whatever the spelling of an address.
     #[tokio::test]
     async fn the_index_and_check_read_the_same_claims_of_the_same_nodes() {
-        use crate::kubernetes::cluster::{StaticCluster, node_info};
+        use crate::kubernetes::cluster::StaticCluster;
+        use crate::kubernetes::node_object::node_info;
         use crate::policy::ClusterView;
         let listed: [(&str, &[&str], bool); 4] = [
             ("cp", &["10.0.0.5", "fd00::5"], true),
@@ -334,5 +418,70 @@ mod tests {
         state.apply(Ok(watcher::Event::Delete(undecodable())), &skipped);
         assert_eq!(claims(&state, "10.0.0.9"), Ok((Vec::new(), Vec::new())));
         assert!(state.index.undecodable.is_empty(), "nothing left over");
+    }
+
+    #[test]
+    fn a_node_is_told_only_while_the_watch_is_live() {
+        let skipped = Skipped::logged();
+        let mut state = State::default();
+        let told = |state: &State| match state.known("w1") {
+            Known::Live(found) => Some(found.map(|facts| facts.info.addresses.len())),
+            Known::Unknown => None,
+            Known::Undecodable(why) => panic!("{why}"),
+        };
+        assert_eq!(told(&state), None, "before the first list");
+        state.apply(Ok(watcher::Event::Init), &skipped);
+        state.apply(Ok(watcher::Event::InitApply(node("w1", &["10.0.0.6"], false))), &skipped);
+        assert_eq!(told(&state), None, "while it is listed");
+        state.apply(Ok(watcher::Event::InitDone), &skipped);
+        assert_eq!(told(&state), Some(Some(1)));
+        assert_eq!(state.known("w2"), Known::Live(None), "a Node the live watch has not seen does not exist yet");
+        state.apply(Err(watcher::Error::NoResourceVersion), &skipped);
+        assert_eq!(told(&state), None, "after an error, until the watch delivers again");
+        assert!(state.not_live().is_some());
+        state.apply(Ok(watcher::Event::Apply(node("w1", &["10.0.0.6", "10.0.0.7"], false))), &skipped);
+        assert_eq!(told(&state), Some(Some(2)));
+        state.apply(Ok(watcher::Event::Init), &skipped);
+        assert_eq!(told(&state), None, "while it is listed again");
+        state.apply(Ok(watcher::Event::InitDone), &skipped);
+        assert_eq!(told(&state), Some(None), "gone from the new list");
+    }
+
+    #[test]
+    fn a_relist_keeps_one_copy_of_what_did_not_change() {
+        let skipped = Skipped::logged();
+        let mut state = State::default();
+        let list = |state: &mut State, nodes: [Decoded<NodeObject>; 2]| {
+            state.apply(Ok(watcher::Event::Init), &skipped);
+            for node in nodes {
+                state.apply(Ok(watcher::Event::InitApply(node)), &skipped);
+            }
+            state.apply(Ok(watcher::Event::InitDone), &skipped);
+        };
+        let facts = |state: &State, name: &str| match state.known(name) {
+            Known::Live(Some(facts)) => facts,
+            other => panic!("{other:?}"),
+        };
+        list(&mut state, [node("same", &["10.0.0.1"], false), node("moved", &["10.0.0.2"], false)]);
+        let (same, moved) = (facts(&state, "same"), facts(&state, "moved"));
+        list(&mut state, [node("same", &["10.0.0.1"], false), node("moved", &["10.0.0.3"], false)]);
+        assert!(Arc::ptr_eq(&same, &facts(&state, "same")), "the unchanged Node is the one kept");
+        assert!(!Arc::ptr_eq(&moved, &facts(&state, "moved")));
+        assert_eq!(claims(&state, "10.0.0.3"), Ok((names(&["moved"]), Vec::new())));
+        assert_eq!(claims(&state, "10.0.0.2"), Ok((Vec::new(), Vec::new())));
+    }
+
+    #[test]
+    fn what_the_rules_see_is_kept_only_when_they_read_nodes() {
+        let skipped = Skipped::logged();
+        for for_rules in [false, true] {
+            let mut state = State::for_rules(for_rules);
+            state.apply(Ok(watcher::Event::Init), &skipped);
+            state.apply(Ok(watcher::Event::InitApply(node("cp", &["10.0.0.5"], true))), &skipped);
+            state.apply(Ok(watcher::Event::InitDone), &skipped);
+            let Known::Live(Some(facts)) = state.known("cp") else { panic!("not told") };
+            assert_eq!(facts.info.object.is_some(), for_rules);
+            assert!(facts.control_plane);
+        }
     }
 }
