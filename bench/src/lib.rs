@@ -25,6 +25,7 @@
 //! (`utime + stime`) come from `/proc`.
 
 pub mod approver;
+pub mod audit_load;
 pub mod cluster;
 pub mod csrs;
 pub mod flood;

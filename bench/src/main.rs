@@ -49,11 +49,18 @@ struct Args {
     /// Run the storm alone, none of the other phases.
     #[arg(long, requires = "storm")]
     only_storm: bool,
+    /// Measure only the live latency with the periodic audit scanning this many hung kubelets and
+    /// without (bench/src/audit_load.rs); --live-rate and --out apply.
+    #[arg(long)]
+    audit_load: Option<usize>,
 }
 
 #[tokio::main]
 async fn main() -> ExitCode {
     let args = Args::parse();
+    if let Some(nodes) = args.audit_load {
+        return bench::audit_load::main(nodes, args.live_rate, &args.out).await;
+    }
     let explicit = args.peer.is_some();
     let peer = match (args.no_peer, args.peer.or_else(bench::peer::default_binary)) {
         (false, Some(binary)) => match bench::peer::unavailable(&binary) {

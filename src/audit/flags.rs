@@ -7,7 +7,7 @@ use std::time::Duration;
 use clap::Args;
 
 use crate::kubelet_tls::KubeletServingCa;
-use crate::values::{Checked, ValueError, duration, shared};
+use crate::values::{Checked, ValueError, duration, number, shared};
 
 /// Periodic-audit flags; every flag also reads an env var. Setting `--audit-period` turns it on.
 #[derive(Debug, Clone, Args)]
@@ -22,8 +22,15 @@ pub struct AuditScanArgs {
     /// The periodic audit also exports one series per Node (its state, its certificate's notAfter)
     #[arg(long, env = "AUDIT_NODE_METRICS", default_value = "false")]
     pub audit_node_metrics: bool,
+    /// How long the periodic audit gives the connection and the TLS handshake with one kubelet together, 10ms..=60s
+    #[arg(long, env = "AUDIT_DIAL_TIMEOUT", value_name = "DURATION", default_value = "3s", value_parser = duration(TEN_MILLISECONDS, MINUTE))]
+    pub audit_dial_timeout: Duration,
+    /// How many kubelets the periodic audit dials at once, 1..=256; a scan of N Nodes none of whose kubelets answers takes at most ceil(N / this) × --audit-dial-timeout, plus listing the Nodes
+    #[arg(long, env = "AUDIT_DIAL_CONCURRENCY", value_name = "N", default_value_t = DIAL_CONCURRENCY, value_parser = number::<u16>(1..=256))]
+    pub audit_dial_concurrency: u16,
 }
 
+const TEN_MILLISECONDS: Duration = Duration::from_millis(10);
 const SECOND: Duration = Duration::from_secs(1);
 const MINUTE: Duration = Duration::from_secs(60);
 const DAY: Duration = Duration::from_secs(24 * 3600);
@@ -34,8 +41,8 @@ const TEN_YEARS: Duration = Duration::from_secs(3650 * 24 * 3600);
 /// (or `audit --fail-on expiring=DURATION`) says otherwise.
 pub const DEFAULT_EXPIRING_WITHIN: Duration = WEEK;
 
-/// How many kubelets a scan dials at once, unless `--dial-concurrency` says otherwise; the
-/// periodic audit's.
+/// How many kubelets a scan dials at once, unless `--dial-concurrency` (`audit`) or
+/// `--audit-dial-concurrency` (the periodic audit) says otherwise.
 pub const DIAL_CONCURRENCY: u16 = 16;
 
 /// [`DEFAULT_EXPIRING_WITHIN`] as `--help` shows it, in whole days (`7d`).
@@ -55,6 +62,10 @@ pub struct AuditSchedule {
     pub ca: Option<KubeletServingCa>,
     /// `--kubelet-port`.
     pub kubelet_port: u16,
+    /// `--audit-dial-timeout`: how long one kubelet's connection and handshake may take together.
+    pub dial_limit: Duration,
+    /// `--audit-dial-concurrency`: how many kubelets are dialled at once.
+    pub dial_concurrency: u16,
 }
 
 impl AuditScanArgs {
@@ -63,7 +74,8 @@ impl AuditScanArgs {
     pub(crate) fn schedule(&self, ca: Option<KubeletServingCa>, kubelet_port: u16) -> Option<AuditSchedule> {
         let period = self.audit_period.filter(|period| !period.is_zero())?;
         let (expiring_within, node_metrics) = (self.audit_expiring_within, self.audit_node_metrics);
-        Some(AuditSchedule { period, expiring_within, node_metrics, ca, kubelet_port })
+        let (dial_limit, dial_concurrency) = (self.audit_dial_timeout, self.audit_dial_concurrency);
+        Some(AuditSchedule { period, expiring_within, node_metrics, ca, kubelet_port, dial_limit, dial_concurrency })
     }
 }
 
@@ -90,14 +102,20 @@ mod tests {
         assert!(schedule(&["--audit-period="]).unwrap().is_none(), "empty is off");
         let on = schedule(&["--audit-period=6h"]).unwrap().unwrap();
         assert_eq!(
-            (on.period, on.expiring_within, on.node_metrics),
-            (Duration::from_secs(6 * 3600), DEFAULT_EXPIRING_WITHIN, false)
+            (on.period, on.expiring_within, on.node_metrics, on.dial_limit, on.dial_concurrency),
+            (Duration::from_secs(6 * 3600), DEFAULT_EXPIRING_WITHIN, false, crate::kubelet_tls::DIAL_LIMIT, 16)
         );
-        let tuned = schedule(&["--audit-period=10s", "--audit-expiring-within=30d", "--audit-node-metrics"]);
+        let tuned = schedule(&[
+            "--audit-period=10s",
+            "--audit-expiring-within=30d",
+            "--audit-node-metrics",
+            "--audit-dial-timeout=150ms",
+            "--audit-dial-concurrency=256",
+        ]);
         let tuned = tuned.unwrap().unwrap();
         assert_eq!(
-            (tuned.period, tuned.expiring_within, tuned.node_metrics),
-            (Duration::from_secs(10), WEEK * 30 / 7, true)
+            (tuned.period, tuned.expiring_within, tuned.node_metrics, tuned.dial_limit, tuned.dial_concurrency),
+            (Duration::from_secs(10), WEEK * 30 / 7, true, Duration::from_millis(150), 256)
         );
         for (flag, env, bad) in [
             ("--audit-period", "AUDIT_PERIOD", "999ms"),
@@ -106,6 +124,10 @@ mod tests {
             ("--audit-expiring-within", "AUDIT_EXPIRING_WITHIN", "59s"),
             ("--audit-expiring-within", "AUDIT_EXPIRING_WITHIN", "soon"),
             ("--audit-node-metrics", "AUDIT_NODE_METRICS", "yes"),
+            ("--audit-dial-timeout", "AUDIT_DIAL_TIMEOUT", "9ms"),
+            ("--audit-dial-timeout", "AUDIT_DIAL_TIMEOUT", "61s"),
+            ("--audit-dial-concurrency", "AUDIT_DIAL_CONCURRENCY", "0"),
+            ("--audit-dial-concurrency", "AUDIT_DIAL_CONCURRENCY", "257"),
         ] {
             let error = read::<AuditScanArgs>(&[&format!("{flag}={bad}")]).unwrap_err();
             assert!(error.contains(&format!("{flag} (env {env})")), "{bad}: {error}");

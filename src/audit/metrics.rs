@@ -48,6 +48,31 @@ pub struct AuditedNode<'a> {
     pub not_after: Option<i64>,
 }
 
+/// What a scan in progress has counted: Nodes by state and by finding, the soonest notAfter, and
+/// each Node's name, state and notAfter only when the per-Node series are exported
+/// ([`AuditMetrics::tally`]): without them it holds nothing per Node.
+#[derive(Debug, Default)]
+pub(crate) struct ScanTally {
+    states: HashMap<&'static str, usize>,
+    findings: HashMap<&'static str, usize>,
+    soonest_expiry: Option<i64>,
+    per_node: Option<Vec<(String, &'static str, Option<i64>)>>,
+}
+
+impl ScanTally {
+    /// Counts one Node as the scan found it.
+    pub(crate) fn add(&mut self, node: AuditedNode<'_>) {
+        *self.states.entry(node.state).or_default() += 1;
+        for &finding in node.findings {
+            *self.findings.entry(finding).or_default() += 1;
+        }
+        self.soonest_expiry = self.soonest_expiry.into_iter().chain(node.not_after).min();
+        if let Some(nodes) = self.per_node.as_mut() {
+            nodes.push((node.node.to_owned(), node.state, node.not_after));
+        }
+    }
+}
+
 /// The Nodes with series exported, and the state each series names.
 type NodeSeries = HashMap<String, &'static str>;
 
@@ -161,36 +186,42 @@ impl AuditMetrics {
         self.per_node.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Sets the counts, the soonest notAfter and the per-Node series from one completed scan of
-    /// `nodes` (every Node listed), which ended at `finished` (seconds since the epoch) after
-    /// `took`.
-    pub(crate) fn record_scan(&self, nodes: &[AuditedNode<'_>], finished: f64, took: Duration) {
+    /// An empty tally of a scan: it keeps the Nodes' names and states only when the per-Node
+    /// series are exported.
+    pub(crate) fn tally(&self) -> ScanTally {
+        ScanTally { per_node: self.series().as_ref().map(|_| Vec::new()), ..ScanTally::default() }
+    }
+
+    /// Sets the counts, the soonest notAfter and the per-Node series from the `tally` of one
+    /// completed scan (every Node listed), which ended at `finished` (seconds since the epoch)
+    /// after `took`.
+    pub(crate) fn record_scan(&self, tally: ScanTally, finished: f64, took: Duration) {
+        let count = |counts: &HashMap<&'static str, usize>, name| {
+            i64::try_from(counts.get(name).copied().unwrap_or(0)).unwrap_or(i64::MAX)
+        };
         for state in self.states() {
-            let count = nodes.iter().filter(|node| node.state == state).count();
-            self.nodes.get_or_create(&StateLabels { state }).set(i64::try_from(count).unwrap_or(i64::MAX));
+            self.nodes.get_or_create(&StateLabels { state }).set(count(&tally.states, state));
         }
         for &finding in self.finding_names.iter() {
-            let count = nodes.iter().filter(|node| node.findings.contains(&finding)).count();
-            let labels = FindingLabels { finding };
-            self.findings.get_or_create(&labels).set(i64::try_from(count).unwrap_or(i64::MAX));
+            self.findings.get_or_create(&FindingLabels { finding }).set(count(&tally.findings, finding));
         }
-        self.soonest_expiry.set(nodes.iter().filter_map(|node| node.not_after).min().unwrap_or(0));
+        self.soonest_expiry.set(tally.soonest_expiry.unwrap_or(0));
         self.last_scan.set(finished as i64);
         self.last_duration.set(took.as_secs_f64());
         let mut series = self.series();
-        let Some(exported) = series.as_mut() else { return };
+        let (Some(exported), Some(nodes)) = (series.as_mut(), tally.per_node) else { return };
         let mut now = HashMap::with_capacity(nodes.len());
-        for node in nodes {
-            if let Some(state) = exported.remove(node.node).filter(|state| *state != node.state) {
-                self.node_state.remove(&NodeStateLabels { node: node.node.to_owned(), state });
+        for (node, state, not_after) in nodes {
+            if let Some(state) = exported.remove(&node).filter(|before| *before != state) {
+                self.node_state.remove(&NodeStateLabels { node: node.clone(), state });
             }
-            self.node_state.get_or_create(&NodeStateLabels { node: node.node.to_owned(), state: node.state }).set(1);
-            let labels = NodeLabels { node: node.node.to_owned() };
-            match node.not_after {
+            self.node_state.get_or_create(&NodeStateLabels { node: node.clone(), state }).set(1);
+            let labels = NodeLabels { node: node.clone() };
+            match not_after {
                 Some(not_after) => drop(self.node_expiry.get_or_create(&labels).set(not_after)),
                 None => drop(self.node_expiry.remove(&labels)),
             }
-            now.insert(node.node.to_owned(), node.state);
+            now.insert(node, state);
         }
         self.remove_nodes(exported.drain());
         *exported = now;
@@ -241,6 +272,15 @@ mod tests {
         AuditedNode { node, state: findings.first().copied().unwrap_or("compliant"), findings, not_after }
     }
 
+    /// Records a scan of `nodes` as the periodic audit does: tallied one at a time.
+    fn record(metrics: &Metrics, nodes: &[AuditedNode<'_>], finished: f64, took: Duration) {
+        let mut tally = metrics.audit().tally();
+        for node in nodes {
+            tally.add(*node);
+        }
+        metrics.audit().record_scan(tally, finished, took);
+    }
+
     fn lines(metrics: &Metrics, prefix: &str) -> Vec<String> {
         let text = metrics.encode().unwrap();
         text.lines().filter(|line| line.starts_with(prefix)).map(str::to_owned).collect()
@@ -266,7 +306,7 @@ mod tests {
             node("c", &unreachable, None),
             node("d", &self_signed, Some(3_000)),
         ];
-        metrics.audit().record_scan(&scan, 1_700_000_000.5, Duration::from_millis(1500));
+        record(&metrics, &scan, 1_700_000_000.5, Duration::from_millis(1500));
         let text = metrics.encode().unwrap();
         for expected in [
             "node_csr_approver_audit_nodes{state=\"compliant\"} 1\n",
@@ -300,11 +340,7 @@ mod tests {
         metrics.audit().enable(Duration::from_secs(60), true);
         let (none, self_signed) = (set(&[]), set(&[Finding::SelfSigned]));
         let (unreachable, expiring) = (set(&[Finding::Unreachable]), set(&[Finding::Expiring]));
-        metrics.audit().record_scan(
-            &[node("a", &none, Some(2_000)), node("b", &unreachable, None)],
-            1.0,
-            Duration::ZERO,
-        );
+        record(&metrics, &[node("a", &none, Some(2_000)), node("b", &unreachable, None)], 1.0, Duration::ZERO);
         assert_eq!(
             sorted(&metrics),
             [
@@ -313,11 +349,7 @@ mod tests {
                 "node_csr_approver_audit_node_state{node=\"b\",state=\"unreachable\"} 1",
             ]
         );
-        metrics.audit().record_scan(
-            &[node("a", &self_signed, None), node("c", &expiring, Some(5))],
-            2.0,
-            Duration::ZERO,
-        );
+        record(&metrics, &[node("a", &self_signed, None), node("c", &expiring, Some(5))], 2.0, Duration::ZERO);
         assert_eq!(
             sorted(&metrics),
             [
@@ -348,7 +380,7 @@ mod tests {
             node("c", &none, Some(3_000)),
             node("d", &unreachable, None),
         ];
-        metrics.audit().record_scan(&scan, 1.0, Duration::ZERO);
+        record(&metrics, &scan, 1.0, Duration::ZERO);
         let text = metrics.encode().unwrap();
         for expected in [
             "node_csr_approver_audit_nodes{state=\"untrusted\"} 1\n",

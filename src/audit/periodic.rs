@@ -1,26 +1,28 @@
 //! The periodic audit (`--audit-period`): the scan of `audit` (every Node's kubelet dialled where
 //! serving renewal would dial it, its certificate judged), run by the replica that writes, one
-//! scan at a time, the next a period after the last ended. Each scan sets the audit's metrics and
-//! tells each Node whose state changed (an Event on the Node, as `--events` says). A scan is
+//! scan at a time, the next a period after the last ended, streamed: each Node's report is counted
+//! and dropped as it completes. Each scan tells each Node whose state changed (an Event on the
+//! Node, as `--events` says) and, once complete, sets the audit's metrics. A scan is
 //! dropped at once when this replica stops writing, and the task ends with the controller.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use futures::StreamExt;
+use futures::stream::FuturesUnordered;
 use jiff::Timestamp;
 
 use super::NodeAudit;
-use super::flags::{AuditSchedule, DIAL_CONCURRENCY};
+use super::flags::AuditSchedule;
 use super::metrics::{AuditMetrics, AuditedNode};
 use super::scan::{Judge, ScanSettings};
-use super::states::StateMemory;
+use super::states::{StateChange, StateMemory};
 use crate::events::{Events, NodeChange};
-use crate::kubelet_tls::DIAL_LIMIT;
 use crate::kubernetes::decoded::{Decoded, Skipped};
 use crate::kubernetes::kubelet_endpoint::dial_targets;
 use crate::kubernetes::leader::Leadership;
 use crate::kubernetes::node_object::NodeObject;
+use crate::kubernetes::node_target::NodeTarget;
 use crate::policy::{ClusterView, KubeletDialRules, PolicyConfig, Resolver};
 
 /// How long after the CSR watch synced the first scan starts: readiness and the first pass over
@@ -85,12 +87,8 @@ pub(crate) async fn run<H: Host>(ctx: Arc<H>, schedule: AuditSchedule) {
             continue;
         }
         tokio::select! {
-            scanned = scan(ctx.as_ref(), &schedule, &nodes, &skipped) => match scanned {
-                Ok((reports, uids)) if ctx.leadership().is_leader() => {
-                    report(ctx.as_ref(), &mut memory, &reports, &uids, now.elapsed()).await;
-                }
-                Ok(_) => {}
-                Err(error) => tracing::warn!(%error, "periodic audit: listing the Nodes; next scan in a period"),
+            scanned = scan(ctx.as_ref(), &schedule, &nodes, &skipped, &mut memory) => if let Err(error) = scanned {
+                tracing::warn!(%error, "periodic audit: listing the Nodes; next scan in a period");
             },
             () = stops_writing(ctx.as_ref()) => {}
         }
@@ -112,20 +110,25 @@ async fn stops_writing<H: Host>(ctx: &H) {
     }
 }
 
-/// Every Node's audit, and the uid of each Node listed.
+/// One scan, streamed: the Nodes' dial targets listed (a page at a time, each page reduced to
+/// names, uids and addresses), dialled `--audit-dial-concurrency` at once, each report counted,
+/// compared with its Node's last state (its change told at once) and dropped as it completes; the
+/// metrics are set once every target is done. Nothing is held per Node but its target until it is
+/// dialled and its entry in `memory` (with `--audit-node-metrics`, its series too).
 async fn scan<H: Host>(
     ctx: &H,
     schedule: &AuditSchedule,
     nodes: &kube::Api<Decoded<NodeObject>>,
     skipped: &Skipped,
-) -> Result<(Vec<NodeAudit>, HashMap<String, String>), kube::Error> {
+    memory: &mut StateMemory,
+) -> Result<(), kube::Error> {
+    let started = Instant::now();
     let rules = KubeletDialRules { prefixes: ctx.policy().ip_prefixes.clone(), port: schedule.kubelet_port };
     let targets = dial_targets(nodes, ctx.cluster(), &rules, skipped).await?;
-    let uids = targets.iter().filter_map(|target| Some((target.node.clone(), target.uid.clone()?))).collect();
     let settings = ScanSettings {
         ca: schedule.ca.clone(),
-        dial_limit: DIAL_LIMIT,
-        concurrency: usize::from(DIAL_CONCURRENCY),
+        dial_limit: schedule.dial_limit,
+        concurrency: usize::from(schedule.dial_concurrency).max(1),
         expiring_within: schedule.expiring_within,
     };
     let judge = Judge {
@@ -135,37 +138,50 @@ async fn scan<H: Host>(
         cluster: ctx.cluster(),
         now: Timestamp::now(),
     };
-    Ok((judge.scan(targets).await, uids))
+    let (mut tally, mut pass) = (ctx.metrics().tally(), memory.pass());
+    let (mut changed, scanned) = (0_usize, targets.len());
+    // A loop rather than `buffer_unordered` over a closure: the future stays `Send` for every
+    // lifetime, so the controller can spawn it.
+    let (mut waiting, mut running) = (targets.into_iter(), FuturesUnordered::new());
+    loop {
+        while running.len() < settings.concurrency {
+            let Some(target) = waiting.next() else { break };
+            running.push(audit(&judge, target));
+        }
+        let Some((uid, report)) = running.next().await else { break };
+        let findings: Vec<&'static str> = report.findings.iter().map(|finding| finding.as_str()).collect();
+        let not_after = report.certificate.as_ref().map(|certificate| certificate.not_after.as_second());
+        tally.add(AuditedNode { node: &report.node, state: report.state, findings: &findings, not_after });
+        if let Some(change) = pass.observe(&report) {
+            changed += 1;
+            tell(ctx, &change, uid).await;
+        }
+    }
+    pass.complete();
+    let took = started.elapsed();
+    if ctx.leadership().is_leader() {
+        let finished = Timestamp::now().as_millisecond() as f64 / 1000.0;
+        ctx.metrics().record_scan(tally, finished, took);
+    }
+    tracing::debug!(nodes = scanned, changed, took = ?took, "periodic audit: scan completed");
+    Ok(())
 }
 
-/// Sets the metrics from a completed scan of `reports` that took `took`, and tells each Node
-/// whose state changed: a log line and an Event.
-async fn report<H: Host>(
-    ctx: &H,
-    memory: &mut StateMemory,
-    reports: &[NodeAudit],
-    uids: &HashMap<String, String>,
-    took: Duration,
-) {
-    let findings: Vec<Vec<&'static str>> =
-        reports.iter().map(|report| report.findings.iter().map(|finding| finding.as_str()).collect()).collect();
-    let audited: Vec<AuditedNode<'_>> = reports
-        .iter()
-        .zip(&findings)
-        .map(|(report, findings)| AuditedNode {
-            node: &report.node,
-            state: report.state,
-            findings,
-            not_after: report.certificate.as_ref().map(|certificate| certificate.not_after.as_second()),
-        })
-        .collect();
-    let finished = Timestamp::now().as_millisecond() as f64 / 1000.0;
-    ctx.metrics().record_scan(&audited, finished, took);
-    let changes = memory.update(reports);
-    tracing::debug!(nodes = reports.len(), changed = changes.len(), took = ?took, "periodic audit: scan completed");
-    for change in &changes {
-        tracing::info!(node = %change.node, reason = change.reason, detail = %change.note, "periodic audit: state changed");
-        let told = NodeChange { problem: change.problem, reason: change.reason, note: &change.note };
-        ctx.events().publish_audit(&change.node, uids.get(&change.node).cloned(), told).await;
+/// Audits one Node; its uid comes back with its report, for the Event.
+async fn audit<R: Resolver, C: ClusterView>(
+    judge: &Judge<'_, R, C>,
+    target: NodeTarget,
+) -> (Option<String>, NodeAudit) {
+    let report = judge.scan_node(&target).await;
+    (target.uid, report)
+}
+
+/// Tells a Node whose state changed, while this replica writes: a log line and an Event.
+async fn tell<H: Host>(ctx: &H, change: &StateChange, uid: Option<String>) {
+    if !ctx.leadership().is_leader() {
+        return;
     }
+    tracing::info!(node = %change.node, reason = change.reason, detail = %change.note, "periodic audit: state changed");
+    let told = NodeChange { problem: change.problem, reason: change.reason, note: &change.note };
+    ctx.events().publish_audit(&change.node, uid, told).await;
 }

@@ -31,29 +31,58 @@ pub struct StateChange {
     pub note: String,
 }
 
-impl StateMemory {
-    /// Remembers the states of `reports` (every Node listed by one scan), forgets every Node not
-    /// among them, and returns the Nodes whose state changed. A Node seen for the first time is a
-    /// change unless it is compliant. `undetermined` (the policy gave no verdict this time) is no
-    /// change: the Node keeps the state it had.
-    pub fn update(&mut self, reports: &[NodeAudit]) -> Vec<StateChange> {
-        let mut last = HashMap::with_capacity(reports.len());
-        let mut changes = Vec::new();
-        for report in reports {
-            let before = self.last.remove(&report.node);
-            let now = report.findings.first().copied();
-            if now == Some(Finding::Undetermined) {
-                if let Some(before) = before {
-                    last.insert(report.node.clone(), before);
-                }
-                continue;
+/// One scan's pass over the memory, fed one report at a time as the scan makes them: the states
+/// it has seen so far, which replace the memory when the scan completes. It holds one entry per
+/// Node seen (its name and state), nothing of a report.
+#[derive(Debug)]
+pub struct ScanPass<'a> {
+    memory: &'a mut StateMemory,
+    seen: HashMap<String, State>,
+}
+
+impl ScanPass<'_> {
+    /// Remembers the state of `report`'s Node and returns its change, if it changed. A Node seen
+    /// for the first time is a change unless it is compliant. `undetermined` (the policy gave no
+    /// verdict this time) is no change: the Node keeps the state it had.
+    pub fn observe(&mut self, report: &NodeAudit) -> Option<StateChange> {
+        let before = self.memory.last.remove(&report.node);
+        let now = report.findings.first().copied();
+        if now == Some(Finding::Undetermined) {
+            if let Some(before) = before {
+                self.seen.insert(report.node.clone(), before);
             }
-            if before != Some(now) && (before.is_some() || now.is_some()) {
-                changes.push(change(report, before));
-            }
-            last.insert(report.node.clone(), now);
+            return None;
         }
-        self.last = last;
+        self.seen.insert(report.node.clone(), now);
+        (before != Some(now) && (before.is_some() || now.is_some())).then(|| change(report, before))
+    }
+
+    /// The scan listed every Node: a Node it did not see is forgotten.
+    pub fn complete(self) {
+        self.memory.last = self.seen;
+    }
+
+    /// The scan stopped before it listed every Node: what it saw is remembered, and every Node it
+    /// did not see keeps the state it had.
+    pub fn interrupt(self) {
+        self.memory.last.extend(self.seen);
+    }
+}
+
+impl StateMemory {
+    /// Starts a scan's pass: [`ScanPass::observe`] each report, then [`ScanPass::complete`] (or
+    /// [`ScanPass::interrupt`]).
+    pub fn pass(&mut self) -> ScanPass<'_> {
+        ScanPass { memory: self, seen: HashMap::new() }
+    }
+
+    /// Observes `reports` (every Node listed by one scan) in one completed pass; returns the
+    /// Nodes whose state changed.
+    #[cfg(test)]
+    pub fn update(&mut self, reports: &[NodeAudit]) -> Vec<StateChange> {
+        let mut pass = self.pass();
+        let changes = reports.iter().filter_map(|report| pass.observe(report)).collect();
+        pass.complete();
         changes
     }
 
@@ -178,5 +207,20 @@ mod tests {
         memory.forget();
         assert!(memory.is_empty());
         assert_eq!(memory.update(&nodes[..4]).len(), 4);
+    }
+
+    #[test]
+    fn an_interrupted_scan_keeps_the_nodes_it_did_not_see() {
+        let mut memory = StateMemory::default();
+        memory.update(&[report("a", &[Finding::Unreachable]), report("b", &[Finding::SelfSigned])]);
+        let mut pass = memory.pass();
+        assert_eq!(
+            pass.observe(&report("a", &[Finding::Expired])).map(|change| change.reason),
+            Some("ServingCertificateExpired")
+        );
+        pass.interrupt();
+        assert_eq!(memory.len(), 2, "b kept");
+        let next = memory.update(&[report("a", &[Finding::Expired]), report("b", &[Finding::SelfSigned])]);
+        assert_eq!(told(&next), [], "neither is told again");
     }
 }
