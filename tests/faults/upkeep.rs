@@ -21,9 +21,10 @@ const RETRY_AFTER: u32 = 2;
 /// How long the upkeep's requests are answered 429: longer than `--renew-deadline` (3 s), shorter
 /// than `--lease-duration` (10 s).
 const THROTTLED: Duration = Duration::from_secs(5);
-/// When the leader's watches are cut, from the start of the 429s: the burst's first CSRs are seen
-/// on the live watch and decided, so their Events meet the 429s too.
-const CUT: Duration = Duration::from_secs(1);
+/// The latest the leader's watches are cut, from the start of the 429s. They are cut as soon as an
+/// Event has met a 429: the burst's first CSRs are seen on the live watch and decided, so their
+/// Events meet the 429s too, however slowly the CSRs come.
+const CUT: Duration = Duration::from_secs(3);
 /// CSRs in the burst, created over its first 2 s.
 const CSRS: usize = 24;
 /// 429s allowed of one kind of request: one per `Retry-After` while throttled, one more straddling
@@ -52,7 +53,15 @@ async fn watches_the_lease_and_events_answered_429_wait_their_retry_after_and_th
     };
     let run = async {
         let cut = async {
-            tokio::time::sleep_until((throttling + CUT).into()).await;
+            let event_throttled = || {
+                let seen = replica.proxy.requests();
+                seen[before..]
+                    .iter()
+                    .any(|r| r.throttled.is_some() && (r.verb(), r.resource().as_str()) == ("create", "events"))
+            };
+            while !event_throttled() && throttling.elapsed() < CUT {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
             replica.proxy.cut_watches();
         };
         let (created, ()) = tokio::join!(burst(&nodes, "upkeep", CSRS, 12), cut);
