@@ -140,7 +140,8 @@ const BRAKE_REPORT_PERIOD: std::time::Duration = std::time::Duration::from_secs(
 
 impl ClusterView for KubeCluster {
     async fn node(&self, name: &str) -> Result<Option<NodeInfo>, ClusterError> {
-        Ok(self.node_facts(name).await?.map(|facts| facts.info.clone()))
+        let Some(facts) = self.node_facts(name).await? else { return Ok(None) };
+        Ok(Some(facts.node_info().map_err(|error| ClusterError::Request(RequestError::new(error)))?))
     }
 
     async fn machines(&self) -> Result<Vec<Arc<MachineInfo>>, ClusterError> {

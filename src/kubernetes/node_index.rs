@@ -480,7 +480,7 @@ mod tests {
             state.apply(Ok(watcher::Event::InitApply(node("cp", &["10.0.0.5"], true))), &skipped);
             state.apply(Ok(watcher::Event::InitDone), &skipped);
             let Known::Live(Some(facts)) = state.known("cp") else { panic!("not told") };
-            assert_eq!(facts.info.object.is_some(), for_rules);
+            assert_eq!(facts.node_info().unwrap().object.is_some(), for_rules);
             assert!(facts.control_plane);
         }
     }

@@ -55,8 +55,12 @@ pub struct NodeStatus {
 /// What is read of one Node.
 #[derive(Debug, Clone, PartialEq)]
 pub struct NodeFacts {
-    /// Its name, its status's addresses and, when the rules read Nodes, what they may see of it.
+    /// Its name, its status's addresses and, when the rules read Nodes and it was read by a GET,
+    /// what they may see of it.
     pub info: NodeInfo,
+    /// Kept by the index when the rules read Nodes: their projection of it as compact JSON text,
+    /// a fraction of the memory of the parsed object, parsed again when a CSR needs it.
+    projection: Option<Box<str>>,
     /// Whether it carries the control-plane role label (which no kubelet can set on itself).
     pub control_plane: bool,
     /// `status.daemonEndpoints.kubeletEndpoint.Port`, as written.
@@ -76,6 +80,7 @@ impl NodeFacts {
         }
         NodeFacts {
             info,
+            projection: None,
             control_plane: control_plane(node),
             kubelet_port: node.kubelet_port(),
             over_rules_bound: false,
@@ -83,16 +88,25 @@ impl NodeFacts {
     }
 
     /// The facts of `node` as the index keeps them: when `for_rules`, only the rules' projection
-    /// of its object ([`node_projection`], bounded), or nothing when it is over that bound.
+    /// of its object ([`node_projection`], bounded) as text, or nothing when it is over that bound.
     pub fn kept(node: &NodeObject, for_rules: bool) -> NodeFacts {
         let mut facts = NodeFacts::read(node, for_rules);
         if let Some(object) = facts.info.object.take() {
             match node_projection(&object) {
-                Some(projection) => facts.info.object = Some(Arc::new(projection)),
+                Some(projection) => facts.projection = Some(projection.to_string().into_boxed_str()),
                 None => facts.over_rules_bound = true,
             }
         }
         facts
+    }
+
+    /// What decisions read of it, with the rules' projection parsed when it was kept.
+    pub fn node_info(&self) -> Result<NodeInfo, serde_json::Error> {
+        let mut info = self.info.clone();
+        if let Some(projection) = &self.projection {
+            info.object = Some(Arc::new(serde_json::from_str(projection)?));
+        }
+        Ok(info)
     }
 
     /// Its addresses that are IP addresses, canonical (an address with spaces around it counts,
@@ -199,19 +213,20 @@ mod tests {
     #[test]
     fn a_node_kept_holds_what_the_rules_see_of_it_and_they_see_the_same() {
         let (read, kept) = (NodeFacts::read(&node("x"), true), NodeFacts::kept(&node("x"), true));
-        let seen = |facts: &NodeFacts| facts.info.object.as_deref().and_then(node_projection);
+        let seen = |facts: &NodeFacts| facts.node_info().unwrap().object.as_deref().and_then(node_projection);
         assert_eq!(seen(&kept), seen(&read));
         assert!(seen(&kept).is_some());
-        let object = kept.info.object.as_deref().unwrap();
+        assert_eq!(kept.info.object, None, "kept as text only");
+        let object = kept.node_info().unwrap().object.unwrap();
         assert_eq!(object["spec"].get("configSource"), None, "only the projection is kept");
-        assert_eq!(NodeFacts::kept(&node("x"), false).info.object, None);
+        assert_eq!(NodeFacts::kept(&node("x"), false).node_info().unwrap().object, None);
     }
 
     #[test]
     fn a_node_over_the_rules_bound_is_kept_without_its_object_and_marked() {
         let kept = NodeFacts::kept(&node(&"x".repeat(70_000)), true);
         assert!(kept.over_rules_bound);
-        assert_eq!(kept.info.object, None);
+        assert_eq!(kept.node_info().unwrap().object, None);
         assert_eq!(kept.info.addresses.len(), 2, "its addresses still claim");
         assert!(!NodeFacts::kept(&node("x"), true).over_rules_bound);
         assert!(!NodeFacts::kept(&node(&"x".repeat(70_000)), false).over_rules_bound, "not read: not over");
