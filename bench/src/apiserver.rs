@@ -27,6 +27,8 @@ pub struct Scrape {
     requests: BTreeMap<String, f64>,
     /// `None` when the scrape has no `apiserver_response_sizes` at all.
     bytes: Option<BTreeMap<String, f64>>,
+    /// `apiserver_terminated_watchers_total`, all resources (absent until the first).
+    terminated_watchers: f64,
 }
 
 /// Requests and bytes of one kind of request (or of all), in a window.
@@ -51,6 +53,9 @@ pub struct ApiserverCost {
     pub bytes_per_decision: Option<f64>,
     /// By `VERB resource[/subresource]`.
     pub by_request: BTreeMap<String, Count>,
+    /// Watchers the apiserver closed in the window because they did not keep up, anyone's: when
+    /// not 0, a closed watch of the bench's own may be among the counted ones.
+    pub terminated_watchers: u64,
 }
 
 /// A counter of the first scrape is missing from, or lower in, the second: the apiserver
@@ -64,6 +69,7 @@ impl Scrape {
     pub fn parse(text: &str) -> Scrape {
         let mut requests = BTreeMap::new();
         let mut bytes: Option<BTreeMap<String, f64>> = None;
+        let mut terminated_watchers = 0.0;
         for line in text.lines() {
             let Some((name, labels, value)) = sample(line) else { continue };
             match name {
@@ -78,10 +84,11 @@ impl Scrape {
                         *sums.entry(key).or_default() += value;
                     }
                 }
+                "apiserver_terminated_watchers_total" => terminated_watchers += value,
                 _ => {}
             }
         }
-        Scrape { requests, bytes }
+        Scrape { requests, bytes, terminated_watchers }
     }
 
     /// What the approver cost between `before` and this scrape, for `decisions` decisions.
@@ -113,6 +120,7 @@ impl Scrape {
             bytes_per_decision: total.bytes.map(per),
             total,
             by_request,
+            terminated_watchers: (self.terminated_watchers - before.terminated_watchers).max(0.0).round() as u64,
         })
     }
 }
@@ -230,6 +238,10 @@ mod tests {
         assert_eq!(count("POST clusterroles"), None, "unchanged");
         assert_eq!(cost.total, Count { requests: 5, bytes: Some(1902) });
         assert_eq!((cost.requests_per_decision, cost.bytes_per_decision), (1.25, Some(475.5)));
+        assert_eq!(cost.terminated_watchers, 0, "absent from both scrapes");
+        let closed =
+            Scrape::parse(&format!("{AFTER}apiserver_terminated_watchers_total{{group=\"\",resource=\"nodes\"}} 2\n"));
+        assert_eq!(closed.since(&before, 4).map(|c| c.terminated_watchers), Ok(2));
     }
 
     #[test]

@@ -204,10 +204,19 @@ impl Report {
                 ),
             ]);
         }
+        let mut closed = Vec::new();
         for (name, ours, theirs) in lines {
             let (ours_requests, ours_kib) = per_decision(ours);
             let (peer_requests, peer_kib) = per_decision(theirs);
             let _ = writeln!(out, "{name:<20} {ours_requests:>9} {peer_requests:>9} {ours_kib:>9} {peer_kib:>9}");
+            for (who, cost) in [("ours", ours), ("peer", theirs)] {
+                if let Some(n) = cost.map(|c| c.terminated_watchers).filter(|n| *n > 0) {
+                    closed.push(format!("{name} {who}: {n}"));
+                }
+            }
+        }
+        if !closed.is_empty() {
+            let _ = writeln!(out, "watchers the apiserver closed as too slow (any client's): {}", closed.join(", "));
         }
     }
 
