@@ -52,6 +52,8 @@ pub struct Launch {
     pub bypass_dns: bool,
     /// `--events=all` (ours; otherwise its default, problems only).
     pub events_all: bool,
+    /// Further flags of ours (the storm with Nodes: `--verify-node-addresses`, `--rules`).
+    pub extra_args: Vec<String>,
     /// Where its logs go.
     pub log: PathBuf,
 }
@@ -88,6 +90,7 @@ impl Approver {
                 if launch.events_all {
                     command.arg("--events=all");
                 }
+                command.args(&launch.extra_args);
                 (command, Health::FromLog)
             }
             Program::Peer(peer) => {

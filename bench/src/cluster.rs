@@ -18,6 +18,9 @@ use testkit::csr::{ECDSA_SERVING_USAGES, SERVING_SIGNER};
 
 use crate::csrs::NodeRequest;
 
+/// How long the bench's CSR watch call lasts before it is renewed: longer than any phase.
+const WATCH_SECONDS: u32 = 3 * 3600;
+
 /// The CSR object node `request` submits, named `name`: what a kubelet with an ECDSA key asks.
 pub fn csr_object(name: &str, request: &NodeRequest) -> CertificateSigningRequest {
     testkit::csr::object(name, SERVING_SIGNER, &ECDSA_SERVING_USAGES, &request.pem)
@@ -77,7 +80,11 @@ impl Decisions {
     /// Starts watching kubelet-serving CSRs; decided ones already present count too.
     pub fn watch(admin: &Client) -> Decisions {
         let api = kube::Api::<CertificateSigningRequest>::all(admin.clone());
-        let config = watcher::Config::default().fields(&format!("spec.signerName={SERVING_SIGNER}"));
+        // One watch call for the whole phase (kube's default ends it after 290 s):
+        // the apiserver counts a watch when it ends, so the bench's stays out of its counters
+        // (crate::apiserver).
+        let config =
+            watcher::Config::default().fields(&format!("spec.signerName={SERVING_SIGNER}")).timeout(WATCH_SECONDS);
         let seen: Arc<Mutex<HashMap<String, Seen>>> = Arc::default();
         let (count_tx, count) = watch::channel(0);
         let (synced_tx, synced) = watch::channel(false);

@@ -17,19 +17,25 @@
 //!   creating one CSR each while it decides them; the others' latency ([`flood`]).
 //!
 //! - **storm** (`--storm N`, off by default): N nodes' CSRs and a tenth of them twice more, all
-//!   pending when the controller starts, the apiserver restarted once meanwhile ([`storm`]).
+//!   pending when the controller starts, the apiserver restarted once meanwhile ([`storm`]); with
+//!   `--storm-nodes M`, M Node objects created first ([`nodes`]).
+//!
+//! In catch-up, live and the storm the apiserver's own counters give the approver's requests and
+//! response bytes per decision ([`apiserver`]).
 //!
 //! Catch-up and live run with DNS checks and with `--bypass-dns-resolution`, for ours and then,
 //! when it is built and the bench runs as root, for the Go kubelet-csr-approver ([`peer`]) on the
 //! same DNS server. The controllers' resident memory (`VmRSS`, every 100 ms) and CPU time
 //! (`utime + stime`) come from `/proc`.
 
+pub mod apiserver;
 pub mod approver;
 pub mod audit_load;
 pub mod cluster;
 pub mod csrs;
 pub mod flood;
 pub mod hostile;
+pub mod nodes;
 pub mod peer;
 mod phases;
 pub mod report;
@@ -73,6 +79,9 @@ pub struct Options {
     pub live: bool,
     /// The storm's nodes; `None`: no storm.
     pub storm: Option<usize>,
+    /// Node objects created before the storm's CSRs (at least the storm's nodes), ours then run
+    /// with `--verify-node-addresses` and a rule reading `node`; `None`: no Nodes.
+    pub storm_nodes: Option<usize>,
     /// Restart the apiserver once during the storm, so the controller's watch relists.
     pub storm_relist: bool,
     /// Run the storm alone (no limit, catch-up, live, hostile or flood phase).
@@ -92,6 +101,7 @@ impl Default for Options {
             peer: None,
             live: true,
             storm: None,
+            storm_nodes: None,
             storm_relist: true,
             only_storm: false,
         }
@@ -100,6 +110,9 @@ impl Default for Options {
 
 /// Runs every phase and returns the figures.
 pub async fn run(options: &Options) -> Result<Report> {
+    if let (Some(storm), Some(nodes)) = (options.storm, options.storm_nodes) {
+        anyhow::ensure!(nodes >= storm, "--storm-nodes {nodes}: every one of the storm's {storm} nodes needs its Node");
+    }
     let started = Instant::now();
     let progress = Progress { verbose: options.verbose, started };
     progress.say(format_args!("building node-csr-approver (release: {})", options.release));

@@ -43,6 +43,11 @@ struct Args {
     /// when ours starts, up to 130,000 [default: no storm].
     #[arg(long)]
     storm: Option<usize>,
+    /// Create this many Node objects (realistic ones, three of them control-plane nodes on the
+    /// `default/kubernetes` EndpointSlice) before the storm's CSRs, at least the storm's nodes, and
+    /// run ours with `--verify-node-addresses` and a rule that reads `node`.
+    #[arg(long, requires = "storm")]
+    storm_nodes: Option<usize>,
     /// No apiserver restart (no forced relist) during the storm.
     #[arg(long, requires = "storm")]
     storm_no_relist: bool,
@@ -87,6 +92,7 @@ async fn main() -> ExitCode {
         peer,
         live: !args.no_live,
         storm: args.storm,
+        storm_nodes: args.storm_nodes,
         storm_relist: !args.storm_no_relist,
         only_storm: args.only_storm,
     };

@@ -11,6 +11,7 @@ use node_csr_approver::kubernetes::csr_object::CsrObject;
 use node_csr_approver::kubernetes::write::{WRITE_TIMEOUT, write_condition};
 use node_csr_approver::policy::{Decision, DecisionKind, Reason};
 
+use crate::apiserver::{cost_since, scrape};
 use crate::approver::{Approver, Program};
 use crate::cluster::{Decisions, EventCount, create_all, create_as_node, csr_name};
 use crate::flood::flood;
@@ -209,6 +210,7 @@ async fn catchup(bench: &Bench, program: &Program, bypass_dns: bool, events_all:
 
     let mut launch = launch(bench, program, &phase, bypass_dns, control_plane.kubeconfig_path());
     launch.events_all = events_all;
+    let before = scrape(&admin).await?;
     let mut approver = Approver::start(&launch)?;
     let ready = approver.wait_ready(Duration::from_secs(120)).await?;
     decisions.wait_count(n, decide_limit(n)).await?;
@@ -228,6 +230,7 @@ async fn catchup(bench: &Bench, program: &Program, bypass_dns: bool, events_all:
     };
     let cpu_seconds = approver.cpu_seconds().unwrap_or(0.0);
     approver.stop().await?;
+    let apiserver = cost_since(&admin, &before, seen.len()).await?;
     let approved = seen.values().filter(|s| s.approved).count();
     let denied = seen.len() - approved;
     bench.progress.say(format_args!("{phase}: T_catchup = {seconds:.2}s (ready after {:.2}s)", ready.as_secs_f64()));
@@ -241,6 +244,7 @@ async fn catchup(bench: &Bench, program: &Program, bypass_dns: bool, events_all:
         memory,
         cpu_seconds,
         cpu_ms_per_decision: cpu_ms_per_decision(cpu_seconds, approved + denied),
+        apiserver,
     })
 }
 
@@ -251,6 +255,7 @@ async fn live(bench: &Bench, program: &Program, bypass_dns: bool, rate: f64) -> 
     let mut decisions = Decisions::watch(&admin);
     decisions.wait_synced(Duration::from_secs(60)).await?;
     let launch = launch(bench, program, &phase, bypass_dns, control_plane.kubeconfig_path());
+    let before = scrape(&admin).await?;
     let mut approver = Approver::start(&launch)?;
     let ready = approver.wait_ready(Duration::from_secs(120)).await?;
     // The peer's /healthz answers before its cache has synced; an empty cluster syncs in well under this.
@@ -291,6 +296,7 @@ async fn live(bench: &Bench, program: &Program, bypass_dns: bool, rate: f64) -> 
     };
     let cpu_seconds = approver.cpu_seconds().unwrap_or(0.0) - cpu_before;
     approver.stop().await?;
+    let apiserver = cost_since(&admin, &before, seen.len()).await?;
     let approved = seen.values().filter(|s| s.approved).count();
     let denied = seen.len() - approved;
     let latency_ms = Latency::of(latencies);
@@ -311,5 +317,6 @@ async fn live(bench: &Bench, program: &Program, bypass_dns: bool, rate: f64) -> 
         memory,
         cpu_seconds,
         cpu_ms_per_decision: cpu_ms_per_decision(cpu_seconds, approved + denied),
+        apiserver,
     })
 }

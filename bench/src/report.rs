@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+pub use crate::apiserver::ApiserverCost;
 pub use crate::storm::Storm;
 pub use crate::targets::Targets;
 
@@ -165,6 +166,9 @@ pub struct Catchup {
     pub cpu_seconds: f64,
     /// [`cpu_ms_per_decision`] of this phase.
     pub cpu_ms_per_decision: f64,
+    /// Requests and response bytes of the approver's, from the apiserver's counters, spawn to
+    /// stop; `None` when they could not be told (the apiserver restarted).
+    pub apiserver: Option<ApiserverCost>,
 }
 
 /// The live phase.
@@ -190,6 +194,9 @@ pub struct Live {
     pub cpu_seconds: f64,
     /// [`cpu_ms_per_decision`] of this phase.
     pub cpu_ms_per_decision: f64,
+    /// Requests and response bytes of the approver's, from the apiserver's counters, spawn to
+    /// stop (the bench's CSR creates left out); `None` when they could not be told.
+    pub apiserver: Option<ApiserverCost>,
 }
 
 /// Latency percentiles in milliseconds.

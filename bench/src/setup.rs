@@ -52,6 +52,7 @@ pub(crate) fn launch(
         concurrency: bench.options.concurrency,
         bypass_dns,
         events_all: false,
+        extra_args: Vec::new(),
         log: bench.logs.join(format!("{phase}.log")),
     }
 }

@@ -6,6 +6,9 @@
 //! older ones, `bench-storm-0-node-<i>` and then `bench-storm-1-node-<i>`, are created first, each
 //! generation at least a second after the one before, and `bench-storm-2-node-<i>` of every node
 //! after that. Creation time (one-second resolution) and name then order a node's CSRs alike.
+//!
+//! With `--storm-nodes M` the Node objects come first ([`crate::nodes`]) and ours runs with
+//! `--verify-node-addresses` and a rule that reads `node`.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -17,9 +20,11 @@ use kube::api::ListParams;
 use kube::{Api, Client};
 use serde::Serialize;
 
-use crate::approver::{Approver, SAMPLE_PERIOD};
+use crate::apiserver::{ApiserverCost, cost_since, scrape};
+use crate::approver::{Approver, Launch, SAMPLE_PERIOD};
 use crate::cluster::{Decisions, create_as_node};
 use crate::csrs::NodeRequest;
+use crate::nodes;
 use crate::phases::{approve, decide_limit};
 use crate::report::{cpu_ms_per_decision, mib};
 use crate::setup::{Bench, control_plane, launch};
@@ -134,6 +139,11 @@ pub struct Storm {
     pub nodes_approved_more_than_once: usize,
     /// Nodes with no approved CSR.
     pub nodes_not_approved: usize,
+    /// The Node objects created before the CSRs (`--storm-nodes`); `None`: none.
+    pub node_objects: Option<nodes::Created>,
+    /// What ours cost the apiserver from spawn to stop; `None` when the apiserver's counters
+    /// restarted with it (the forced relist).
+    pub apiserver: Option<ApiserverCost>,
 }
 
 /// Measures ours against a storm of `requests`: `T_limit` at its size and the idle memory on one
@@ -142,6 +152,17 @@ pub(crate) async fn storm(bench: &Bench, requests: &StormRequests, relist: bool)
     let (limit_seconds, idle_kib) = limit_and_idle(bench, requests).await?;
     let phase = "storm";
     let (control_plane, admin) = control_plane(bench, phase).await?;
+    let node_objects = match bench.options.storm_nodes {
+        Some(n) => {
+            let created = nodes::create(&admin, n, bench.options.create_concurrency).await?;
+            bench.progress.say(format_args!(
+                "{phase}: {n} Nodes of {} bytes created in {:.1}s ({:.0}/s)",
+                created.node_json_bytes, created.seconds, created.per_second
+            ));
+            Some(created)
+        }
+        None => None,
+    };
     let started = Instant::now();
     for (i, generation) in requests.generations().into_iter().enumerate() {
         if i > 0 {
@@ -156,7 +177,8 @@ pub(crate) async fn storm(bench: &Bench, requests: &StormRequests, relist: bool)
     let mut decisions = Decisions::watch(&admin);
     decisions.wait_synced(Duration::from_secs(600)).await?;
 
-    let launch = launch(bench, &bench.ours, phase, false, control_plane.kubeconfig_path());
+    let launch = storm_launch(bench, phase, control_plane.kubeconfig_path())?;
+    let counters = scrape(&admin).await?;
     let mut approver = Approver::start(&launch)?;
     let ready = approver.wait_ready(READY_LIMIT).await?;
     bench.progress.say(format_args!("{phase}: ready after {:.1}s", ready.as_secs_f64()));
@@ -187,6 +209,7 @@ pub(crate) async fn storm(bench: &Bench, requests: &StormRequests, relist: bool)
     let after = approver.rss_now_kib();
     let cpu_seconds = approver.cpu_seconds().unwrap_or(0.0);
     approver.stop().await?;
+    let apiserver = cost_since(&admin, &counters, total).await?;
     let counts = count(&admin).await?;
     let seconds = last.duration_since(spawned).as_secs_f64();
     let ratio = |s: f64| if limit_seconds > 0.0 { s / limit_seconds } else { 0.0 };
@@ -208,6 +231,8 @@ pub(crate) async fn storm(bench: &Bench, requests: &StormRequests, relist: bool)
         after_mib: mib(after),
         cpu_seconds,
         cpu_ms_per_decision: cpu_ms_per_decision(cpu_seconds, counts.approved + counts.denied),
+        node_objects,
+        apiserver,
         ..counts
     };
     bench.progress.say(format_args!(
@@ -215,6 +240,17 @@ pub(crate) async fn storm(bench: &Bench, requests: &StormRequests, relist: bool)
         figures.ratio, figures.peak_mib, figures.relist_peak_mib, figures.approved, figures.denied
     ));
     Ok(figures)
+}
+
+/// How ours runs in the storm: with `--storm-nodes`, also `--verify-node-addresses` and the rules
+/// file.
+fn storm_launch(bench: &Bench, phase: &str, kubeconfig: &std::path::Path) -> Result<Launch> {
+    let mut launch = launch(bench, &bench.ours, phase, false, kubeconfig);
+    if bench.options.storm_nodes.is_some() {
+        let rules = nodes::write_rules(&bench.logs)?;
+        launch.extra_args = vec!["--verify-node-addresses".into(), format!("--rules={}", rules.display())];
+    }
+    Ok(launch)
 }
 
 /// The part of the apiserver's outage (from `stopped`, lasting `outage`) before the last
@@ -229,7 +265,7 @@ fn outage_before(stopped: Option<Instant>, outage: Duration, last: Instant) -> D
 async fn limit_and_idle(bench: &Bench, requests: &StormRequests) -> Result<(f64, u64)> {
     let phase = "storm-limit";
     let (control_plane, admin) = control_plane(bench, phase).await?;
-    let launch = launch(bench, &bench.ours, "storm-idle", false, control_plane.kubeconfig_path());
+    let launch = storm_launch(bench, "storm-idle", control_plane.kubeconfig_path())?;
     let mut approver = Approver::start(&launch)?;
     approver.wait_ready(Duration::from_secs(120)).await?;
     tokio::time::sleep(Duration::from_secs(1)).await;

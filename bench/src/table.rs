@@ -2,6 +2,7 @@
 
 use std::fmt::Write;
 
+use crate::apiserver::ApiserverCost;
 use crate::report::{Catchup, Mode, Report, Storm, cpu_ratio};
 
 impl Report {
@@ -57,6 +58,8 @@ impl Report {
         }
         let _ = writeln!(out);
         self.cpu_table(&mut out);
+        let _ = writeln!(out);
+        self.apiserver_table(&mut out);
         let _ = writeln!(
             out,
             "\nheadline T_catchup / T_limit: {:.2} (dns), {:.2} (bypass-dns)",
@@ -174,6 +177,49 @@ impl Report {
         }
     }
 
+    /// The apiserver's requests and read-response KiB per decision, ours beside the peer's, for
+    /// catch-up and (when it ran) live in each mode.
+    fn apiserver_table(&self, out: &mut String) {
+        let _ = writeln!(
+            out,
+            "{:<20} {:>9} {:>9} {:>9} {:>9}",
+            "apiserver/decision", "ours req", "peer req", "ours KiB", "peer KiB"
+        );
+        let peer = self.peer.as_ref();
+        let mut lines = vec![
+            ("catch-up dns", self.dns.catchup.apiserver.as_ref(), peer.and_then(|p| p.dns.catchup.apiserver.as_ref())),
+            (
+                "catch-up bypass-dns",
+                self.bypass_dns.catchup.apiserver.as_ref(),
+                peer.and_then(|p| p.bypass_dns.catchup.apiserver.as_ref()),
+            ),
+        ];
+        if self.live_ran() {
+            lines.extend([
+                ("live dns", self.dns.live.apiserver.as_ref(), peer.and_then(|p| p.dns.live.apiserver.as_ref())),
+                (
+                    "live bypass-dns",
+                    self.bypass_dns.live.apiserver.as_ref(),
+                    peer.and_then(|p| p.bypass_dns.live.apiserver.as_ref()),
+                ),
+            ]);
+        }
+        let mut closed = Vec::new();
+        for (name, ours, theirs) in lines {
+            let (ours_requests, ours_kib) = per_decision(ours);
+            let (peer_requests, peer_kib) = per_decision(theirs);
+            let _ = writeln!(out, "{name:<20} {ours_requests:>9} {peer_requests:>9} {ours_kib:>9} {peer_kib:>9}");
+            for (who, cost) in [("ours", ours), ("peer", theirs)] {
+                if let Some(n) = cost.map(|c| c.terminated_watchers).filter(|n| *n > 0) {
+                    closed.push(format!("{name} {who}: {n}"));
+                }
+            }
+        }
+        if !closed.is_empty() {
+            let _ = writeln!(out, "watchers the apiserver closed as too slow (any client's): {}", closed.join(", "));
+        }
+    }
+
     /// Whether the burst phases ran (not `--only-storm`).
     fn bursts_ran(&self) -> bool {
         self.storm.is_none() || self.limit.seconds > 0.0
@@ -208,7 +254,18 @@ impl Report {
     }
 }
 
-/// The storm's figures as three lines.
+/// Requests and KiB per decision of `cost` as text, `-` when not measured.
+fn per_decision(cost: Option<&ApiserverCost>) -> (String, String) {
+    match cost {
+        Some(c) => (
+            format!("{:.2}", c.requests_per_decision),
+            c.bytes_per_decision.map_or_else(|| "-".to_owned(), |b| format!("{:.2}", b / 1024.0)),
+        ),
+        None => ("-".to_owned(), "-".to_owned()),
+    }
+}
+
+/// The storm's figures as three lines, and its Nodes and apiserver cost when measured.
 fn storm_lines(s: &Storm, out: &mut String) {
     let _ = writeln!(
         out,
@@ -249,10 +306,20 @@ fn storm_lines(s: &Storm, out: &mut String) {
         s.nodes_approved_more_than_once,
         s.nodes_not_approved
     );
+    if let Some(n) = &s.node_objects {
+        let _ = writeln!(
+            out,
+            "storm Nodes: {} created in {:.1} s ({:.0}/s), {} bytes of JSON each; ours with --verify-node-addresses and a rule reading node",
+            n.nodes, n.seconds, n.per_second, n.node_json_bytes
+        );
+    }
+    let (requests, kib) = per_decision(s.apiserver.as_ref());
+    let _ = writeln!(out, "storm apiserver per decision: {requests} requests, {kib} KiB (read responses)");
 }
 
 #[cfg(test)]
 mod tests {
+    use crate::apiserver::ApiserverCost;
     use crate::report::{PeerReport, Report};
 
     /// The figures of the row `name` of `table`.
@@ -276,5 +343,19 @@ mod tests {
         assert_eq!(row(&both, "catch-up dns"), ["1.50", "3.00", "0.50x"]);
         assert_eq!(row(&both, "catch-up bypass-dns"), ["0.00", "0.00", "-"]);
         assert_eq!(row(&both, "live dns"), ["0.00", "0.00", "-"]);
+
+        let cost = |requests_per_decision, bytes: Option<f64>| ApiserverCost {
+            requests_per_decision,
+            bytes_per_decision: bytes,
+            ..ApiserverCost::default()
+        };
+        report.dns.catchup.apiserver = Some(cost(1.25, Some(2048.0)));
+        if let Some(peer) = report.peer.as_mut() {
+            peer.dns.catchup.apiserver = Some(cost(3.0, None));
+        }
+        let measured = report.table();
+        let apiserver = measured.split("apiserver/decision").nth(1).unwrap_or_default();
+        assert_eq!(row(apiserver, "catch-up dns"), ["1.25", "3.00", "2.00", "-"]);
+        assert_eq!(row(apiserver, "live bypass-dns"), ["-", "-", "-", "-"]);
     }
 }

@@ -3,13 +3,19 @@
 
 use serde::Serialize;
 
-use crate::report::{Catchup, Live, Report, cpu_ratio};
+use crate::apiserver::ApiserverCost;
+use crate::report::{Catchup, Live, Mode, Report, cpu_ratio};
 
 /// The targets' figures of one run; 0 (or null) for what did not run.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Targets {
     /// CPU milliseconds per decision, ours beside the peer's.
-    pub cpu_ms_per_decision: CpuTargets,
+    pub cpu_ms_per_decision: PerPhase,
+    /// The apiserver's requests per decision (its own counters), ours beside the peer's; 0 for ours
+    /// and null for the peer's when not measured.
+    pub apiserver_requests_per_decision: PerPhase,
+    /// The apiserver's read-response bytes per decision, likewise.
+    pub apiserver_bytes_per_decision: PerPhase,
     /// Idle resident memory (ready, no CSRs: the live phase with DNS checks; else the storm's),
     /// MiB.
     pub idle_mib: f64,
@@ -23,9 +29,9 @@ pub struct Targets {
     pub storm: Option<StormTargets>,
 }
 
-/// CPU milliseconds per decision in each phase the target names.
+/// A per-decision figure of each phase the targets name.
 #[derive(Debug, Clone, Default, Serialize)]
-pub struct CpuTargets {
+pub struct PerPhase {
     /// Catch-up, DNS checks on.
     pub catchup_dns: Versus,
     /// Catch-up, DNS bypassed.
@@ -80,6 +86,40 @@ pub struct StormTargets {
     pub ratio_without_outage: f64,
     /// Creating the storm, s.
     pub create_seconds: f64,
+    /// Node objects created before the CSRs (`--storm-nodes`).
+    pub node_objects: usize,
+    /// Nodes created per second.
+    pub nodes_per_second: f64,
+    /// The apiserver's requests per decision; null when not measured (the forced relist).
+    pub apiserver_requests_per_decision: Option<f64>,
+    /// The apiserver's read-response bytes per decision; null when not measured.
+    pub apiserver_bytes_per_decision: Option<f64>,
+}
+
+impl PerPhase {
+    /// `figure` of the apiserver's cost in each phase, ours beside the peer's.
+    fn apiserver(report: &Report, figure: impl Fn(&ApiserverCost) -> Option<f64>) -> PerPhase {
+        let peer = report.peer.as_ref();
+        let of = |mode: fn(&Mode) -> Option<&ApiserverCost>, ours: &Mode, theirs: Option<&Mode>| {
+            Versus::of(mode(ours).and_then(&figure).unwrap_or(0.0), theirs.and_then(mode).and_then(&figure))
+        };
+        PerPhase {
+            catchup_dns: of(catchup, &report.dns, peer.map(|p| &p.dns)),
+            catchup_bypass_dns: of(catchup, &report.bypass_dns, peer.map(|p| &p.bypass_dns)),
+            live_dns: of(live, &report.dns, peer.map(|p| &p.dns)),
+            live_bypass_dns: of(live, &report.bypass_dns, peer.map(|p| &p.bypass_dns)),
+        }
+    }
+}
+
+/// The catch-up's cost of a mode.
+fn catchup(mode: &Mode) -> Option<&ApiserverCost> {
+    mode.catchup.apiserver.as_ref()
+}
+
+/// The live phase's cost of a mode.
+fn live(mode: &Mode) -> Option<&ApiserverCost> {
+    mode.live.apiserver.as_ref()
 }
 
 impl Targets {
@@ -95,12 +135,14 @@ impl Targets {
         let storm = report.storm.as_ref();
         let live_idle = report.dns.live.memory.idle_mib;
         Targets {
-            cpu_ms_per_decision: CpuTargets {
+            cpu_ms_per_decision: PerPhase {
                 catchup_dns: catchup(&report.dns.catchup, peer.map(|p| &p.dns.catchup)),
                 catchup_bypass_dns: catchup(&report.bypass_dns.catchup, peer.map(|p| &p.bypass_dns.catchup)),
                 live_dns: live(&report.dns.live, peer.map(|p| &p.dns.live)),
                 live_bypass_dns: live(&report.bypass_dns.live, peer.map(|p| &p.bypass_dns.live)),
             },
+            apiserver_requests_per_decision: PerPhase::apiserver(report, |c| Some(c.requests_per_decision)),
+            apiserver_bytes_per_decision: PerPhase::apiserver(report, |c| c.bytes_per_decision),
             idle_mib: if live_idle > 0.0 { live_idle } else { storm.map_or(0.0, |s| s.idle_mib) },
             peak_mib_n_pending: report.dns.catchup.memory.peak_mib,
             catchup_ratio_dns: report.dns.catchup.ratio,
@@ -118,6 +160,10 @@ impl Targets {
                 ratio: s.ratio,
                 ratio_without_outage: s.ratio_without_outage,
                 create_seconds: s.create_seconds,
+                node_objects: s.node_objects.map_or(0, |n| n.nodes),
+                nodes_per_second: s.node_objects.map_or(0.0, |n| n.per_second),
+                apiserver_requests_per_decision: s.apiserver.as_ref().map(|c| c.requests_per_decision),
+                apiserver_bytes_per_decision: s.apiserver.as_ref().and_then(|c| c.bytes_per_decision),
             }),
         }
     }
@@ -135,8 +181,15 @@ mod tests {
         report.dns.catchup.memory.peak_mib = 33.5;
         report.dns.catchup.ratio = 1.4;
         report.dns.live.memory.idle_mib = 12.9;
+        let cost = |requests_per_decision, bytes_per_decision| ApiserverCost {
+            requests_per_decision,
+            bytes_per_decision,
+            ..ApiserverCost::default()
+        };
+        report.dns.catchup.apiserver = Some(cost(1.5, Some(3000.0)));
         let mut peer = PeerReport::default();
         peer.dns.catchup.cpu_ms_per_decision = 2.0;
+        peer.dns.catchup.apiserver = Some(cost(3.0, Some(1500.0)));
         report.peer = Some(peer);
         report.storm = Some(Storm {
             nodes: 100,
@@ -148,6 +201,7 @@ mod tests {
             peak_mib: 40.0,
             relist_peak_mib: 41.0,
             ratio: 1.5,
+            apiserver: Some(cost(0.25, None)),
             ..Storm::default()
         });
         report.targets = Targets::of(&report);
@@ -160,6 +214,13 @@ mod tests {
         for phase in ["catchup_bypass_dns", "live_dns", "live_bypass_dns"] {
             at(&format!("/targets/cpu_ms_per_decision/{phase}/ours"));
         }
+        assert_eq!(at("/targets/apiserver_requests_per_decision/catchup_dns/ratio"), 0.5);
+        assert_eq!(at("/targets/apiserver_bytes_per_decision/catchup_dns/peer"), 1500.0);
+        assert_eq!(at("/targets/apiserver_bytes_per_decision/catchup_dns/ratio"), 2.0);
+        assert_eq!(at("/targets/apiserver_requests_per_decision/live_dns/peer"), serde_json::Value::Null);
+        assert_eq!(at("/targets/storm/apiserver_requests_per_decision"), 0.25);
+        assert_eq!(at("/targets/storm/apiserver_bytes_per_decision"), serde_json::Value::Null);
+        assert_eq!(at("/targets/storm/node_objects"), 0);
         assert_eq!(at("/targets/idle_mib"), 12.9);
         assert_eq!(at("/targets/peak_mib_n_pending"), 33.5);
         assert_eq!(at("/targets/catchup_ratio_dns"), 1.4);

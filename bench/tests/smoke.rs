@@ -1,5 +1,5 @@
-//! The benchmark at N = 50, a storm of 50 nodes included, with the debug binary: every phase runs
-//! end to end, so the benchmark cannot rot. No timing is asserted.
+//! The benchmark at N = 50, a storm of 50 nodes with 60 Node objects included, with the debug
+//! binary: every phase runs end to end, so the benchmark cannot rot. No timing is asserted.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -21,6 +21,7 @@ async fn benchmark_runs_at_n_50() {
         verbose: true,
         peer: peer.clone(),
         storm: Some(50),
+        storm_nodes: Some(60),
         ..bench::Options::default()
     };
     let report = bench::run(&options).await.unwrap();
@@ -33,6 +34,15 @@ async fn benchmark_runs_at_n_50() {
         assert!(mode.catchup.memory.peak_mib > 0.0);
         // Start-up alone costs more than the clock tick CPU time is counted in.
         assert!(mode.catchup.cpu_ms_per_decision > 0.0, "{}", report.table());
+        // Ours lists and watches the CSRs and writes 50 approvals at least.
+        for cost in [&mode.catchup.apiserver, &mode.live.apiserver] {
+            let cost = cost.as_ref().expect("the apiserver's counters");
+            assert!(
+                cost.total.requests >= 50 && cost.by_request.contains_key("PATCH certificatesigningrequests/approval")
+            );
+            assert!(!cost.by_request.contains_key("POST certificatesigningrequests"), "the bench's creates");
+            assert!(cost.bytes_per_decision.unwrap_or(0.0) > 0.0, "{}", report.table());
+        }
     }
     assert_eq!(report.events_all.approved, 50, "{}", report.table());
     assert_eq!((report.hostile.csrs, report.hostile.denied), (50, 50), "{}", report.table());
@@ -55,6 +65,8 @@ async fn benchmark_runs_at_n_50() {
     assert_eq!((storm.approved, storm.denied_superseded), (50, 10), "one per node: {}", report.table());
     assert_eq!((storm.approvals_per_node_max, storm.nodes_not_approved), (1, 0), "{}", report.table());
     assert!(storm.outage_seconds > 0.0 && storm.relist_peak_mib > 0.0, "{}", report.table());
+    assert_eq!(storm.node_objects.map(|n| n.nodes), Some(60));
+    assert!(storm.apiserver.is_none(), "the apiserver restarted: its counters cannot be told apart");
     assert_eq!(report.targets.storm.as_ref().unwrap().decided, 60);
     assert!(report.table().contains("T_catchup"));
     assert!(report.table().contains("CPU ms per decision"));
