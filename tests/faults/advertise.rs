@@ -19,9 +19,8 @@ use kube::api::{ObjectMeta, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use node_csr_approver::policy::CONTROL_PLANE_LABEL;
 use testenv::Seen;
-use testkit::request::Request;
 
-use crate::harness::{Created, Expect, RECOVERY, Scenario, create_object, logs};
+use crate::harness::{Expect, RECOVERY, Scenario, create_serving, logs};
 use crate::support::cluster::{SERIAL, events_for, unique};
 use crate::verdict::{decided, decisions};
 
@@ -73,15 +72,15 @@ async fn an_advertise_address_claimed_among_thousands_of_nodes_costs_few_request
 
     // The first CSR naming the address starts the Node watch (one list, however many pages): the
     // count begins once it is decided.
-    let first = vec![create(&cp, &format!("{base}-worker-csr"), &worker, Expect::Denied).await];
+    let first = vec![create_serving(&cp, &format!("{base}-worker-csr"), &worker, ADVERTISED, Expect::Denied).await];
     let started = decided(&admin, "the first CSR naming it", &first, Instant::now(), "its creation", RECOVERY).await;
     let before = proxy.requests().len();
     let mut all = Vec::new();
     for i in 0..HOSTILE {
         let node = format!("{base}-h{i:02}");
-        all.push(create(&cp, &format!("{base}-hostile-{i:02}"), &node, Expect::Denied).await);
+        all.push(create_serving(&cp, &format!("{base}-hostile-{i:02}"), &node, ADVERTISED, Expect::Denied).await);
     }
-    all.push(create(&cp, &format!("{base}-cp-csr"), &control_plane, Expect::Approved).await);
+    all.push(create_serving(&cp, &format!("{base}-cp-csr"), &control_plane, ADVERTISED, Expect::Approved).await);
     let done = Instant::now();
     let report = decided(&admin, "an advertise address claimed twice", &all, done, "their creation", RECOVERY).await;
     let requests = proxy.requests();
@@ -111,7 +110,8 @@ async fn an_advertise_address_claimed_among_thousands_of_nodes_costs_few_request
     let nodes = Api::<Node>::all(admin.clone());
     nodes.patch(&control_plane, &PatchParams::default(), &Patch::Merge(&unlabel)).await.unwrap();
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let contested = create(&cp, &format!("{base}-cp-csr-2"), &control_plane, Expect::Approved).await;
+    let contested =
+        create_serving(&cp, &format!("{base}-cp-csr-2"), &control_plane, ADVERTISED, Expect::Approved).await;
     let deadline = Instant::now() + RECOVERY;
     let event = loop {
         let events = events_for(&admin, &contested.name).await;
@@ -154,14 +154,4 @@ async fn create_node(admin: &Client, name: &str, address: &str, control_plane: b
     }))
     .unwrap();
     Api::<Node>::all(admin.clone()).create(&PostParams::default(), &node).await.unwrap();
-}
-
-/// Creates CSR `name` of `node` asking for its own name and the advertise address.
-async fn create(cp: &testenv::ControlPlane, name: &str, node: &str, expect: Expect) -> Created {
-    let client = cp.impersonated_client(&format!("system:node:{node}"), &["system:nodes"]).await.unwrap();
-    let request = Request::node(node).dns(&format!("{node}.nodes.example.com")).ip(ADVERTISED);
-    let usages = &crate::support::SERVING_USAGES;
-    let csr = testkit::csr::object(name, testkit::csr::SERVING_SIGNER, usages, &request.pem());
-    create_object(&client, &csr).await;
-    Created { name: name.to_owned(), expect }
 }

@@ -207,6 +207,17 @@ fn address(i: usize) -> String {
     format!("10.0.{}.{}", 1 + i / 254, 1 + i % 254)
 }
 
+/// Creates serving CSR `name` of `node` (as the node, through impersonation) asking for its own
+/// name, its DNS name `<node>.nodes.example.com` and `address`.
+pub async fn create_serving(cp: &ControlPlane, name: &str, node: &str, address: &str, expect: Expect) -> Created {
+    let client = cp.impersonated_client(&format!("system:node:{node}"), &["system:nodes"]).await.unwrap();
+    let request = Request::node(node).dns(&format!("{node}.nodes.example.com")).ip(address);
+    let usages = &crate::support::SERVING_USAGES;
+    let csr = testkit::csr::object(name, testkit::csr::SERVING_SIGNER, usages, &request.pem());
+    create_object(&client, &csr).await;
+    Created { name: name.to_owned(), expect }
+}
+
 /// Creates `csr`, retrying for [`CREATE_DEADLINE`] while the apiserver cannot be reached or is
 /// not ready.
 pub async fn create_object(client: &Client, csr: &CertificateSigningRequest) {

@@ -1,21 +1,25 @@
 //! A CSR's Node read from the watched Nodes: under `--verify-node-addresses` and a rule that
 //! reads `node`, CSRs of many nodes are decided with one GET of a Node (the first, while the
 //! watch it starts lists them), not one each, and a Node's change (an address moved, a label
-//! removed) reaches the decisions through the watch.
+//! removed) reaches the decisions through the watch; a Node over the rules' bound is read by
+//! name and refused as too large; once the watches break, CSRs of Nodes created
+//! meanwhile are still decided.
 
 use std::time::{Duration, Instant};
 
+use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, Client};
-use testkit::request::Request;
 
-use crate::harness::{Created, Expect, RECOVERY, Scenario, create_object, logs};
+use crate::harness::{Expect, RECOVERY, Scenario, create_serving, logs};
 use crate::support::cluster::{SERIAL, unique};
 use crate::verdict::decided;
 
 /// Nodes whose CSRs are decided in the first round.
 const NODES: usize = 24;
+/// Nodes created, and their CSRs decided, after the watches were cut.
+const AFTER_CUT: usize = 8;
 /// The label the rule requires, which a kubelet cannot set on its own Node.
 const POOL_LABEL: &str = "node-restriction.kubernetes.io/pool";
 
@@ -33,23 +37,23 @@ async fn csrs_of_many_nodes_are_decided_on_their_watched_nodes_without_a_get_of_
     let base = unique("r");
     let name = |i: usize| format!("{base}-{i:02}");
     for i in 0..NODES {
-        create_node(&admin, &name(i), &address(i), true).await;
+        create_node(&admin, &name(i), &address(i), "").await;
     }
     // The watch delivers them within moments; the CSRs come after it.
     tokio::time::sleep(Duration::from_secs(2)).await;
 
     // The first read of a Node starts the watch, and is a GET while its first list runs.
-    let first = vec![create(&cp, &format!("{base}-csr-00"), &name(0), &address(0), Expect::Approved).await];
+    let first = vec![create_serving(&cp, &format!("{base}-csr-00"), &name(0), &address(0), Expect::Approved).await];
     decided(&admin, "the first Node read", &first, Instant::now(), "its creation", RECOVERY)
         .await
         .assert_within(RECOVERY, || logs(&replicas));
     let mut created = first;
     for i in 1..NODES - 1 {
-        created.push(create(&cp, &format!("{base}-csr-{i:02}"), &name(i), &address(i), Expect::Approved).await);
+        created.push(create_serving(&cp, &format!("{base}-csr-{i:02}"), &name(i), &address(i), Expect::Approved).await);
     }
     // A node asking for its neighbour's address.
     let last = NODES - 1;
-    created.push(create(&cp, &format!("{base}-csr-{last:02}"), &name(last), &address(0), Expect::Denied).await);
+    created.push(create_serving(&cp, &format!("{base}-csr-{last:02}"), &name(last), &address(0), Expect::Denied).await);
     let report =
         decided(&admin, "nodes read from the watch", &created, Instant::now(), "their creation", RECOVERY).await;
     let gets = |replicas: &[crate::harness::Replica]| -> u64 {
@@ -68,13 +72,43 @@ async fn csrs_of_many_nodes_are_decided_on_their_watched_nodes_without_a_get_of_
     nodes.patch(&name(1), &params, &Patch::Merge(&unlabel)).await.unwrap();
     tokio::time::sleep(Duration::from_secs(1)).await;
     let changed = vec![
-        create(&cp, &format!("{base}-moved-new"), &name(0), "10.0.9.9", Expect::Approved).await,
-        create(&cp, &format!("{base}-moved-old"), &name(0), &address(0), Expect::Denied).await,
-        create(&cp, &format!("{base}-unlabelled"), &name(1), &address(1), Expect::Denied).await,
+        create_serving(&cp, &format!("{base}-moved-new"), &name(0), "10.0.9.9", Expect::Approved).await,
+        create_serving(&cp, &format!("{base}-moved-old"), &name(0), &address(0), Expect::Denied).await,
+        create_serving(&cp, &format!("{base}-unlabelled"), &name(1), &address(1), Expect::Denied).await,
     ];
     let report = decided(&admin, "a Node's change seen", &changed, Instant::now(), "their creation", RECOVERY).await;
     report.assert_within(RECOVERY, || logs(&replicas));
     assert!(gets(&replicas) <= 1, "the changes came by the watch, not by a GET");
+
+    // A Node whose projection is over the rules' bound is not kept: read by name when asked, the
+    // rules refuse it as too large, as they refuse one read.
+    let big = NODES + AFTER_CUT;
+    create_node(&admin, &name(big), &address(big), &"x".repeat(70_000)).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let csr = format!("{base}-too-large");
+    let over = vec![create_serving(&cp, &csr, &name(big), &address(big), Expect::Denied).await];
+    let report = decided(&admin, "a Node over the bound", &over, Instant::now(), "its creation", RECOVERY).await;
+    report.assert_within(RECOVERY, || logs(&replicas));
+    let denied = Api::<CertificateSigningRequest>::all(admin.clone()).get(&csr).await.unwrap();
+    let conditions = denied.status.and_then(|status| status.conditions).unwrap_or_default();
+    let message = conditions.iter().find(|c| c.type_ == "Denied").and_then(|c| c.message.clone()).unwrap_or_default();
+    assert!(message.contains("too large for the rules"), "{message}");
+
+    // The watches break, and new Nodes come while they are watched again: every CSR of theirs is
+    // still decided, on its Node read by name until the watch of Nodes is live again, or on the
+    // watched Node.
+    replicas[0].proxy.cut_watches();
+    let new = NODES..NODES + AFTER_CUT;
+    for i in new.clone() {
+        create_node(&admin, &name(i), &address(i), "").await;
+    }
+    let mut after_cut = Vec::new();
+    for i in new {
+        let csr = format!("{base}-after-cut-{i:02}");
+        after_cut.push(create_serving(&cp, &csr, &name(i), &address(i), Expect::Approved).await);
+    }
+    let report = decided(&admin, "the watches cut", &after_cut, Instant::now(), "their creation", RECOVERY).await;
+    report.assert_within(RECOVERY, || logs(&replicas));
 }
 
 /// The address of node number `i`, inside the tests' provider prefixes.
@@ -91,13 +125,11 @@ fn addresses(name: &str, address: &str) -> serde_json::Value {
     ])
 }
 
-/// Creates Node `name` listing `address` as its InternalIP and its DNS name and name, in the
-/// general pool or not.
-async fn create_node(admin: &Client, name: &str, address: &str, general: bool) {
-    let labels: Option<std::collections::BTreeMap<String, String>> =
-        general.then(|| [(POOL_LABEL.to_owned(), "general".to_owned())].into());
+/// Creates Node `name` of the general pool, listing `address` as its InternalIP and its DNS name
+/// and name, with `note` as an annotation.
+async fn create_node(admin: &Client, name: &str, address: &str, note: &str) {
     let node: Node = serde_json::from_value(serde_json::json!({
-        "metadata": {"name": name, "labels": labels},
+        "metadata": {"name": name, "labels": {POOL_LABEL: "general"}, "annotations": {"note": note}},
         "status": {"addresses": addresses(name, address)},
     }))
     .unwrap();
@@ -107,14 +139,4 @@ async fn create_node(admin: &Client, name: &str, address: &str, general: bool) {
     let status = serde_json::json!({"status": node.status});
     let name = created.metadata.name.unwrap_or_default();
     nodes.patch_status(&name, &PatchParams::default(), &Patch::Merge(&status)).await.unwrap();
-}
-
-/// Creates CSR `name` of `node` asking for its own name, its DNS name and `address`.
-async fn create(cp: &testenv::ControlPlane, name: &str, node: &str, address: &str, expect: Expect) -> Created {
-    let client = cp.impersonated_client(&format!("system:node:{node}"), &["system:nodes"]).await.unwrap();
-    let request = Request::node(node).dns(&format!("{node}.nodes.example.com")).ip(address);
-    let usages = &crate::support::SERVING_USAGES;
-    let csr = testkit::csr::object(name, testkit::csr::SERVING_SIGNER, usages, &request.pem());
-    create_object(&client, &csr).await;
-    Created { name: name.to_owned(), expect }
 }
