@@ -80,8 +80,11 @@ pub struct Options {
     /// The storm's nodes; `None`: no storm.
     pub storm: Option<usize>,
     /// Node objects created before the storm's CSRs (at least the storm's nodes), ours then run
-    /// with `--verify-node-addresses` and a rule reading `node`; `None`: no Nodes.
+    /// with `--verify-node-addresses` (and a rule reading `node` when `storm_node_rule`); `None`:
+    /// no Nodes.
     pub storm_nodes: Option<usize>,
+    /// With `storm_nodes`, ours runs with a rule that reads `node` too.
+    pub storm_node_rule: bool,
     /// Restart the apiserver once during the storm, so the controller's watch relists.
     pub storm_relist: bool,
     /// Run the storm alone (no limit, catch-up, live, hostile or flood phase).
@@ -102,6 +105,7 @@ impl Default for Options {
             live: true,
             storm: None,
             storm_nodes: None,
+            storm_node_rule: true,
             storm_relist: true,
             only_storm: false,
         }

@@ -48,6 +48,10 @@ struct Args {
     /// run ours with `--verify-node-addresses` and a rule that reads `node`.
     #[arg(long, requires = "storm")]
     storm_nodes: Option<usize>,
+    /// With --storm-nodes, run ours without the rule that reads `node` (`--verify-node-addresses`
+    /// only): the Nodes are watched without the rules' projection.
+    #[arg(long, requires = "storm_nodes")]
+    storm_no_node_rule: bool,
     /// No apiserver restart (no forced relist) during the storm.
     #[arg(long, requires = "storm")]
     storm_no_relist: bool,
@@ -93,6 +97,7 @@ async fn main() -> ExitCode {
         live: !args.no_live,
         storm: args.storm,
         storm_nodes: args.storm_nodes,
+        storm_node_rule: !args.storm_no_node_rule,
         storm_relist: !args.storm_no_relist,
         only_storm: args.only_storm,
     };

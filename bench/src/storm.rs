@@ -242,13 +242,16 @@ pub(crate) async fn storm(bench: &Bench, requests: &StormRequests, relist: bool)
     Ok(figures)
 }
 
-/// How ours runs in the storm: with `--storm-nodes`, also `--verify-node-addresses` and the rules
-/// file.
+/// How ours runs in the storm: with `--storm-nodes`, also `--verify-node-addresses` and, unless
+/// `--storm-no-node-rule`, the rules file.
 fn storm_launch(bench: &Bench, phase: &str, kubeconfig: &std::path::Path) -> Result<Launch> {
     let mut launch = launch(bench, &bench.ours, phase, false, kubeconfig);
     if bench.options.storm_nodes.is_some() {
-        let rules = nodes::write_rules(&bench.logs)?;
-        launch.extra_args = vec!["--verify-node-addresses".into(), format!("--rules={}", rules.display())];
+        launch.extra_args = vec!["--verify-node-addresses".into()];
+        if bench.options.storm_node_rule {
+            let rules = nodes::write_rules(&bench.logs)?;
+            launch.extra_args.push(format!("--rules={}", rules.display()));
+        }
     }
     Ok(launch)
 }
