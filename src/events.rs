@@ -69,7 +69,7 @@ const EVENT_QUEUE: usize = 10_000;
 /// approval writes keep most of the apiserver while a scan tells many Nodes.
 const AUDIT_EVENT_CONCURRENCY: usize = 1;
 /// The periodic audit's Events waiting to be published, with the room held for the Nodes being
-/// dialled: above the most dials at once (256), so a full queue slows a scan without stopping it.
+/// dialled: four times the most dials at once (256), so that room leaves most of it to Events.
 const AUDIT_EVENT_QUEUE: usize = 1_024;
 /// How long shutdown waits for the queued events of both lanes to be published.
 const EVENT_DRAIN: Duration = Duration::from_secs(5);

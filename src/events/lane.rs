@@ -65,9 +65,9 @@ pub(super) struct Room {
 /// The publishing end of a lane: its task, and the signal that closes its queue.
 #[derive(Debug)]
 pub(super) struct Publisher {
-    pub(super) task: tokio::task::JoinHandle<()>,
+    task: tokio::task::JoinHandle<()>,
     close: oneshot::Sender<()>,
-    pub(super) unpublished: Arc<AtomicUsize>,
+    unpublished: Arc<AtomicUsize>,
 }
 
 /// A lane's queue, and the signal that closes it (`None` once it has).
