@@ -222,9 +222,41 @@ impl Events {
 
 #[cfg(test)]
 mod tests {
+    use std::convert::Infallible;
+    use std::sync::atomic::AtomicUsize;
+
+    use bytes::Bytes;
+    use http::{Request, Response};
+    use http_body_util::{BodyExt, Full};
+    use kube::client::{Body, ClientBuilder, DynBody};
     use tokio::time::timeout;
+    use tower::ServiceExt as _;
 
     use super::*;
+
+    type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+    fn reporter() -> Reporter {
+        Reporter { controller: "node-csr-approver".into(), instance: None }
+    }
+
+    /// A client of an apiserver that answers every request 201 after `delay`, and the count of
+    /// those answered.
+    fn counting(delay: Duration) -> (Client, Arc<AtomicUsize>) {
+        let created = Arc::new(AtomicUsize::new(0));
+        let count = created.clone();
+        let service = tower::service_fn(move |_: Request<Body>| {
+            let count = count.clone();
+            async move {
+                tokio::time::sleep(delay).await;
+                count.fetch_add(1, Ordering::AcqRel);
+                let body: Box<DynBody> =
+                    Box::new(Full::new(Bytes::from("{}")).map_err(|never: Infallible| -> BoxError { match never {} }));
+                Ok::<_, BoxError>(Response::builder().status(201).body(body).unwrap())
+            }
+        });
+        (ClientBuilder::new(service.map_err(BoxError::from), "default").build(), created)
+    }
 
     /// Events published to an apiserver that takes every connection and never answers, so that
     /// nothing queued is ever published; the listener runs as long as the runtime.
@@ -238,7 +270,22 @@ mod tests {
             }
         });
         let client = Client::try_from(kube::Config::new(url.parse().unwrap())).unwrap();
-        Events::start(client, Reporter { controller: "node-csr-approver".into(), instance: None }, level)
+        Events::start(client, reporter(), level)
+    }
+
+    #[tokio::test]
+    async fn the_drain_publishes_what_both_queues_hold() {
+        let (client, created) = counting(Duration::from_millis(20));
+        let (events, publisher) = Events::start(client, reporter(), EventLevel::All);
+        let denial = Decision { kind: DecisionKind::Deny, reason: Reason::SubjectMismatch, message: "forged".into() };
+        for i in 0..20 {
+            let regarding = ObjectReference { name: Some(format!("csr-{i}")), ..ObjectReference::default() };
+            events.publish(regarding, &denial, "").await;
+            let change = NodeChange { problem: true, reason: "KubeletUnreachable", note: "dial timed out" };
+            events.audit_room().await.unwrap().publish(&format!("node-{i}"), None, change);
+        }
+        publisher.drain().await;
+        assert_eq!(created.load(Ordering::Acquire), 40, "20 decisions' Events and 20 of the audit's");
     }
 
     #[tokio::test]
