@@ -154,7 +154,14 @@ pub async fn command(args: &CheckArgs, settings: &Settings, out: &mut impl Write
     }
     let skipped = Skipped::logged();
     let budget = settings.run.request_budget();
-    let connection = connect(settings.run.kubeconfig.as_deref(), budget, settings.machines.as_ref(), &skipped).await?;
+    let connection = connect(
+        settings.run.kubeconfig.as_deref(),
+        budget,
+        settings.machines.as_ref(),
+        policy.user_rules.read_node(),
+        &skipped,
+    )
+    .await?;
     let csrs = fetch(connection.client.clone(), &args.names).await?;
     // Every CSR of the cluster, listed once: the newer serving CSRs of a node, and in machine mode
     // the brake's count and the approved client CSRs, as the controller's cache would hold them.
@@ -168,8 +175,9 @@ pub async fn command(args: &CheckArgs, settings: &Settings, out: &mut impl Write
         _ => None,
     };
     let kubelet_dial = settings.machines.as_ref().and_then(|source| source.kubelet_dial(policy));
-    let cluster = KubeCluster::new(connection.client, machines, ledger, skipped, policy.user_rules.read_node())
-        .with_kubelet_dial(kubelet_dial);
+    let cluster =
+        KubeCluster::new(connection.client, connection.nodes, machines, ledger, skipped, policy.user_rules.read_node())
+            .with_kubelet_dial(kubelet_dial);
     // Until listed, a CSR with an IP SAN is reported as a retry (ClusterUnavailable).
     cluster.apiserver_first_answer(COMMAND_APISERVER_WAIT).await;
     Ok(run(&csrs, policy, &resolver, &cluster, now, args.output, out).await?)

@@ -27,6 +27,7 @@ use crate::kubernetes::csr_ledger::CsrLedger;
 use crate::kubernetes::csr_object::RequestRoom;
 use crate::kubernetes::decoded::Skipped;
 use crate::kubernetes::leader::{self, Leadership};
+use crate::kubernetes::node_index::NodeIndex;
 use crate::metrics::{MeteredResolver, Metrics};
 use crate::policy::{ClusterView, PolicyConfig, Resolver};
 use crate::shutdown::ShutdownSignals;
@@ -64,8 +65,9 @@ pub async fn run(settings: Settings) -> Result<(), RunError> {
         Skipped::counting(move |kind| metrics.record_undecodable(kind))
     };
     let budget = cfg.request_budget();
-    let Connection { client, machines } =
-        connect(cfg.kubeconfig.as_deref(), budget, machine_source.as_ref(), &skipped).await?;
+    let read_node = policy.user_rules.read_node();
+    let Connection { client, nodes, machines } =
+        connect(cfg.kubeconfig.as_deref(), budget, machine_source.as_ref(), read_node, &skipped).await?;
     // The CSR cache: the controller's watch fills it, the ledger reads it, and the approvals the
     // controller wrote from what it knows of each CSR.
     let (csr_cache, csrs) = csr_cache::cache();
@@ -92,15 +94,15 @@ pub async fn run(settings: Settings) -> Result<(), RunError> {
     let instance = election.as_ref().map(|election| election.identity().to_owned());
     let (events, event_publisher) =
         Events::start(client.clone(), Reporter { controller: "node-csr-approver".into(), instance }, cfg.events);
-    let cluster =
-        KubeCluster::new(client.clone(), machines.clone(), ledger, skipped.clone(), policy.user_rules.read_node())
-            .with_kubelet_dial(kubelet_dial)
-            .watching_nodes();
+    let cluster = KubeCluster::new(client.clone(), nodes.clone(), machines.clone(), ledger, skipped.clone(), read_node)
+        .with_kubelet_dial(kubelet_dial)
+        .watching_nodes();
     let ctx = Arc::new(Context {
         api: Api::all(client.clone()),
         policy,
         resolver,
         cluster,
+        nodes,
         leadership,
         events,
         metrics,
@@ -234,6 +236,10 @@ impl<R: Resolver + 'static, C: ClusterView + 'static> Host for Context<R, C> {
 
     fn skipped(&self) -> &Skipped {
         &self.skipped
+    }
+
+    fn nodes(&self) -> &NodeIndex {
+        &self.nodes
     }
 
     fn client(&self) -> kube::Client {

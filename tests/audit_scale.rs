@@ -3,7 +3,9 @@
 //! network's link, is every Node's InternalIP and kubelet port), scanned by the real binary with a
 //! small `--audit-dial-timeout`. The scan counts every Node `unreachable` and finishes within the
 //! bound docs/audit.md states, ceil(N / `--audit-dial-concurrency`) × `--audit-dial-timeout` plus
-//! listing the Nodes, where dialling one kubelet at a time would take N × the timeout.
+//! listing the Nodes, where dialling one kubelet at a time would take N × the timeout. A second
+//! scan reads the Nodes from the watch the first one started: the apiserver counts one list of
+//! them in all, not one per scan.
 //!
 //! Needs root (network namespaces, veth pairs), `ip`, `unshare` and `nsenter`.
 
@@ -56,6 +58,21 @@ async fn silent_kubelets(at: SocketAddr) -> u16 {
     port
 }
 
+/// How many Nodes one page of a list holds: kube-runtime's watcher lists 500 at a time.
+const LIST_PAGE: u32 = 500;
+
+/// The LIST requests of Nodes the apiserver has counted (each page one).
+async fn node_lists(admin: &kube::Client) -> f64 {
+    let request = http::Request::get("/metrics").body(Vec::new()).unwrap();
+    let text = admin.request_text(request).await.unwrap();
+    let lists = text.lines().filter(|line| {
+        line.starts_with("apiserver_request_total{")
+            && line.contains("resource=\"nodes\"")
+            && line.contains("verb=\"LIST\"")
+    });
+    lists.filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok()).sum()
+}
+
 /// Node `i`, its kubelet at `address`.
 fn node(i: u32, address: SocketAddr) -> Node {
     serde_json::from_value(json!({
@@ -84,7 +101,8 @@ async fn a_scan_of_thousands_of_hung_kubelets_ends_within_the_documented_bound()
     let port = silent_kubelets(SocketAddr::new(host, 0)).await;
     let kubelet = SocketAddr::new(host, port);
 
-    let nodes = Api::<Node>::all(cp.admin_client().await.unwrap());
+    let admin = cp.admin_client().await.unwrap();
+    let nodes = Api::<Node>::all(admin.clone());
     let created = Instant::now();
     let creates = futures::stream::iter(0..NODES).map(|i| {
         let nodes = nodes.clone();
@@ -96,13 +114,14 @@ async fn a_scan_of_thousands_of_hung_kubelets_ends_within_the_documented_bound()
 
     let flags = [
         "--bypass-dns-resolution".to_owned(),
-        "--audit-period=1h".to_owned(),
+        "--audit-period=1s".to_owned(),
         format!("--audit-dial-timeout={DIAL_TIMEOUT_MS}ms"),
         format!("--audit-dial-concurrency={CONCURRENCY}"),
         format!("--kubelet-port={port}"),
         "--events=none".to_owned(),
     ];
     let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let lists_before = node_lists(&admin).await;
     let mut approver = Approver::start_with(cp.kubeconfig_path(), REGEX, &prefixes_of(&[host]), &flags, &[]);
     approver.wait_ready().await;
     let ready = Instant::now();
@@ -136,4 +155,15 @@ async fn a_scan_of_thousands_of_hung_kubelets_ends_within_the_documented_bound()
     let waves = Duration::from_millis(u64::from(DIAL_TIMEOUT_MS)) * NODES.div_ceil(CONCURRENCY);
     assert!(took >= waves, "every kubelet waited out its timeout: {took:?} < {waves:?}");
     assert!(took <= bound(), "the scan took {took:?}, more than {:?}", bound());
+
+    // The next scan reads the watched Nodes: no list of them but the watch's first.
+    let first = count("node_csr_approver_audit_last_scan_timestamp_seconds");
+    let deadline = Instant::now() + Duration::from_secs(2) + bound();
+    while metric(&approver.metrics().await, "node_csr_approver_audit_last_scan_timestamp_seconds") <= Some(first) {
+        assert!(Instant::now() < deadline, "no second scan within {:?}", bound());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let lists = node_lists(&admin).await - lists_before;
+    eprintln!("two scans of {NODES} Nodes: {lists} LIST requests of Nodes");
+    assert!(lists <= f64::from(NODES.div_ceil(LIST_PAGE)), "the Nodes were listed {lists} pages for two scans");
 }

@@ -84,7 +84,7 @@ pub async fn command(
 ) -> Result<Vec<NodeAudit>, AuditError> {
     let resolver = HickoryResolver::new(settings.dns_servers, settings.dns_timeout)?;
     let skipped = Skipped::logged();
-    let connection = connect(settings.kubeconfig, settings.budget, settings.machines, &skipped).await?;
+    let connection = connect(settings.kubeconfig, settings.budget, settings.machines, false, &skipped).await?;
     let nodes_api: kube::Api<Decoded<NodeObject>> = kube::Api::all(connection.client.clone());
     let machines = match (connection.machines, settings.machines) {
         (Some(cache), Some(_)) => {
@@ -93,7 +93,14 @@ pub async fn command(
         }
         _ => None,
     };
-    let cluster = KubeCluster::new(connection.client, machines, CsrLedger::without_csrs(), skipped.clone(), false);
+    let cluster = KubeCluster::new(
+        connection.client,
+        connection.nodes,
+        machines,
+        CsrLedger::without_csrs(),
+        skipped.clone(),
+        false,
+    );
     cluster.apiserver_first_answer(COMMAND_APISERVER_WAIT).await;
     let dial_rules = KubeletDialRules { prefixes: settings.policy.ip_prefixes.clone(), port: kubelet.port };
     let mut targets = Vec::new();

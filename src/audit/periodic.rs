@@ -1,7 +1,8 @@
 //! The periodic audit (`--audit-period`): the scan of `audit` (every Node's kubelet dialled where
 //! serving renewal would dial it, its certificate judged), run by the replica that writes, one
 //! scan at a time, the next a period after the last ended, streamed: each Node's report is counted
-//! and dropped as it completes. Each scan tells each Node whose state changed (an Event on the
+//! and dropped as it completes. The Nodes are read from the watched Nodes the decisions read
+//! ([`NodeIndex`]); only when that watch is not live within [`WATCHED_NODES_WAIT`] are they listed. Each scan tells each Node whose state changed (an Event on the
 //! Node, as `--events` says) and, once complete, sets the audit's metrics. A scan is
 //! dropped at once when this replica stops writing, and the task ends with the controller.
 
@@ -19,15 +20,20 @@ use super::scan::{Judge, ScanSettings};
 use super::states::{StateChange, StateMemory};
 use crate::events::{AuditRoom, Events, NodeChange};
 use crate::kubernetes::decoded::{Decoded, Skipped};
-use crate::kubernetes::kubelet_endpoint::dial_targets;
+use crate::kubernetes::kubelet_endpoint::{dial_targets, kubelet_target};
 use crate::kubernetes::leader::Leadership;
+use crate::kubernetes::node_index::{Kept, NodeIndex};
 use crate::kubernetes::node_object::NodeObject;
-use crate::kubernetes::node_target::NodeTarget;
+use crate::kubernetes::node_target::{NodeTarget, NotDialled};
 use crate::policy::{ClusterView, KubeletDialRules, PolicyConfig, Resolver};
 
 /// How long after the CSR watch synced the first scan starts: readiness and the first pass over
 /// the CSRs come first.
 const FIRST_SCAN_DELAY: Duration = Duration::from_secs(2);
+
+/// How long a scan waits for the watched Nodes to be live (their first list, at the leader's start,
+/// takes about a minute at 130,000 Nodes) before it lists the Nodes itself.
+const WATCHED_NODES_WAIT: Duration = Duration::from_secs(120);
 
 /// How often, between scans and during one, whether this replica writes is looked at.
 const LEADERSHIP_POLL: Duration = Duration::from_millis(250);
@@ -54,7 +60,9 @@ pub(crate) trait Host: Send + Sync + 'static {
     fn metrics(&self) -> &AuditMetrics;
     /// Where what the list of Nodes cannot decode is reported.
     fn skipped(&self) -> &Skipped;
-    /// The client the Nodes are listed with.
+    /// The watched Nodes, which a scan reads.
+    fn nodes(&self) -> &NodeIndex;
+    /// The client the Nodes are listed with while their watch is not live.
     fn client(&self) -> kube::Client;
 }
 
@@ -110,11 +118,12 @@ async fn stops_writing<H: Host>(ctx: &H) {
     }
 }
 
-/// One scan, streamed: the Nodes' dial targets listed (a page at a time, each page reduced to
-/// names, uids and addresses), dialled `--audit-dial-concurrency` at once, each report counted,
+/// One scan, streamed: the Nodes as the watch holds them (a handle on each, shared with the
+/// index), or when it is not live their dial targets listed (a page at a time, each page reduced
+/// to names, uids and addresses); dialled `--audit-dial-concurrency` at once, each report counted,
 /// compared with its Node's last state (its change told at once) and dropped as it completes; the
-/// metrics are set once every target is done. Nothing is held per Node but its target until it is
-/// dialled and its entry in `memory` (with `--audit-node-metrics`, its series too).
+/// metrics are set once every Node is done. Nothing is held per Node but that handle or target
+/// until it is dialled and its entry in `memory` (with `--audit-node-metrics`, its series too).
 async fn scan<H: Host>(
     ctx: &H,
     schedule: &AuditSchedule,
@@ -124,7 +133,17 @@ async fn scan<H: Host>(
 ) -> Result<(), kube::Error> {
     let started = Instant::now();
     let rules = KubeletDialRules { prefixes: ctx.policy().ip_prefixes.clone(), port: schedule.kubelet_port };
-    let targets = dial_targets(nodes, ctx.cluster(), &rules, skipped).await?;
+    let (scanned, mut waiting): (usize, Box<dyn Iterator<Item = Waiting> + Send>) =
+        match ctx.nodes().every_node(WATCHED_NODES_WAIT).await {
+            Some(watched) => {
+                (watched.len(), Box::new(watched.into_iter().map(|(name, kept)| Waiting::Watched(name, kept))))
+            }
+            None => {
+                tracing::info!("periodic audit: the watched Nodes are not live; listing them");
+                let listed = dial_targets(nodes, ctx.cluster(), &rules, skipped).await?;
+                (listed.len(), Box::new(listed.into_iter().map(Waiting::Listed)))
+            }
+        };
     let settings = ScanSettings {
         ca: schedule.ca.clone(),
         dial_limit: schedule.dial_limit,
@@ -139,14 +158,14 @@ async fn scan<H: Host>(
         now: Timestamp::now(),
     };
     let (mut tally, mut pass) = (ctx.metrics().tally(), memory.pass());
-    let (mut changed, scanned) = (0_usize, targets.len());
+    let mut changed = 0_usize;
     // A loop rather than `buffer_unordered` over a closure: the future stays `Send` for every
     // lifetime, so the controller can spawn it.
-    let (mut waiting, mut running) = (targets.into_iter(), FuturesUnordered::new());
+    let mut running = FuturesUnordered::new();
     loop {
         while running.len() < settings.concurrency {
-            let Some(target) = waiting.next() else { break };
-            running.push(audit(&judge, ctx.events(), target));
+            let Some(next) = waiting.next() else { break };
+            running.push(audit(&judge, &rules, ctx.events(), next));
         }
         let Some((uid, room, report)) = running.next().await else { break };
         let findings: Vec<&'static str> = report.findings.iter().map(|finding| finding.as_str()).collect();
@@ -167,15 +186,36 @@ async fn scan<H: Host>(
     Ok(())
 }
 
-/// Audits one Node once the audit's Event queue has room for its Event, so telling it never waits
-/// while other dials run (their time limits running); its uid and that room come back with its
-/// report, for the Event.
+/// A Node of a scan, not dialled yet.
+enum Waiting {
+    /// As the watched Nodes keep it.
+    Watched(Arc<str>, Kept),
+    /// Its dial target, listed.
+    Listed(NodeTarget),
+}
+
+/// Audits one Node (its dial target chosen by `rules` first, when it was read from the watch)
+/// once the audit's Event queue has room for its Event, so telling it never waits while other
+/// dials run (their time limits running); its uid and that room come back with its report, for
+/// the Event.
 async fn audit<R: Resolver, C: ClusterView>(
     judge: &Judge<'_, R, C>,
+    rules: &KubeletDialRules,
     events: &Events,
-    target: NodeTarget,
+    waiting: Waiting,
 ) -> (Option<String>, Option<AuditRoom>, NodeAudit) {
     let room = events.audit_room().await;
+    let target = match waiting {
+        Waiting::Watched(name, Kept::Read(facts)) => NodeTarget {
+            node: name.to_string(),
+            uid: facts.uid.as_deref().map(str::to_owned),
+            target: kubelet_target(judge.cluster, &name, facts.kubelet_port, &facts.info.addresses, rules).await,
+        },
+        Waiting::Watched(name, Kept::Undecodable(why)) => {
+            NodeTarget { node: name.to_string(), uid: None, target: Err(NotDialled::Undecodable(why)) }
+        }
+        Waiting::Listed(target) => target,
+    };
     let report = judge.scan_node(&target).await;
     (target.uid, room, report)
 }

@@ -6,6 +6,7 @@ use kube::Api;
 use crate::events::Events;
 use crate::kubernetes::decoded::{Decoded, Skipped};
 use crate::kubernetes::leader::Leadership;
+use crate::kubernetes::node_index::NodeIndex;
 use crate::kubernetes::object_fields::Csr;
 use crate::metrics::Metrics;
 use crate::policy::PolicyConfig;
@@ -20,6 +21,8 @@ pub(crate) struct Context<R, C> {
     pub resolver: R,
     /// The policy's cluster port.
     pub cluster: C,
+    /// The watched Nodes, which the periodic audit reads (the cluster port reads them too).
+    pub nodes: NodeIndex,
     /// Whether this replica may write.
     pub leadership: Leadership,
     /// Where decisions are published as Events.

@@ -318,6 +318,7 @@ mod tests {
     use crate::kubernetes::csr_ledger::CsrLedger;
     use crate::kubernetes::decoded::Skipped;
     use crate::kubernetes::leader::Leadership;
+    use crate::kubernetes::node_index::NodeIndex;
     use crate::kubernetes::request::RequestError;
     use crate::metrics::Metrics;
     use crate::policy::{
@@ -461,10 +462,11 @@ mod tests {
         let memory = Arc::new(Memory::new(metrics.clone()));
         let ledger = CsrLedger::new(csrs.clone(), policy.machine.clone(), Some(memory.clone()));
         let ctx = Context {
-            api: kube::Api::all(client),
+            api: kube::Api::all(client.clone()),
             policy,
             resolver: NoDns,
             cluster,
+            nodes: NodeIndex::new(client, Skipped::logged(), false),
             leadership,
             events,
             metrics: metrics.clone(),

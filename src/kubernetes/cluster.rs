@@ -41,19 +41,20 @@ pub struct KubeCluster {
 }
 
 impl KubeCluster {
-    /// Reads Nodes through `client` (keeping of each what the rules see of it when
-    /// `nodes_for_rules`), in machine mode Machines and Nodes from their caches, and CSRs from the
-    /// ledger; starts watching the apiserver's Service and EndpointSlices (so it must be called on
-    /// a Tokio runtime). Objects that cannot be decoded are reported to `skipped`.
+    /// Reads Nodes from `node_index` while its watch is live, else through `client` (keeping of
+    /// each what the rules see of it when `nodes_for_rules`, as the index does), in machine mode
+    /// Machines from their caches, and CSRs from the ledger; starts watching the apiserver's
+    /// Service and EndpointSlices (so it must be called on a Tokio runtime). Objects that cannot be
+    /// decoded are reported to `skipped`.
     pub fn new(
         client: kube::Client,
+        node_index: NodeIndex,
         machines: Option<MachineCache>,
         ledger: CsrLedger,
         skipped: Skipped,
         nodes_for_rules: bool,
     ) -> KubeCluster {
         let apiserver = ApiserverWatch::start(client.clone(), skipped.clone());
-        let node_index = NodeIndex::new(client.clone(), skipped.clone(), nodes_for_rules);
         KubeCluster {
             nodes: kube::Api::all(client),
             node_index,
@@ -68,17 +69,18 @@ impl KubeCluster {
     }
 
     /// What is read of Node `name`, or none: from the watched Nodes while their watch is live,
-    /// else (and for a Node whose projection is over the rules' bound) by a GET. One that cannot
-    /// be decoded is reported and an error, so what needs it is retried, never decided without it.
+    /// else (and for a Node whose projection is over the rules' bound, or that the watch has not
+    /// seen: machine mode approves a client CSR only for a Node that does not exist) by a GET. One
+    /// that cannot be decoded is reported and an error, so what needs it is retried, never decided
+    /// without it.
     async fn node_facts(&self, name: &str) -> Result<Option<Arc<NodeFacts>>, ClusterError> {
         if self.watch_nodes {
             self.node_index.watch();
         }
         match self.node_index.known(name) {
             Known::Live(Some(facts)) if !facts.over_rules_bound => return Ok(Some(facts)),
-            Known::Live(None) => return Ok(None),
             Known::Undecodable(why) => return Err(ClusterError::Request(RequestError::new(why))),
-            Known::Live(Some(_)) | Known::Unknown => {}
+            Known::Live(_) | Known::Unknown => {}
         }
         match self.nodes.get_opt(name).await.map_err(failed)? {
             None => Ok(None),
@@ -152,7 +154,7 @@ impl ClusterView for KubeCluster {
         Ok(self.machines.as_ref().map_or(BrakeInputs::default(), |cache| BrakeInputs {
             pending: self.ledger.pending(jiff::Timestamp::now(), &cache.machines()),
             machines: cache.machine_count(),
-            nodes: cache.node_count(),
+            nodes: self.node_index.count(),
         }))
     }
 

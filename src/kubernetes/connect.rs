@@ -1,8 +1,9 @@
-//! Connecting to the cluster, shared by `run` and `check`: the kube client and, in machine mode,
-//! the watched caches of Machines and Nodes.
+//! Connecting to the cluster, shared by `run` and `check`: the kube client, the watched Nodes
+//! (watched once first asked) and, in machine mode, the watched Machines.
 
 use std::path::{Path, PathBuf};
 
+use futures::FutureExt;
 use kube::Client;
 use kube::client::ClientBuilder;
 use kube::config::{InferConfigError, KubeConfigOptions, Kubeconfig, KubeconfigError};
@@ -14,6 +15,7 @@ use super::request_budget::{BudgetLayer, RequestBudget};
 use super::retry_after;
 use crate::kubernetes::decoded::Skipped;
 use crate::kubernetes::machines::MachineCache;
+use crate::kubernetes::node_index::NodeIndex;
 
 /// No usable cluster configuration.
 #[derive(Debug, thiserror::Error)]
@@ -34,12 +36,16 @@ pub enum ConnectError {
     Client(#[from] kube::Error),
 }
 
-/// A client, and machine mode's caches when it is on.
+/// A client, the watched Nodes, and machine mode's caches when it is on.
 #[derive(Clone)]
 pub struct Connection {
     /// The client for CSRs, Nodes, Leases and events.
     pub client: Client,
-    /// Machine mode's caches (Machines and Node metadata), started but not necessarily synced.
+    /// The watched Nodes: watched from the first question in machine mode, else from the
+    /// controller's first read of a Node.
+    pub nodes: NodeIndex,
+    /// Machine mode's caches (Machines, and the count of the watched Nodes), started but not
+    /// necessarily synced.
     pub machines: Option<MachineCache>,
 }
 
@@ -74,25 +80,32 @@ pub async fn lease_client(
     if budget.limits() { self::client(kubeconfig, budget).await } else { Ok(client.clone()) }
 }
 
-/// Connects with `kubeconfig` within `budget` and, in machine mode, starts the caches, reading
+/// Connects with `kubeconfig` within `budget`, makes the watched Nodes (keeping of each what the
+/// rules see of it when `nodes_for_rules`) and, in machine mode, starts the caches, reading
 /// Machines through `--machine-kubeconfig` when given (a client of its own, within a budget of its
 /// own); what they cannot decode is reported to `skipped`.
 pub async fn connect(
     kubeconfig: Option<&Path>,
     budget: RequestBudget,
     machines: Option<&MachineSource>,
+    nodes_for_rules: bool,
     skipped: &Skipped,
 ) -> Result<Connection, ConnectError> {
     let client = client(kubeconfig, budget).await?;
+    let nodes = NodeIndex::new(client.clone(), skipped.clone(), nodes_for_rules);
     let machines = match machines {
         Some(source) => {
             let machine_client = match &source.kubeconfig {
                 Some(path) => self::client(Some(path), budget).await?,
                 None => client.clone(),
             };
-            Some(MachineCache::start(client.clone(), machine_client, source, skipped.clone()).await)
+            // The pending brake counts the Nodes on every replica: watched from the start.
+            nodes.watch();
+            let watched = nodes.clone();
+            let synced = async move { watched.synced().await }.boxed();
+            Some(MachineCache::start(nodes.changes(), synced, machine_client, source, skipped.clone()).await)
         }
         None => None,
     };
-    Ok(Connection { client, machines })
+    Ok(Connection { client, nodes, machines })
 }

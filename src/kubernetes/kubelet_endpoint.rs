@@ -28,12 +28,23 @@ const NODES_PAGE: u32 = 500;
 pub async fn node_target<C: ClusterView>(cluster: &C, node: &NodeObject, rules: &KubeletDialRules) -> NodeTarget {
     let node_meta = &node.metadata.0;
     let name = node_meta.name.clone().unwrap_or_default();
-    let addresses = node.addresses();
-    let target = match undialled_apiserver_addresses(cluster, &name, &addresses).await {
-        Ok(apiserver) => dial_target(node.kubelet_port(), &addresses, rules, &apiserver),
-        Err(error) => Err(NotDialled::ApiserverAddresses(error)),
-    };
+    let target = kubelet_target(cluster, &name, node.kubelet_port(), &node.addresses(), rules).await;
     NodeTarget { node: name, uid: node_meta.uid.clone(), target }
+}
+
+/// Where the kubelet of Node `name`, listing `addresses` and `kubelet_port`, is dialled, or why
+/// it is not.
+pub async fn kubelet_target<C: ClusterView>(
+    cluster: &C,
+    name: &str,
+    kubelet_port: Option<i32>,
+    addresses: &[NodeAddress],
+    rules: &KubeletDialRules,
+) -> Result<SocketAddr, NotDialled> {
+    match undialled_apiserver_addresses(cluster, name, addresses).await {
+        Ok(apiserver) => dial_target(kubelet_port, addresses, rules, &apiserver),
+        Err(error) => Err(NotDialled::ApiserverAddresses(error)),
+    }
 }
 
 /// Node `node` as read from the apiserver and where its kubelet is dialled; one that cannot be

@@ -1,15 +1,16 @@
-//! Machine mode's watched caches: Machines of the configured APIs and Node names. Nothing is
-//! listed per CSR; lookups read the caches. A Machine is read as a [`MachineObject`] (its metadata
-//! as [`Meta`], the rest as plain JSON), a Node as its metadata only; one that still cannot be
-//! decoded is reported and held as such, so it replaces its earlier version and is read by nobody.
+//! Machine mode's watched caches: Machines of the configured APIs, with the changes of the watched
+//! Nodes (which decisions read too: one watch of Nodes in all) told beside theirs. Nothing is
+//! listed per CSR; lookups read the caches. A Machine is read as a [`MachineObject`] (its
+//! metadata as [`Meta`], the rest as plain JSON); one that still cannot be decoded is reported and
+//! held as such, so it replaces its earlier version and is read by nobody.
 
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
+use futures::future::{BoxFuture, Shared};
+use futures::{FutureExt, StreamExt};
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{ApiResource, GroupVersionKind};
 use kube::core::DynamicResourceScope;
@@ -22,7 +23,7 @@ use tokio::sync::watch;
 use crate::kubelet_tls::KubeletServingCa;
 use crate::kubernetes::decoded::{Decoded, Skipped};
 use crate::kubernetes::kube_watch;
-use crate::kubernetes::object_fields::{Meta, MetadataOnly, ObjectKind};
+use crate::kubernetes::object_fields::{Meta, ObjectKind};
 use crate::policy::{
     AwaitedNodes, KubeletDialRules, MachineInfo, MachinePolicy, NodeAddress, PolicyConfig, Submission,
     object_for_rules, pending_count,
@@ -93,17 +94,19 @@ const SYNC_POLL: Duration = Duration::from_millis(100);
 #[derive(Clone)]
 pub struct MachineCache {
     machines: Vec<Store<Decoded<MachineObject>>>,
-    nodes: Store<Decoded<MetadataOnly<Node>>>,
+    nodes_synced: Shared<BoxFuture<'static, ()>>,
     changes: watch::Receiver<u64>,
     keep_objects: bool,
 }
 
 impl MachineCache {
-    /// Starts watching Machines (through `machine_client`) and Node metadata (through `client`).
-    /// An API the cluster does not serve counts as "no Machines". What cannot be decoded is
-    /// reported to `skipped`.
+    /// Starts watching Machines (through `machine_client`), telling their changes and those of the
+    /// watched Nodes (`node_changes`, which are synced when `nodes_synced` resolves). An API the
+    /// cluster does not serve counts as "no Machines". What cannot be decoded is reported to
+    /// `skipped`.
     pub async fn start(
-        client: Client,
+        node_changes: watch::Receiver<u64>,
+        nodes_synced: BoxFuture<'static, ()>,
         machine_client: Client,
         source: &MachineSource,
         skipped: Skipped,
@@ -127,11 +130,8 @@ impl MachineCache {
             tokio::spawn(notify_on_change(stream, tx.clone(), ObjectKind::Machine, skipped.clone()));
             machines.push(reader);
         }
-        let (nodes, writer) = reflector::store();
-        let nodes_api = Api::<Decoded<MetadataOnly<Node>>>::all(client);
-        let node_stream = reflector::reflector(writer, kube_watch::stream(nodes_api, watcher::Config::default()));
-        tokio::spawn(notify_on_change(node_stream, tx, ObjectKind::Node, skipped));
-        MachineCache { machines, nodes, changes, keep_objects: source.keep_objects }
+        tokio::spawn(forward_changes(node_changes, tx));
+        MachineCache { machines, nodes_synced: nodes_synced.shared(), changes, keep_objects: source.keep_objects }
     }
 
     /// Changes whenever a Machine or Node is added, changed or removed.
@@ -144,7 +144,7 @@ impl MachineCache {
         for store in &self.machines {
             wait_ready(store).await;
         }
-        wait_ready(&self.nodes).await;
+        self.nodes_synced.clone().await;
     }
 
     /// Every cached Machine.
@@ -166,11 +166,6 @@ impl MachineCache {
     /// How many Machines are cached.
     pub fn machine_count(&self) -> usize {
         self.machines.iter().map(Store::len).sum()
-    }
-
-    /// How many Nodes are cached: also those that could not be decoded, which exist all the same.
-    pub fn node_count(&self) -> usize {
-        self.nodes.len()
     }
 }
 
@@ -264,8 +259,15 @@ async fn notify_on_change<K>(
                 tx.send_modify(|n| *n = n.wrapping_add(1));
             }
             Ok(_) => {}
-            Err(error) => tracing::warn!(%error, "watching Machines or Nodes"),
+            Err(error) => tracing::warn!(%error, "watching Machines"),
         }
+    }
+}
+
+/// Tells `tx` of every change of the watched Nodes, while they are watched.
+async fn forward_changes(mut nodes: watch::Receiver<u64>, tx: Arc<watch::Sender<u64>>) {
+    while nodes.changed().await.is_ok() {
+        tx.send_modify(|n| *n = n.wrapping_add(1));
     }
 }
 

@@ -23,6 +23,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use kube::runtime::watcher;
 use kube::{Api, Client};
+use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::kubernetes::decoded::{Decoded, Skipped};
@@ -41,11 +42,57 @@ const FIRST_LIST_POLL: Duration = Duration::from_millis(20);
 
 /// What is kept of one Node.
 #[derive(Debug, Clone, PartialEq)]
-enum Kept {
+pub enum Kept {
     /// What is read of it.
     Read(Arc<NodeFacts>),
     /// It could not be decoded: its addresses are unknown.
     Undecodable(UndecodableError),
+}
+
+/// The names of the Nodes listing one address: nearly always one, kept without a set of its own.
+#[derive(Debug, Clone, PartialEq)]
+enum Listing {
+    /// One Node lists it.
+    One(Arc<str>),
+    /// Several do, in name order.
+    Many(BTreeSet<Arc<str>>),
+}
+
+impl Listing {
+    fn add(&mut self, name: Arc<str>) {
+        match self {
+            Listing::One(one) if *one == name => {}
+            Listing::One(one) => *self = Listing::Many(BTreeSet::from([one.clone(), name])),
+            Listing::Many(names) => {
+                names.insert(name);
+            }
+        }
+    }
+
+    /// Takes `name` off the listing; `false` when no Node is left on it.
+    fn remove(&mut self, name: &str) -> bool {
+        match self {
+            Listing::One(one) => **one != *name,
+            Listing::Many(names) => {
+                names.remove(name);
+                let left = !names.is_empty();
+                if names.len() == 1
+                    && let Some(last) = names.pop_first()
+                {
+                    *self = Listing::One(last);
+                }
+                left
+            }
+        }
+    }
+
+    fn names(&self) -> impl Iterator<Item = &Arc<str>> + Clone {
+        let (one, many) = match self {
+            Listing::One(one) => (Some(one), None),
+            Listing::Many(names) => (None, Some(names.iter())),
+        };
+        one.into_iter().chain(many.into_iter().flatten())
+    }
 }
 
 /// The Nodes by name, the names of those listing each address, and why each Node that could not
@@ -53,7 +100,7 @@ enum Kept {
 #[derive(Debug, Default)]
 struct Index {
     nodes: HashMap<Arc<str>, Kept>,
-    by_address: HashMap<IpAddr, BTreeSet<Arc<str>>>,
+    by_address: HashMap<IpAddr, Listing>,
     undecodable: BTreeMap<Arc<str>, UndecodableError>,
 }
 
@@ -63,7 +110,12 @@ impl Index {
         match &kept {
             Kept::Read(facts) => {
                 for address in facts.ips() {
-                    self.by_address.entry(address).or_default().insert(name.clone());
+                    match self.by_address.get_mut(&address) {
+                        Some(listing) => listing.add(name.clone()),
+                        None => {
+                            self.by_address.insert(address, Listing::One(name.clone()));
+                        }
+                    }
                 }
             }
             Kept::Undecodable(why) => {
@@ -77,11 +129,10 @@ impl Index {
         self.undecodable.remove(name);
         let Some(Kept::Read(facts)) = self.nodes.remove(name) else { return };
         for address in facts.ips() {
-            if let Some(names) = self.by_address.get_mut(&address) {
-                names.remove(name);
-                if names.is_empty() {
-                    self.by_address.remove(&address);
-                }
+            if let Some(listing) = self.by_address.get_mut(&address)
+                && !listing.remove(name)
+            {
+                self.by_address.remove(&address);
             }
         }
     }
@@ -92,7 +143,7 @@ impl Index {
             return Err(why.clone());
         }
         let claim = |ip: &IpAddr| {
-            let names = self.by_address.get(&ip.to_canonical()).into_iter().flatten();
+            let names = self.by_address.get(&ip.to_canonical()).into_iter().flat_map(Listing::names);
             let labelled =
                 |name: &&Arc<str>| matches!(self.nodes.get(*name), Some(Kept::Read(facts)) if facts.control_plane);
             AddressClaim {
@@ -230,6 +281,7 @@ pub struct NodeIndex {
     client: Client,
     skipped: Skipped,
     state: Arc<Mutex<State>>,
+    changes: Arc<watch::Sender<u64>>,
     watch: Arc<OnceLock<Watch>>,
 }
 
@@ -247,12 +299,56 @@ impl NodeIndex {
     /// `for_rules`; what cannot be decoded is reported to `skipped`.
     pub fn new(client: Client, skipped: Skipped, for_rules: bool) -> NodeIndex {
         let state = Arc::new(Mutex::new(State::for_rules(for_rules)));
-        NodeIndex { client, skipped, state, watch: Arc::default() }
+        let changes = Arc::new(watch::channel(0).0);
+        NodeIndex { client, skipped, state, changes, watch: Arc::default() }
     }
 
     /// Starts the watch, unless it runs already.
     pub fn watch(&self) {
         self.watch.get_or_init(|| self.start());
+    }
+
+    /// Changes whenever a Node is added, changed or removed, and when a list completes.
+    pub fn changes(&self) -> watch::Receiver<u64> {
+        self.changes.subscribe()
+    }
+
+    /// Starts the watch, unless it runs already, and resolves once its first list completed.
+    pub async fn synced(&self) {
+        self.watch();
+        let mut changes = self.changes();
+        while !self.state.lock().unwrap_or_else(PoisonError::into_inner).synced {
+            if changes.changed().await.is_err() {
+                return;
+            }
+        }
+    }
+
+    /// How many Nodes the last completed list and the events since hold: also those that could
+    /// not be decoded, which exist all the same.
+    pub fn count(&self) -> usize {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner).index.nodes.len()
+    }
+
+    /// Every Node as the watch holds it, by name, once it is live: starts the watch when first
+    /// asked and waits at most `wait` for it to be live; `None` when it is not by then.
+    pub async fn every_node(&self, wait: Duration) -> Option<Vec<(Arc<str>, Kept)>> {
+        self.watch();
+        let deadline = tokio::time::Instant::now() + wait;
+        let mut changes = self.changes();
+        loop {
+            {
+                let state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+                if state.live() {
+                    let nodes = state.index.nodes.iter().map(|(name, kept)| (name.clone(), kept.clone()));
+                    return Some(nodes.collect());
+                }
+            }
+            match tokio::time::timeout_at(deadline, changes.changed()).await {
+                Ok(Ok(())) => {}
+                Ok(Err(_)) | Err(_) => return None,
+            }
+        }
     }
 
     /// What the index tells of Node `name` now: [`Known::Unknown`] until [`NodeIndex::watch`]
@@ -288,11 +384,18 @@ impl NodeIndex {
 
     fn start(&self) -> Watch {
         let api = Api::<Decoded<NodeObject>>::all(self.client.clone());
-        let (state, skipped) = (self.state.clone(), self.skipped.clone());
+        let (state, skipped, changes) = (self.state.clone(), self.skipped.clone(), self.changes.clone());
         Watch(tokio::spawn(async move {
             let mut events = std::pin::pin!(kube_watch::stream(api, watcher::Config::default()));
             while let Some(event) = events.next().await {
+                let changed = matches!(
+                    event,
+                    Ok(watcher::Event::Apply(_) | watcher::Event::Delete(_) | watcher::Event::InitDone)
+                );
                 state.lock().unwrap_or_else(PoisonError::into_inner).apply(event, &skipped);
+                if changed {
+                    changes.send_modify(|n| *n = n.wrapping_add(1));
+                }
             }
         }))
     }
@@ -469,6 +572,15 @@ mod tests {
         assert!(!Arc::ptr_eq(&moved, &facts(&state, "moved")));
         assert_eq!(claims(&state, "10.0.0.3"), Ok((names(&["moved"]), Vec::new())));
         assert_eq!(claims(&state, "10.0.0.2"), Ok((Vec::new(), Vec::new())));
+    }
+
+    /// A scan holds one handle per Node (docs/audit.md says how many bytes): the Node's facts are
+    /// shared with the index, not copied.
+    #[test]
+    fn a_scan_holds_a_handle_of_a_few_dozen_bytes_per_node() {
+        let handle = std::mem::size_of::<(Arc<str>, Kept)>();
+        eprintln!("one Node's handle: {handle} bytes");
+        assert!(handle <= 64, "{handle} bytes");
     }
 
     #[test]

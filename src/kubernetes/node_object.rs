@@ -61,6 +61,8 @@ pub struct NodeFacts {
     /// Kept by the index when the rules read Nodes: their projection of it as compact JSON text,
     /// a fraction of the memory of the parsed object, parsed again when a CSR needs it.
     projection: Option<Box<str>>,
+    /// Its uid, which the audit's Events about it name.
+    pub uid: Option<Box<str>>,
     /// Whether it carries the control-plane role label (which no kubelet can set on itself).
     pub control_plane: bool,
     /// `status.daemonEndpoints.kubeletEndpoint.Port`, as written.
@@ -81,6 +83,7 @@ impl NodeFacts {
         NodeFacts {
             info,
             projection: None,
+            uid: node.metadata.0.uid.as_deref().map(Box::from),
             control_plane: control_plane(node),
             kubelet_port: node.kubelet_port(),
             over_rules_bound: false,
