@@ -70,6 +70,9 @@ fn the_schema_rejects_wrong_types_and_a_missing_regex_with_a_readable_message() 
         ("kubeApiBurst=0", "/kubeApiBurst"),
         ("audit.period=daily", "/audit/period"),
         ("audit.nodeMetrics=maybe", "/audit/nodeMetrics"),
+        ("audit.dialTimeout=soon", "/audit/dialTimeout"),
+        ("audit.dialConcurrency=257", "/audit/dialConcurrency"),
+        ("audit.dialConcurrency=many", "/audit/dialConcurrency"),
         ("audit.perNode=true", "audit"),
         ("metrics.port=http", "/metrics/port"),
         ("metrics.prometheusRule.enabled=maybe", "/metrics/prometheusRule/enabled"),
@@ -166,7 +169,9 @@ fn defaults_are_two_hardened_replicas_with_leader_election_probes_and_least_priv
     assert!(!env(&objects).contains_key("RESYNC_PERIOD"), "the binary's default");
     assert!(!env(&objects).contains_key("CACHE_REQUESTS_BELOW"), "the binary's default");
     assert!(!env(&objects).contains_key("CACHE_REQUEST_BYTES"), "the binary's default");
-    for audit in ["AUDIT_PERIOD", "AUDIT_EXPIRING_WITHIN", "AUDIT_NODE_METRICS"] {
+    for audit in
+        ["AUDIT_PERIOD", "AUDIT_EXPIRING_WITHIN", "AUDIT_DIAL_TIMEOUT", "AUDIT_DIAL_CONCURRENCY", "AUDIT_NODE_METRICS"]
+    {
         assert!(!env(&objects).contains_key(audit), "the periodic audit is off by default: {audit}");
     }
     assert_eq!(pod["tolerations"][0]["key"], "node-role.kubernetes.io/control-plane");
@@ -290,6 +295,8 @@ fn every_feature_reaches_its_environment_variable() {
         ("CACHE_REQUEST_BYTES", "2097152"),
         ("AUDIT_PERIOD", "6h"),
         ("AUDIT_EXPIRING_WITHIN", "14d"),
+        ("AUDIT_DIAL_TIMEOUT", "1s"),
+        ("AUDIT_DIAL_CONCURRENCY", "64"),
         ("AUDIT_NODE_METRICS", "true"),
         ("LEADER_ELECTION", "true"),
         ("LEADER_ELECTION_ID", "csr-approver-lease"),
@@ -419,7 +426,9 @@ fn the_periodic_audit_reads_the_kubelet_serving_ca_without_machine_mode() {
     let env = env(&on);
     assert_eq!(env["AUDIT_PERIOD"], "6h");
     assert_eq!(env["AUDIT_NODE_METRICS"], "true");
-    assert!(!env.contains_key("AUDIT_EXPIRING_WITHIN"), "the binary's default");
+    for name in ["AUDIT_EXPIRING_WITHIN", "AUDIT_DIAL_TIMEOUT", "AUDIT_DIAL_CONCURRENCY"] {
+        assert!(!env.contains_key(name), "the binary's default: {name}");
+    }
     assert_eq!(env["KUBELET_SERVING_CA_FILE"], "/etc/node-csr-approver/kubelet-serving-ca/ca-bundle.crt");
     assert_eq!(env["KUBELET_PORT"], "10251");
     let pod = &find(&on, "Deployment").unwrap()["spec"]["template"]["spec"];

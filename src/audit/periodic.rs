@@ -18,7 +18,7 @@ use super::flags::AuditSchedule;
 use super::metrics::{AuditMetrics, AuditedNode};
 use super::scan::{Judge, ScanSettings};
 use super::states::{StateChange, StateMemory};
-use crate::events::{Events, NodeChange};
+use crate::events::{AuditRoom, Events, NodeChange};
 use crate::kubernetes::decoded::{Decoded, Skipped};
 use crate::kubernetes::kubelet_endpoint::{dial_targets, kubelet_target};
 use crate::kubernetes::leader::Leadership;
@@ -165,15 +165,15 @@ async fn scan<H: Host>(
     loop {
         while running.len() < settings.concurrency {
             let Some(next) = waiting.next() else { break };
-            running.push(audit(&judge, &rules, next));
+            running.push(audit(&judge, &rules, ctx.events(), next));
         }
-        let Some((uid, report)) = running.next().await else { break };
+        let Some((uid, room, report)) = running.next().await else { break };
         let findings: Vec<&'static str> = report.findings.iter().map(|finding| finding.as_str()).collect();
         let not_after = report.certificate.as_ref().map(|certificate| certificate.not_after.as_second());
         tally.add(AuditedNode { node: &report.node, state: report.state, findings: &findings, not_after });
         if let Some(change) = pass.observe(&report) {
             changed += 1;
-            tell(ctx, &change, uid).await;
+            tell(ctx, &change, uid, room);
         }
     }
     pass.complete();
@@ -194,13 +194,17 @@ enum Waiting {
     Listed(NodeTarget),
 }
 
-/// Audits one Node (its dial target chosen by `rules` first, when it was read from the watch);
-/// its uid comes back with its report, for the Event.
+/// Audits one Node (its dial target chosen by `rules` first, when it was read from the watch)
+/// once the audit's Event queue has room for its Event, so telling it never waits while other
+/// dials run (their time limits running); its uid and that room come back with its report, for
+/// the Event.
 async fn audit<R: Resolver, C: ClusterView>(
     judge: &Judge<'_, R, C>,
     rules: &KubeletDialRules,
+    events: &Events,
     waiting: Waiting,
-) -> (Option<String>, NodeAudit) {
+) -> (Option<String>, Option<AuditRoom>, NodeAudit) {
+    let room = events.audit_room().await;
     let target = match waiting {
         Waiting::Watched(name, Kept::Read(facts)) => NodeTarget {
             node: name.to_string(),
@@ -213,15 +217,18 @@ async fn audit<R: Resolver, C: ClusterView>(
         Waiting::Listed(target) => target,
     };
     let report = judge.scan_node(&target).await;
-    (target.uid, report)
+    (target.uid, room, report)
 }
 
-/// Tells a Node whose state changed, while this replica writes: a log line and an Event.
-async fn tell<H: Host>(ctx: &H, change: &StateChange, uid: Option<String>) {
+/// Tells a Node whose state changed, while this replica writes: a log line and an Event, in the
+/// room held for it.
+fn tell<H: Host>(ctx: &H, change: &StateChange, uid: Option<String>, room: Option<AuditRoom>) {
     if !ctx.leadership().is_leader() {
         return;
     }
     tracing::info!(node = %change.node, reason = change.reason, detail = %change.note, "periodic audit: state changed");
     let told = NodeChange { problem: change.problem, reason: change.reason, note: &change.note };
-    ctx.events().publish_audit(&change.node, uid, told).await;
+    if let Some(room) = room {
+        room.publish(&change.node, uid, told);
+    }
 }

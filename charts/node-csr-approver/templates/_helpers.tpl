@@ -84,7 +84,9 @@ node in a string literal counts too): the controller then reads Nodes. */}}
   (list "CACHE_REQUESTS_BELOW" .Values.cacheRequestsBelow)
   (list "CACHE_REQUEST_BYTES" .Values.cacheRequestBytes)
   (list "AUDIT_PERIOD" .Values.audit.period)
-  (list "AUDIT_EXPIRING_WITHIN" .Values.audit.expiringWithin) }}
+  (list "AUDIT_EXPIRING_WITHIN" .Values.audit.expiringWithin)
+  (list "AUDIT_DIAL_TIMEOUT" .Values.audit.dialTimeout)
+  (list "AUDIT_DIAL_CONCURRENCY" .Values.audit.dialConcurrency) }}
 {{- with .Values.kubeApiQps }}
 - name: KUBE_API_QPS
   value: {{ toString . | quote }}
