@@ -462,6 +462,28 @@ mod tests {
         );
     }
 
+    #[test]
+    fn an_address_listed_by_several_nodes_keeps_every_one_left_and_one_alone_without_a_set() {
+        let skipped = Skipped::logged();
+        let mut state = State::default();
+        let apply = |state: &mut State, event| state.apply(Ok(event), &skipped);
+        let listing = |state: &State| state.index.by_address.get(&"10.0.0.5".parse().unwrap()).cloned();
+        apply(&mut state, watcher::Event::Init);
+        apply(&mut state, watcher::Event::InitApply(node("a", &["10.0.0.5", "10.0.0.5"], false)));
+        apply(&mut state, watcher::Event::InitDone);
+        assert_eq!(listing(&state), Some(Listing::One("a".into())), "an address listed twice by one Node");
+        for name in ["b", "c"] {
+            apply(&mut state, watcher::Event::Apply(node(name, &["10.0.0.5"], false)));
+        }
+        assert_eq!(claims(&state, "10.0.0.5"), Ok((names(&["a", "b", "c"]), Vec::new())));
+        apply(&mut state, watcher::Event::Delete(node("b", &[], false)));
+        assert_eq!(claims(&state, "10.0.0.5"), Ok((names(&["a", "c"]), Vec::new())), "both left still claim it");
+        apply(&mut state, watcher::Event::Delete(node("a", &[], false)));
+        assert_eq!(listing(&state), Some(Listing::One("c".into())), "one left: no set");
+        apply(&mut state, watcher::Event::Delete(node("c", &[], false)));
+        assert_eq!(listing(&state), None);
+    }
+
     /// The controller's index and `check --objects` (a `StaticCluster` of the same Nodes) read the
     /// same claims, whatever the spelling of an address.
     #[tokio::test]
