@@ -52,7 +52,8 @@ pub struct Launch {
     pub bypass_dns: bool,
     /// `--events=all` (ours; otherwise its default, problems only).
     pub events_all: bool,
-    /// Further flags of ours (the storm with Nodes: `--verify-node-addresses`, `--rules`).
+    /// Further flags of ours (`--ours-arg`; the storm with Nodes: `--verify-node-addresses`,
+    /// `--rules`).
     pub extra_args: Vec<String>,
     /// Where its logs go.
     pub log: PathBuf,

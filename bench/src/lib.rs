@@ -85,6 +85,8 @@ pub struct Options {
     pub storm_nodes: Option<usize>,
     /// With `storm_nodes`, ours runs with a rule that reads `node` too.
     pub storm_node_rule: bool,
+    /// Flags given to ours in every phase (not to the peer).
+    pub ours_args: Vec<String>,
     /// Restart the apiserver once during the storm, so the controller's watch relists.
     pub storm_relist: bool,
     /// Run the storm alone (no limit, catch-up, live, hostile or flood phase).
@@ -106,6 +108,7 @@ impl Default for Options {
             storm: None,
             storm_nodes: None,
             storm_node_rule: true,
+            ours_args: Vec::new(),
             storm_relist: true,
             only_storm: false,
         }

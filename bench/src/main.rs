@@ -52,6 +52,10 @@ struct Args {
     /// only): the Nodes are watched without the rules' projection.
     #[arg(long, requires = "storm_nodes")]
     storm_no_node_rule: bool,
+    /// A flag given to ours in every phase, not to the peer (e.g. `--ours-arg=--kube-api-qps=1000`);
+    /// repeat it for more.
+    #[arg(long = "ours-arg", allow_hyphen_values = true)]
+    ours_args: Vec<String>,
     /// No apiserver restart (no forced relist) during the storm.
     #[arg(long, requires = "storm")]
     storm_no_relist: bool,
@@ -98,6 +102,7 @@ async fn main() -> ExitCode {
         storm: args.storm,
         storm_nodes: args.storm_nodes,
         storm_node_rule: !args.storm_no_node_rule,
+        ours_args: args.ours_args,
         storm_relist: !args.storm_no_relist,
         only_storm: args.only_storm,
     };

@@ -48,6 +48,8 @@ pub struct Created {
     pub per_second: f64,
     /// The JSON of one worker Node as created, bytes.
     pub node_json_bytes: usize,
+    /// Ours ran with a rule that reads `node` (else `--verify-node-addresses` alone).
+    pub node_rule: bool,
 }
 
 /// Node `i` as a cloud-provisioned kubeadm cluster's Node looks.
@@ -158,6 +160,7 @@ pub async fn create(admin: &Client, nodes: usize, concurrency: usize) -> Result<
         seconds,
         per_second: nodes as f64 / seconds.max(1e-9),
         node_json_bytes: serde_json::to_vec(&node(CONTROL_PLANES)?)?.len(),
+        node_rule: true,
     })
 }
 

@@ -52,7 +52,10 @@ pub(crate) fn launch(
         concurrency: bench.options.concurrency,
         bypass_dns,
         events_all: false,
-        extra_args: Vec::new(),
+        extra_args: match program {
+            Program::Ours(_) => bench.options.ours_args.clone(),
+            Program::Peer(_) => Vec::new(),
+        },
         log: bench.logs.join(format!("{phase}.log")),
     }
 }

@@ -159,7 +159,7 @@ pub(crate) async fn storm(bench: &Bench, requests: &StormRequests, relist: bool)
                 "{phase}: {n} Nodes of {} bytes created in {:.1}s ({:.0}/s)",
                 created.node_json_bytes, created.seconds, created.per_second
             ));
-            Some(created)
+            Some(nodes::Created { node_rule: bench.options.storm_node_rule, ..created })
         }
         None => None,
     };
@@ -247,7 +247,7 @@ pub(crate) async fn storm(bench: &Bench, requests: &StormRequests, relist: bool)
 fn storm_launch(bench: &Bench, phase: &str, kubeconfig: &std::path::Path) -> Result<Launch> {
     let mut launch = launch(bench, &bench.ours, phase, false, kubeconfig);
     if bench.options.storm_nodes.is_some() {
-        launch.extra_args = vec!["--verify-node-addresses".into()];
+        launch.extra_args.push("--verify-node-addresses".into());
         if bench.options.storm_node_rule {
             let rules = nodes::write_rules(&bench.logs)?;
             launch.extra_args.push(format!("--rules={}", rules.display()));

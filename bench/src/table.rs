@@ -309,8 +309,12 @@ fn storm_lines(s: &Storm, out: &mut String) {
     if let Some(n) = &s.node_objects {
         let _ = writeln!(
             out,
-            "storm Nodes: {} created in {:.1} s ({:.0}/s), {} bytes of JSON each; ours with --verify-node-addresses and a rule reading node",
-            n.nodes, n.seconds, n.per_second, n.node_json_bytes
+            "storm Nodes: {} created in {:.1} s ({:.0}/s), {} bytes of JSON each; ours with --verify-node-addresses{}",
+            n.nodes,
+            n.seconds,
+            n.per_second,
+            n.node_json_bytes,
+            if n.node_rule { " and a rule reading node" } else { " alone" }
         );
     }
     let (requests, kib) = per_decision(s.apiserver.as_ref());
