@@ -280,6 +280,18 @@ async fn a_machine_or_node_that_appears_re_triggers_a_csr_in_a_long_backoff() {
         let decided = wait_decided(&admin, name, limit).await;
         assert_eq!(decided.first().map(|c| c.type_.as_str()), Some("Approved"), "{name}:\n{}", approver.logs());
     }
+
+    // The brake counts the watched Nodes: with more Nodes (4) than Machines (2) its limit is the
+    // Nodes' count plus the default delta of 100.
+    for name in ["n9", "n10"] {
+        node_with(&admin, name, &[]).await;
+    }
+    let series = "node_csr_approver_pending_node_csrs_limit";
+    let deadline = Instant::now() + DECIDE;
+    while approver.metric(series).await != Some(104.0) {
+        assert!(Instant::now() < deadline, "{series}: {:?}, not 104", approver.metric(series).await);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 /// One client certificate per Machine under concurrency: bootstrap CSRs for one pending Machine's
